@@ -1,0 +1,139 @@
+"""Security master: the project's own reference data and the classification of every symbol.
+
+The reference tables (`reference/*.csv`) are data the project owns: GICS sector -> SPDR sector ETF
+(with the GICS 2-digit code and the Service A factor name), GICS sub-industry -> subsector ETF, and
+a registry of known ETFs that classify themselves. A user overrides either mapping with a CSV of
+the same columns (settings `sector_map` / `subsector_map`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+MAG7: tuple[str, ...] = ("AAPL", "MSFT", "GOOGL", "AMZN", "NVDA", "META", "TSLA")
+
+MASTER_COLUMNS = [
+    "symbol",
+    "name",
+    "asset_type",
+    "gics_sector",
+    "gics_sub_industry",
+    "sector_code",
+    "factor_name",
+    "market_etf",
+    "sector_etf",
+    "subsector_etf",
+    "shares",
+]
+ASSET_TYPES = ("stock", "etf", "index")
+
+
+def _read_reference(name: str) -> pd.DataFrame:
+    with resources.files("eqrisk.data").joinpath("reference", name).open("rb") as fh:
+        return pd.read_csv(fh, dtype=str, keep_default_na=False)
+
+
+@lru_cache(maxsize=1)
+def etf_registry() -> pd.DataFrame:
+    """Known ETFs: symbol, name, role (market/sector/subsector/industry/...), sector, sub-industry."""
+    return _read_reference("etfs.csv")
+
+
+@lru_cache(maxsize=1)
+def sector_table() -> pd.DataFrame:
+    """GICS sectors with their 2-digit code, Service A factor name and SPDR sector ETF."""
+    table = _read_reference("sectors.csv")
+    table["sector_code"] = table["sector_code"].astype(str)
+    return table
+
+
+@dataclass(frozen=True)
+class Mappings:
+    """The sector and sub-industry -> ETF mappings in force for one build."""
+
+    sector_etf: dict[str, str]
+    subsector_etf: dict[str, str]
+
+    @classmethod
+    def load(cls, sector_map: Path | None = None, subsector_map: Path | None = None) -> Mappings:
+        sectors = sector_table()
+        sector_etf = dict(zip(sectors["gics_sector"], sectors["etf"], strict=True))
+        if sector_map is not None:
+            sector_etf.update(_read_override(sector_map, "gics_sector"))
+        sub = _read_reference("subindustry_etfs.csv")
+        subsector_etf = dict(zip(sub["gics_sub_industry"], sub["etf"], strict=True))
+        if subsector_map is not None:
+            subsector_etf.update(_read_override(subsector_map, "gics_sub_industry"))
+        # An empty ETF in an override removes the mapping (the level falls back or stops).
+        return cls(
+            sector_etf={k: v for k, v in sector_etf.items() if v},
+            subsector_etf={k: v for k, v in subsector_etf.items() if v},
+        )
+
+
+def _read_override(path: Path, key: str) -> dict[str, str]:
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = {key, "etf"} - set(table.columns)
+    if missing:
+        raise ValueError(
+            f"{path}: mapping override needs columns {key!r} and 'etf'; missing {sorted(missing)}"
+        )
+    return dict(zip(table[key].str.strip(), table["etf"].str.strip().str.upper(), strict=True))
+
+
+def classify(
+    master: pd.DataFrame, mappings: Mappings, *, market_etf: str = "SPY"
+) -> pd.DataFrame:
+    """Complete a raw master (symbol, name, asset_type, gics_sector, gics_sub_industry, [shares])
+    with sector code, factor name and the market/sector/subsector ETF of each symbol.
+
+    Symbols of the ETF registry classify themselves, whatever the raw master says.
+    """
+    registry = etf_registry().set_index("symbol")
+    sectors = sector_table().set_index("gics_sector")
+    rows = []
+    for rec in master.to_dict("records"):
+        symbol = str(rec["symbol"]).strip().upper()
+        name = rec.get("name") or ""
+        asset_type = (rec.get("asset_type") or "stock").lower()
+        sector = rec.get("gics_sector") or ""
+        sub = rec.get("gics_sub_industry") or ""
+        if symbol in registry.index:
+            reg = registry.loc[symbol]
+            asset_type = "etf"
+            name = name or reg["name"]
+            sector = reg["gics_sector"]
+            sub = reg["gics_sub_industry"]
+        sector_code = sectors.loc[sector, "sector_code"] if sector in sectors.index else None
+        factor_name = sectors.loc[sector, "factor_name"] if sector in sectors.index else None
+        is_stock = asset_type == "stock"
+        rows.append(
+            {
+                "symbol": symbol,
+                "name": name or symbol,
+                "asset_type": asset_type,
+                "gics_sector": sector or None,
+                "gics_sub_industry": sub or None,
+                "sector_code": sector_code,
+                "factor_name": factor_name,
+                "market_etf": market_etf if symbol != market_etf else None,
+                "sector_etf": mappings.sector_etf.get(sector) if is_stock else None,
+                "subsector_etf": mappings.subsector_etf.get(sub) if is_stock else None,
+                "shares": _float_or_none(rec.get("shares")),
+            }
+        )
+    out = pd.DataFrame(rows, columns=MASTER_COLUMNS)
+    return out.drop_duplicates("symbol", keep="first").sort_values("symbol", ignore_index=True)
+
+
+def _float_or_none(value: object) -> float | None:
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return out if out == out and out > 0 else None

@@ -1,0 +1,86 @@
+"""The one settings object of eqrisk: environment variables `EQRISK_*` and an optional `eqrisk.toml`.
+
+Everything the CLI and the servers write lives under `home`; nothing else on disk is touched.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class Settings(BaseSettings):
+    """Effective configuration; precedence: init args > environment > eqrisk.toml > defaults."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="EQRISK_", toml_file="eqrisk.toml", extra="ignore", frozen=True
+    )
+
+    home: Path = Field(default=Path("~/.eqrisk"), description="State directory.")
+    database_url: SecretStr | None = Field(default=None, description="PostgreSQL URL (at scale).")
+    redis_url: SecretStr | None = Field(default=None, description="Redis URL for shared limits.")
+
+    # Model defaults (DESIGN section 2); every value is reported in `_metadata.method`.
+    window: int = Field(default=252, ge=20, le=5000, description="Rolling window in sessions.")
+    min_obs: int = Field(default=126, ge=10, description="Joint observations before publishing.")
+    halflife: float | None = Field(
+        default=None, gt=0, description="EWMA half-life in sessions; None = equal weights."
+    )
+    market_etf: str = Field(default="SPY", description="The market benchmark ETF.")
+    max_move: float = Field(
+        default=0.5, gt=0, description="Ingest flags one-day |simple return| above this."
+    )
+    subsector_map: Path | None = Field(
+        default=None, description="CSV (gics_sub_industry,etf) overriding the default mapping."
+    )
+    sector_map: Path | None = Field(
+        default=None, description="CSV (gics_sector,etf) overriding the SPDR sector mapping."
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    @property
+    def home_dir(self) -> Path:
+        """`home` with `~` expanded (created on first use by the writers, not here)."""
+        return self.home.expanduser()
+
+    @property
+    def weighting(self) -> str:
+        return "equal" if self.halflife is None else f"ewma(halflife={self.halflife:g})"
+
+    def masked(self) -> dict[str, Any]:
+        """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
+        out = self.model_dump(mode="json")
+        for key in ("database_url", "redis_url"):
+            if out.get(key):
+                out[key] = "**********"
+        out["home"] = str(self.home_dir)
+        return out
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (tests build their own `Settings(...)` instead)."""
+    return Settings()
+
