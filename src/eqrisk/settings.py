@@ -83,4 +83,3 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide settings (tests build their own `Settings(...)` instead)."""
     return Settings()
-

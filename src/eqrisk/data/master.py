@@ -86,9 +86,7 @@ def _read_override(path: Path, key: str) -> dict[str, str]:
     return dict(zip(table[key].str.strip(), table["etf"].str.strip().str.upper(), strict=True))
 
 
-def classify(
-    master: pd.DataFrame, mappings: Mappings, *, market_etf: str = "SPY"
-) -> pd.DataFrame:
+def classify(master: pd.DataFrame, mappings: Mappings, *, market_etf: str = "SPY") -> pd.DataFrame:
     """Complete a raw master (symbol, name, asset_type, gics_sector, gics_sub_industry, [shares])
     with sector code, factor name and the market/sector/subsector ETF of each symbol.
 
@@ -98,11 +96,11 @@ def classify(
     sectors = sector_table().set_index("gics_sector")
     rows = []
     for rec in master.to_dict("records"):
-        symbol = str(rec["symbol"]).strip().upper()
-        name = rec.get("name") or ""
-        asset_type = (rec.get("asset_type") or "stock").lower()
-        sector = rec.get("gics_sector") or ""
-        sub = rec.get("gics_sub_industry") or ""
+        symbol = _text(rec.get("symbol")).upper()
+        name = _text(rec.get("name"))
+        asset_type = _text(rec.get("asset_type")).lower() or "stock"
+        sector = _text(rec.get("gics_sector"))
+        sub = _text(rec.get("gics_sub_industry"))
         if symbol in registry.index:
             reg = registry.loc[symbol]
             asset_type = "etf"
@@ -127,8 +125,17 @@ def classify(
                 "shares": _float_or_none(rec.get("shares")),
             }
         )
-    out = pd.DataFrame(rows, columns=MASTER_COLUMNS)
+    # Object columns keep None as None (the string dtype would turn it into NaN).
+    out = pd.DataFrame(rows, columns=MASTER_COLUMNS, dtype=object)
+    out["shares"] = out["shares"].astype(float)
     return out.drop_duplicates("symbol", keep="first").sort_values("symbol", ignore_index=True)
+
+
+def _text(value: object) -> str:
+    """A master cell as stripped text; missing (None, NaN, NA) is ''."""
+    if value is None or (isinstance(value, float) and value != value) or value is pd.NA:
+        return ""
+    return str(value).strip()
 
 
 def _float_or_none(value: object) -> float | None:

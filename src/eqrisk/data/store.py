@@ -21,7 +21,17 @@ import pyarrow.parquet as pq
 
 from eqrisk.data.calendar import sessions_between
 
-PRICE_COLUMNS = ["date", "symbol", "close", "open", "high", "low", "close_raw", "volume", "market_cap"]
+PRICE_COLUMNS = [
+    "date",
+    "symbol",
+    "close",
+    "open",
+    "high",
+    "low",
+    "close_raw",
+    "volume",
+    "market_cap",
+]
 RAW_MASTER_COLUMNS = ["symbol", "name", "asset_type", "gics_sector", "gics_sub_industry", "shares"]
 PANEL_FIELDS = ("close", "open", "high", "low", "close_raw", "volume", "market_cap")
 
@@ -134,7 +144,9 @@ def to_panel(prices: pd.DataFrame, master: pd.DataFrame | None = None) -> Panel:
         )
         base = np.where(np.isnan(arrays["close_raw"]), arrays["close"], arrays["close_raw"])
         implied = shares[:, None] * base
-        arrays["market_cap"] = np.where(np.isnan(arrays["market_cap"]), implied, arrays["market_cap"])
+        arrays["market_cap"] = np.where(
+            np.isnan(arrays["market_cap"]), implied, arrays["market_cap"]
+        )
     return Panel(
         symbols=symbols,
         sessions=sessions.to_numpy().astype("datetime64[D]"),

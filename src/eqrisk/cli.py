@@ -1,0 +1,244 @@
+"""The `eqrisk` command. Results a script would read go to stdout (`--json`: one JSON document);
+progress and logs go to stderr. Exit codes: 0 success, 1 failure, 2 bad usage."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from eqrisk.settings import Settings, get_settings
+
+app = typer.Typer(
+    help="eqrisk: equity-risk data services computed from daily prices.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def _settings(**overrides: Any) -> Settings:
+    base = get_settings()
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    return base.model_copy(update=clean) if clean else base
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+@contextmanager
+def _stages(title: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr showing the current stage and the elapsed time."""
+    start = time.perf_counter()
+    with err.status(title) as status:
+
+        def say(message: str) -> None:
+            status.update(f"{title}: {message} [dim]({time.perf_counter() - start:.1f}s)[/]")
+
+        yield say
+    err.print(f"[green]done[/] {title} in {time.perf_counter() - start:.1f}s")
+
+
+@app.command()
+def config(as_json: JsonOpt = False) -> None:
+    """Print the effective settings (secrets masked)."""
+    doc = get_settings().masked()
+    if as_json:
+        _print_json(doc)
+        return
+    table = Table("setting", "value")
+    for key, value in doc.items():
+        table.add_row(key, str(value))
+    out.print(table)
+
+
+@app.command()
+def ingest(
+    prices: Annotated[list[Path], typer.Argument(help="Price files: CSV, CSV.gz or Parquet.")],
+    master: Annotated[
+        Path | None, typer.Option(help="Security master (symbol, name, asset_type, GICS...).")
+    ] = None,
+    merge: Annotated[bool, typer.Option(help="Merge into the ingested data set.")] = False,
+    source: Annotated[str | None, typer.Option(help="data_source label.")] = None,
+    max_move: Annotated[
+        float | None, typer.Option(help="Flag one-day |return| above this.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate and ingest daily prices and a security master. Rejected rows go to the report;
+    the good rows are kept. Exit 1 when any row was rejected."""
+    from eqrisk.data.ingest import IngestError, ingest as run_ingest, render_report
+
+    settings = _settings(max_move=max_move)
+    for path in [*prices, *([master] if master else [])]:
+        if not path.exists():
+            raise _fail(f"no such file: {path}", 2)
+    try:
+        with _stages("ingest") as say:
+            report = run_ingest(
+                prices,
+                master,
+                home=settings.home_dir,
+                max_move=settings.max_move,
+                merge=merge,
+                data_source=source,
+                progress=say,
+            )
+    except IngestError as exc:
+        raise _fail(str(exc)) from exc
+    if as_json:
+        _print_json(report.to_dict())
+    else:
+        render_report(report, err)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def build(
+    window: Annotated[int | None, typer.Option(help="Rolling window in sessions.")] = None,
+    min_obs: Annotated[int | None, typer.Option(help="Observations before publishing.")] = None,
+    halflife: Annotated[float | None, typer.Option(help="EWMA half-life (sessions).")] = None,
+    keep: Annotated[int, typer.Option(help="Snapshot versions to keep.")] = 3,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the risk model on the ingested data into a new snapshot and make it current."""
+    from eqrisk.model.risk import ModelParams
+    from eqrisk.snapshot.build import build_snapshot
+
+    settings = _settings(window=window, min_obs=min_obs, halflife=halflife)
+    try:
+        params = ModelParams(settings.window, settings.min_obs, settings.halflife)
+        with _stages("build") as say:
+            manifest = build_snapshot(
+                settings.home_dir,
+                params,
+                market_etf=settings.market_etf,
+                sector_map=settings.sector_map,
+                subsector_map=settings.subsector_map,
+                keep=keep,
+                progress=say,
+            )
+    except (FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    summary = {k: manifest[k] for k in _SUMMARY_KEYS}
+    if as_json:
+        _print_json(summary)
+    else:
+        err.print(_summary_line(summary))
+
+
+_SUMMARY_KEYS = (
+    "model_version",
+    "data_as_of",
+    "data_source",
+    "universe_size",
+    "sessions",
+    "method",
+)
+
+
+def _summary_line(s: dict[str, Any]) -> str:
+    return (
+        f"snapshot [bold]{s['model_version']}[/]: {s['universe_size']} symbols x "
+        f"{s['sessions']} sessions, data as of {s['data_as_of']}, source {s['data_source']}"
+    )
+
+
+@app.command()
+def snapshots(as_json: JsonOpt = False) -> None:
+    """List the snapshot versions (the current one marked)."""
+    from eqrisk.snapshot.store import Snapshot, current_version, list_versions, snapshots_dir
+
+    home = get_settings().home_dir
+    current = current_version(home)
+    rows = []
+    for version in list_versions(home):
+        manifest = Snapshot.open(snapshots_dir(home) / version).manifest
+        rows.append({**{k: manifest[k] for k in _SUMMARY_KEYS}, "current": version == current})
+    if as_json:
+        _print_json({"current": current, "versions": rows})
+        return
+    table = Table("version", "current", "data as of", "source", "symbols", "sessions", "method")
+    for row in rows:
+        method = row["method"]
+        table.add_row(
+            row["model_version"],
+            "*" if row["current"] else "",
+            row["data_as_of"],
+            row["data_source"],
+            str(row["universe_size"]),
+            str(row["sessions"]),
+            f"{method['weighting']} w={method['window']} min={method['min_obs']}",
+        )
+    out.print(table if rows else "no snapshots yet: run `eqrisk build` or `eqrisk demo`")
+
+
+@app.command()
+def demo(
+    serve: Annotated[bool, typer.Option(help="Serve the demo snapshot once built.")] = True,
+    seed: Annotated[int, typer.Option(help="Generator seed (same seed, same market).")] = 7,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate the synthetic demo market, ingest it, build it, and (by default) serve it."""
+    from eqrisk.data.demo import DATA_SOURCE, generate_demo, write_demo_files
+    from eqrisk.data.ingest import ingest as run_ingest
+    from eqrisk.model.risk import ModelParams
+    from eqrisk.snapshot.build import build_snapshot
+
+    settings = get_settings()
+    home = settings.home_dir
+    with _stages("demo data") as say:
+        say("generating")
+        market = generate_demo(seed=seed)
+        files = write_demo_files(market, home / "demo")
+        report = run_ingest(
+            [files["prices"]],
+            files["master"],
+            home=home,
+            max_move=settings.max_move,
+            data_source=DATA_SOURCE,
+            progress=say,
+        )
+    if not report.ok:
+        raise _fail(f"the demo data failed validation; see {report.report_dir}")
+    with _stages("build") as say:
+        manifest = build_snapshot(
+            home,
+            ModelParams(settings.window, settings.min_obs, settings.halflife),
+            market_etf=settings.market_etf,
+            progress=say,
+        )
+    summary = {k: manifest[k] for k in _SUMMARY_KEYS}
+    if as_json:
+        _print_json(summary)
+    else:
+        err.print(_summary_line(summary))
+    if serve:
+        _serve(settings, settings.host, settings.port, 1)
+
+
+def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
+    raise _fail("the HTTP services are not built yet; the demo snapshot is ready", 1)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

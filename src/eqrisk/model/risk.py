@@ -1,0 +1,290 @@
+"""The whole risk model over a panel: returns, volatility, the L3 cascade, combined factor and
+residual returns per level, and Service A's flat market + sector factor model. Pure: arrays in,
+arrays out, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eqrisk.data.store import Panel
+from eqrisk.model.cascade import rolling_cascade, rolling_std
+from eqrisk.model.returns import group_returns, log_returns, simple_returns
+
+ANNUALIZATION = np.sqrt(252.0)
+VOL_SHORT_WINDOW = 23
+VOL_SHORT_MIN_OBS = 16
+MARKET_FACTOR = "Mkt"
+LEVEL_HR = {
+    1: ("l1_mkt_hr",),
+    2: ("l2_mkt_hr", "l2_sec_hr"),
+    3: ("l3_mkt_hr", "l3_sec_hr", "l3_sub_hr"),
+}
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Estimation settings, reported with every answer as `_metadata.method`."""
+
+    window: int = 252
+    min_obs: int = 126
+    halflife: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_obs > self.window:
+            raise ValueError(f"min_obs ({self.min_obs}) cannot exceed window ({self.window})")
+
+    @property
+    def weighting(self) -> str:
+        return "equal" if self.halflife is None else "ewma"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "min_obs": self.min_obs,
+            "weighting": self.weighting,
+            "halflife": self.halflife,
+            "returns": "simple, consecutive sessions only",
+            "vol_23d_min_obs": VOL_SHORT_MIN_OBS,
+        }
+
+
+@dataclass
+class ModelResult:
+    """Per-symbol metric arrays (n x T) plus the factor series and each symbol's hierarchy."""
+
+    symbols: np.ndarray
+    sessions: np.ndarray
+    metrics: dict[str, np.ndarray]
+    # The series each symbol is hedged with: market/sector/subsector names ("SPY", "XLK", or
+    # "group:<level>:<name>" for a cap-weighted group portfolio where the data has no ETF).
+    hierarchy: pd.DataFrame
+    flat: FlatModel
+    factor_keys: list[str]  # name of each factor row (ETF symbol or group portfolio key)
+    params: ModelParams
+
+
+def run_model(panel: Panel, master: pd.DataFrame, params: ModelParams) -> ModelResult:
+    """Build every published metric from a panel and a classified security master."""
+    symbols = panel.symbols
+    n, n_t = panel.shape
+    row_of = panel.index_of()
+    info = master.set_index("symbol").reindex(symbols)
+    r = simple_returns(panel.close)
+
+    # Factor series: the ETFs present in the panel, else group portfolios built on demand.
+    factor_rows: list[np.ndarray] = []
+    factor_keys: dict[str, int] = {}
+
+    def factor(name: str | None, level: str, group_key: str | None, members: np.ndarray) -> int:
+        if name and name in row_of:
+            key = name
+            if key not in factor_keys:
+                factor_keys[key] = len(factor_rows)
+                factor_rows.append(r[row_of[name]])
+            return factor_keys[key]
+        if group_key is None or members.size == 0:
+            return -1
+        key = f"group:{level}:{group_key}"
+        if key not in factor_keys:
+            factor_keys[key] = len(factor_rows)
+            factor_rows.append(group_returns(r, members, panel.market_cap))
+        return factor_keys[key]
+
+    asset_type = info["asset_type"].fillna("stock").to_numpy()
+    is_stock = asset_type == "stock"
+    sectors = info["gics_sector"].to_numpy(dtype=object)
+    subs = info["gics_sub_industry"].to_numpy(dtype=object)
+    market_name = _first_valid(info["market_etf"]) or "SPY"
+    stock_rows = np.flatnonzero(is_stock)
+    market_idx = factor(market_name, "market", "all", stock_rows)
+
+    fidx = np.full((n, 3), -1, dtype=np.int64)
+    names = np.full((n, 3), None, dtype=object)
+    key_of = {v: k for k, v in factor_keys.items()}
+    # Every row, the market's own included, has the market as its first level (the market's own
+    # row comes out as beta 1 with all of its risk explained).
+    fidx[:, 0] = market_idx
+    for i in range(n):
+        if not is_stock[i]:
+            continue
+        sec = sectors[i] if isinstance(sectors[i], str) else None
+        if sec is None:
+            continue
+        sec_members = stock_rows[sectors[stock_rows] == sec]
+        s_idx = factor(info["sector_etf"].iloc[i], "sector", sec, sec_members)
+        if s_idx < 0:
+            continue
+        fidx[i, 1] = s_idx
+        sub = subs[i] if isinstance(subs[i], str) else None
+        sub_etf = info["subsector_etf"].iloc[i]
+        if sub is None or not isinstance(sub_etf, str):
+            continue  # no subsector ETF: the stock stops at L2
+        sub_members = stock_rows[subs[stock_rows] == sub]
+        u_idx = factor(sub_etf, "subsector", sub if len(sub_members) >= 3 else None, sub_members)
+        if u_idx >= 0:
+            fidx[i, 2] = u_idx
+    key_of = {v: k for k, v in factor_keys.items()}
+    for i in range(n):
+        for j in range(3):
+            if fidx[i, j] >= 0:
+                names[i, j] = key_of[fidx[i, j]]
+    factors = np.vstack(factor_rows) if factor_rows else np.empty((0, n_t))
+
+    metrics = rolling_cascade(
+        r, factors, fidx, window=params.window, min_obs=params.min_obs, halflife=params.halflife
+    )
+    metrics["return"] = r
+    metrics["log_return"] = log_returns(r)
+    metrics["price_close"] = panel.close
+    metrics["market_cap"] = panel.market_cap
+    metrics["vol_23d"] = (
+        rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * ANNUALIZATION
+    )
+    metrics["vol_252d_ann"] = (
+        rolling_std(r, window=params.window, min_obs=params.min_obs) * ANNUALIZATION
+    )
+    for level, hr_names in LEVEL_HR.items():
+        cfr = combined_factor_returns(
+            [metrics[h] for h in hr_names], factors, fidx[:, : len(hr_names)]
+        )
+        metrics[f"l{level}_cfr"] = cfr
+        metrics[f"l{level}_rr"] = r - cfr
+
+    hierarchy = pd.DataFrame(
+        {
+            "symbol": symbols,
+            "market": names[:, 0],
+            "sector": names[:, 1],
+            "subsector": names[:, 2],
+        },
+        dtype=object,
+    )
+    flat = flat_factor_model(
+        r, factors, fidx, metrics, sectors, info["factor_name"].to_numpy(dtype=object), params
+    )
+    metrics["beta_mkt"] = flat.beta_mkt
+    metrics["beta_sec"] = flat.beta_sec
+    metrics["resid_return"] = flat.resid_return
+    return ModelResult(
+        symbols=symbols,
+        sessions=panel.sessions,
+        metrics=metrics,
+        hierarchy=hierarchy,
+        flat=flat,
+        factor_keys=[key_of[i] for i in range(len(factor_rows))],
+        params=params,
+    )
+
+
+def combined_factor_returns(
+    hedge_ratios: list[np.ndarray], factors: np.ndarray, fidx: np.ndarray
+) -> np.ndarray:
+    """Sum over levels of HR_{t-1} x factor_t: the return the hedge of day t-1 earns on day t.
+
+    NaN where the symbol lacks any level's factor or where yesterday's hedge is not published.
+    """
+    n, n_t = hedge_ratios[0].shape
+    total = np.zeros((n, n_t))
+    total[:, 0] = np.nan
+    for j, hr in enumerate(hedge_ratios):
+        idx = fidx[:, j]
+        x = np.full((n, n_t), np.nan)
+        has = idx >= 0
+        x[has] = factors[idx[has]]
+        total[:, 1:] += hr[:, :-1] * x[:, 1:]
+    return total
+
+
+@dataclass(frozen=True)
+class FlatModel:
+    """Service A's factor model: factor returns (K x T) and per-stock betas and residuals."""
+
+    names: list[str]  # "Mkt", then sector factor names
+    returns: np.ndarray  # (K x T)
+    sources: list[int]  # factor row behind each factor
+    sector_market_beta: np.ndarray  # (K-1 x T) g_t of each sector series on the market
+    exposure: np.ndarray  # (n,) index of the stock's sector factor, -1 = Mkt only
+    beta_mkt: np.ndarray  # (n x T)
+    beta_sec: np.ndarray  # (n x T)
+    resid_return: np.ndarray  # (n x T)
+
+
+def flat_factor_model(
+    r: np.ndarray,
+    factors: np.ndarray,
+    fidx: np.ndarray,
+    metrics: dict[str, np.ndarray],
+    sectors: np.ndarray,
+    factor_names: np.ndarray,
+    params: ModelParams,
+) -> FlatModel:
+    """Service A: factor Mkt = the market return; one factor per GICS sector, the sector series
+    cleaned of the market with the link beta known the day before: f_sec,t = s_t - g_{t-1} m_t.
+
+    A stock's betas are its L2 cascade coefficients (b_Mkt = b_m, b_sec = b_s: the regression
+    of the stock on the market and the market-cleaned sector); its residual uses the previous
+    session's betas: e_t = r_t - b_Mkt,t-1 f_Mkt,t - b_sec,t-1 f_sec,t.
+    """
+    n, n_t = r.shape
+    has_market = fidx[:, 0] >= 0
+    market_idx = int(fidx[has_market, 0][0]) if has_market.any() else -1
+    m = factors[market_idx] if market_idx >= 0 else np.full(n_t, np.nan)
+    sector_of: dict[str, tuple[int, str]] = {}
+    for i in range(n):
+        sec = sectors[i]
+        if fidx[i, 1] >= 0 and isinstance(sec, str):
+            name = factor_names[i] if isinstance(factor_names[i], str) else sec.replace(" ", "_")
+            sector_of.setdefault(sec, (int(fidx[i, 1]), name))
+    ordered = sorted(sector_of.items(), key=lambda item: item[1][1])
+    rows = np.array([row for _, (row, _) in ordered], dtype=np.int64)
+    link = np.empty((0, n_t))
+    if len(rows):
+        link_idx = np.full((len(rows), 3), -1, dtype=np.int64)
+        link_idx[:, 0] = market_idx
+        link = rolling_cascade(
+            factors[rows],
+            factors,
+            link_idx,
+            window=params.window,
+            min_obs=params.min_obs,
+            halflife=params.halflife,
+        )["l1_mkt_hr"]
+    link_prev = np.full(link.shape, np.nan)
+    link_prev[:, 1:] = link[:, :-1]
+    returns = np.vstack([m[None, :], factors[rows] - link_prev * m[None, :]])
+    position = {sec: 1 + j for j, (sec, _) in enumerate(ordered)}
+
+    exposure = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        if fidx[i, 1] >= 0 and sectors[i] in position:
+            exposure[i] = position[sectors[i]]
+    exposed = exposure >= 0
+    beta_mkt = metrics["l1_mkt_hr"].copy()
+    beta_sec = np.full((n, n_t), np.nan)
+    beta_sec[exposed] = metrics["l2_sec_hr"][exposed]
+    systematic = beta_mkt[:, :-1] * m[None, 1:]
+    systematic[exposed] += beta_sec[exposed, :-1] * returns[exposure[exposed], 1:]
+    resid = np.full((n, n_t), np.nan)
+    resid[:, 1:] = r[:, 1:] - systematic
+    return FlatModel(
+        names=[MARKET_FACTOR] + [name for _, (_, name) in ordered],
+        returns=returns,
+        sources=[market_idx, *rows.tolist()],
+        sector_market_beta=link,
+        exposure=exposure,
+        beta_mkt=beta_mkt,
+        beta_sec=beta_sec,
+        resid_return=resid,
+    )
+
+
+def _first_valid(series: pd.Series) -> str | None:
+    for value in series:
+        if isinstance(value, str) and value:
+            return value
+    return None

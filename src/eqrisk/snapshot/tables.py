@@ -1,0 +1,257 @@
+"""What one snapshot version holds, and how it is laid out on disk (see `store` for the folder).
+
+Two layouts of the same numbers: the spec's tables (`symbols`, and `security_history` in long
+entity-attribute-value form with daily and monthly periodicity) for interoperability, and dense
+per-metric arrays (symbols x sessions, contiguous along time) that the services slice directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import eqrisk
+from eqrisk.data.store import Panel
+from eqrisk.model.risk import ModelResult
+
+# The spec's metric keys (security_history.metric_key) and the arrays behind them.
+HISTORY_KEYS: dict[str, str] = {
+    "return": "log_return",
+    "L3_market_HR": "l3_mkt_hr",
+    "L3_sector_HR": "l3_sec_hr",
+    "L3_subsector_HR": "l3_sub_hr",
+    "L3_market_ER": "l3_mkt_er",
+    "L3_sector_ER": "l3_sec_er",
+    "L3_subsector_ER": "l3_sub_er",
+    "L3_residual_risk": "l3_res_er",
+    "vol_23d": "vol_23d",
+    "vol_252d_ann": "vol_252d_ann",
+    "price_close": "price_close",
+}
+PANEL_ARRAYS = ("open", "high", "low", "close_raw", "volume")
+HISTORY_CHUNK = 128  # symbols per batch when writing the long table (bounds memory)
+
+_HISTORY_SCHEMA = pa.schema(
+    [
+        ("symbol", pa.dictionary(pa.int32(), pa.string())),
+        ("teo", pa.date32()),
+        ("metric_key", pa.dictionary(pa.int8(), pa.string())),
+        ("value", pa.float64()),
+        ("periodicity", pa.dictionary(pa.int8(), pa.string())),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class SnapshotContent:
+    """Everything a build produced: the model result, the panel it came from, the master."""
+
+    result: ModelResult
+    panel: Panel
+    master: pd.DataFrame  # classified (eqrisk.data.master.MASTER_COLUMNS)
+    data_source: str
+    ingest: dict[str, Any]
+
+
+def write_content(
+    folder: Path,
+    content: SnapshotContent,
+    *,
+    version: str,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Write every file of a version into `folder`; return the manifest (written last)."""
+    say = progress or (lambda _msg: None)
+    result, panel = content.result, content.panel
+    arrays_dir = folder / "arrays"
+    arrays_dir.mkdir(parents=True)
+    say("writing arrays")
+    fields: dict[str, np.ndarray] = dict(result.metrics)
+    for name in PANEL_ARRAYS:
+        fields[name] = getattr(panel, name)
+    for name, arr in fields.items():
+        np.save(arrays_dir / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.float64))
+    np.save(folder / "sessions.npy", panel.sessions.astype("datetime64[D]"))
+    np.save(folder / "factors.npy", np.ascontiguousarray(result.flat.returns, dtype=np.float64))
+
+    say("writing symbols table")
+    symbols = symbols_table(content)
+    pq.write_table(pa.Table.from_pandas(symbols, preserve_index=False), folder / "symbols.parquet")
+
+    say("writing security_history")
+    write_security_history(folder / "security_history.parquet", result, progress=say)
+
+    sessions = panel.sessions
+    stocks = int((symbols["asset_type"] == "stock").sum())
+    manifest = {
+        "model_version": version,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "eqrisk_version": eqrisk.__version__,
+        "data_as_of": str(sessions[-1]) if len(sessions) else None,
+        "first_session": str(sessions[0]) if len(sessions) else None,
+        "data_source": content.data_source,
+        "method": result.params.describe(),
+        "universe_size": len(symbols),
+        "stocks": stocks,
+        "etfs": len(symbols) - stocks,
+        "sessions": len(sessions),
+        "fields": sorted(fields),
+        "factors": {
+            "names": result.flat.names,
+            "sources": [result.factor_keys[i] if i >= 0 else None for i in result.flat.sources],
+        },
+        "ingest": content.ingest,
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+    return manifest
+
+
+def _latest_index(price: np.ndarray) -> np.ndarray:
+    """Per row, the last session with a price (-1 = never priced)."""
+    has = np.isfinite(price)
+    last = price.shape[1] - 1 - np.argmax(has[:, ::-1], axis=1)
+    return np.where(has.any(axis=1), last, -1)
+
+
+def _clean(value: float) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def symbols_table(content: SnapshotContent) -> pd.DataFrame:
+    """The spec's `symbols` table, plus `row` (index into the arrays) and classification."""
+    result = content.result
+    master = content.master.set_index("symbol").reindex(result.symbols)
+    hierarchy = result.hierarchy.set_index("symbol")
+    price = result.metrics["price_close"]
+    last = _latest_index(price)
+    first = np.where(np.isfinite(price).any(axis=1), np.argmax(np.isfinite(price), axis=1), -1)
+    latest_fields = sorted(
+        k for k in result.metrics if not k.endswith(("_cfr", "_rr")) and k != "resid_return"
+    )
+    sessions = result.sessions
+    records = []
+    exposure = result.flat.exposure
+    for i, ticker in enumerate(result.symbols.tolist()):
+        info = master.loc[ticker]
+        t = int(last[i])
+        latest = {k: _clean(result.metrics[k][i, t]) if t >= 0 else None for k in latest_fields}
+        hier = hierarchy.loc[ticker]
+        metadata = {
+            "company_name": _text(info["name"]) or ticker,
+            "sector": _text(info["gics_sector"]),
+            "industry": _text(info["gics_sub_industry"]),
+            "sector_code": _text(info["sector_code"]),
+            "market_etf": _text(hier["market"]),
+            "sector_etf": _text(hier["sector"]),
+            "subsector_etf": _text(hier["subsector"]),
+        }
+        res = latest.get("l3_res_er")
+        records.append(
+            {
+                "ticker": ticker,
+                "asset_type": _text(info["asset_type"]) or "stock",
+                "latest_teo": sessions[t].astype(object) if t >= 0 else None,
+                "latest_vol": latest.get("vol_252d_ann"),
+                "latest_er_total": None if res is None else 1.0 - res,
+                "latest_hr_mkt": latest.get("l3_mkt_hr"),
+                "metadata": json.dumps(metadata),
+                "latest_metrics": json.dumps(latest),
+                "row": i,
+                "first_teo": sessions[first[i]].astype(object) if first[i] >= 0 else None,
+                "name": metadata["company_name"],
+                "gics_sector": metadata["sector"],
+                "gics_sub_industry": metadata["industry"],
+                "sector_code": metadata["sector_code"],
+                "market_etf": metadata["market_etf"],
+                "sector_etf": metadata["sector_etf"],
+                "subsector_etf": metadata["subsector_etf"],
+                "sector_factor": result.flat.names[exposure[i]] if exposure[i] >= 0 else None,
+                "latest_market_cap": latest.get("market_cap"),
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def _text(value: object) -> str | None:
+    if value is None or (isinstance(value, float) and value != value) or value is pd.NA:
+        return None
+    return str(value) or None
+
+
+def monthly_views(
+    sessions: np.ndarray, level: np.ndarray, flow: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Month-end view of a (rows x keys x T) block: (values (rows x keys x M), month-end dates).
+
+    Levels (hedge ratios, shares, vol, price): the last published value within the month.
+    Flows (log returns): the sum over the month's sessions (NaN when none observed).
+    """
+    months = sessions.astype("datetime64[M]")
+    starts = np.flatnonzero(np.r_[True, months[1:] != months[:-1]])
+    ends = np.r_[starts[1:], len(sessions)] - 1
+    if flow:
+        filled = np.where(np.isfinite(level), level, 0.0)
+        sums = np.add.reduceat(filled, starts, axis=-1)
+        counts = np.add.reduceat(np.isfinite(level).astype(np.int32), starts, axis=-1)
+        return np.where(counts > 0, sums, np.nan), sessions[ends]
+    idx = np.where(np.isfinite(level), np.arange(level.shape[-1]), -1)
+    last = np.maximum.accumulate(idx, axis=-1)[..., ends]
+    vals = np.take_along_axis(level, np.maximum(last, 0), axis=-1)
+    ok = last >= starts
+    return np.where(ok, vals, np.nan), sessions[ends]
+
+
+def write_security_history(
+    path: Path, result: ModelResult, progress: Callable[[str], None] | None = None
+) -> int:
+    """Write the spec's long table in batches of symbols; within a batch rows are sorted by
+    (periodicity, symbol, metric_key, teo). Returns the row count."""
+    keys = list(HISTORY_KEYS)
+    symbols = pa.array(result.symbols.tolist(), type=pa.string())
+    key_dict = pa.array(keys, type=pa.string())
+    per_dict = pa.array(["daily", "monthly"], type=pa.string())
+    days = result.sessions.astype("datetime64[D]")
+    n = len(result.symbols)
+    total = 0
+    with pq.ParquetWriter(path, _HISTORY_SCHEMA, compression="zstd") as writer:
+        for lo in range(0, n, HISTORY_CHUNK):
+            hi = min(n, lo + HISTORY_CHUNK)
+            block = np.stack([result.metrics[HISTORY_KEYS[k]][lo:hi] for k in keys], axis=1)
+            flow = np.array([k == "return" for k in keys])
+            m_level, month_dates = monthly_views(days, block[:, ~flow], flow=False)
+            m_flow, _ = monthly_views(days, block[:, flow], flow=True)
+            monthly = np.empty(block.shape[:2] + (len(month_dates),))
+            monthly[:, ~flow] = m_level
+            monthly[:, flow] = m_flow
+            for per, values, dates in ((0, block, days), (1, monthly, month_dates)):
+                sym_i, key_i, t_i = np.nonzero(np.isfinite(values))
+                if not len(sym_i):
+                    continue
+                batch = pa.record_batch(
+                    [
+                        pa.DictionaryArray.from_arrays(
+                            pa.array(sym_i + lo, type=pa.int32()), symbols
+                        ),
+                        pa.array(dates[t_i], type=pa.date32()),
+                        pa.DictionaryArray.from_arrays(pa.array(key_i, type=pa.int8()), key_dict),
+                        pa.array(values[sym_i, key_i, t_i], type=pa.float64()),
+                        pa.DictionaryArray.from_arrays(
+                            pa.array(np.full(len(sym_i), per), type=pa.int8()), per_dict
+                        ),
+                    ],
+                    schema=_HISTORY_SCHEMA,
+                )
+                writer.write_batch(batch)
+                total += len(sym_i)
+            if progress:
+                progress(f"security_history {hi}/{n} symbols")
+    return total

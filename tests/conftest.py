@@ -1,0 +1,47 @@
+"""Shared fixtures: the real data of ../shared/data, loaded once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from eqrisk.data.master import Mappings, classify
+from eqrisk.data.store import Panel, to_panel
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_file(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"real data file {path} is not available")
+    return path
+
+
+@pytest.fixture(scope="session")
+def real_universe() -> tuple[Panel, pd.DataFrame]:
+    """The full adjusted-close file (574 symbols, 2010-2026) with the GICS master, classified."""
+    wide = pd.read_csv(shared_file("adjclose_wide_2010_2026.csv.gz"))
+    long = wide.melt(id_vars="date", var_name="symbol", value_name="close").dropna()
+    gics = pd.read_csv(shared_file("gics_constituents.csv"))
+    master = pd.DataFrame(
+        {
+            "symbol": gics["Symbol"],
+            "name": gics["Security"],
+            "asset_type": "stock",
+            "gics_sector": gics["GICS Sector"],
+            "gics_sub_industry": gics["GICS Sub-Industry"],
+        }
+    )
+    etfs = pd.DataFrame({"symbol": sorted(set(long["symbol"]) - set(master["symbol"]))})
+    master = pd.concat([master, etfs], ignore_index=True)
+    master = master[master["symbol"].isin(set(long["symbol"]))]
+    return to_panel(long), classify(master, Mappings.load())
+
+
+def nan_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Exact equality where NaN equals NaN."""
+    return bool(np.array_equal(a, b, equal_nan=True))
