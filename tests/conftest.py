@@ -45,3 +45,26 @@ def real_universe() -> tuple[Panel, pd.DataFrame]:
 def nan_equal(a: np.ndarray, b: np.ndarray) -> bool:
     """Exact equality where NaN equals NaN."""
     return bool(np.array_equal(a, b, equal_nan=True))
+
+
+@pytest.fixture(scope="session")
+def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home with the demo market ingested and built once (the README's path, in-process)."""
+    from eqrisk.data.demo import DATA_SOURCE, generate_demo, write_demo_files
+    from eqrisk.data.ingest import ingest
+    from eqrisk.model.risk import ModelParams
+    from eqrisk.snapshot.build import build_snapshot
+
+    home = tmp_path_factory.mktemp("demo-home")
+    files = write_demo_files(generate_demo(), home / "demo")
+    report = ingest([files["prices"]], files["master"], home=home, data_source=DATA_SOURCE)
+    assert report.ok, report.to_dict()
+    build_snapshot(home, ModelParams())
+    return home
+
+
+@pytest.fixture(scope="session")
+def demo_settings(demo_home: Path):
+    from eqrisk.settings import Settings
+
+    return Settings(home=demo_home, api_keys=["test-key-1"], _env_file=None)

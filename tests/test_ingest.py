@@ -157,7 +157,7 @@ def test_real_long_ohlcv_file(tmp_path: Path) -> None:
     raw = pd.read_csv(LONG, engine="pyarrow")
     registry = set(etf_registry()["symbol"])
     in_gics = set(pd.read_csv(GICS)["Symbol"])
-    delisted = sorted(set(raw["symbol"]) - in_gics - registry)
+    delisted = sorted(set(raw["symbol"].unique()) - in_gics - registry)
     issue = _issue(report, "MISSING_FROM_MASTER")
     assert issue is not None and issue["severity"] == "warning"
     assert issue["count"] == len(delisted) > 0
@@ -166,8 +166,8 @@ def test_real_long_ohlcv_file(tmp_path: Path) -> None:
     prices, master, _ = _stored(tmp_path)
     assert len(prices) == len(raw)
     # delisted names are kept (as unclassified stocks), without a master row
-    assert set(delisted) <= set(prices["symbol"])
-    assert not set(delisted) & set(master["symbol"])
+    assert set(delisted) <= set(prices["symbol"].unique())
+    assert not set(delisted) & set(master["symbol"].unique())
 
     sample = raw.sample(25, random_state=7)
     merged = sample.assign(date=pd.to_datetime(sample["date"])).merge(
@@ -281,11 +281,15 @@ def test_crafted_bad_file(tmp_path: Path) -> None:
     assert got == {
         ("5", "2020-12-22", "101.5", "DUPLICATE_ROW"),
         ("6", "2020-12-23", "abc", "NON_NUMERIC_PRICE"),
-        ("7", "2020-12-24", "-5.0", "NON_POSITIVE_PRICE"),
-        ("8", "2020-12-25", "102.0", "NOT_A_SESSION"),
-        ("9", "2020-12-26", "102.0", "NOT_A_SESSION"),
-        ("12", "2020-13-01", "160.0", "BAD_DATE"),
+        ("7", "2020-12-24", "-5", "NON_POSITIVE_PRICE"),
+        ("8", "2020-12-25", "102", "NOT_A_SESSION"),
+        ("9", "2020-12-26", "102", "NOT_A_SESSION"),
+        ("12", "2020-13-01", "160", "BAD_DATE"),
     }
+    assert rejected["volume"].tolist() == ["1200", "1000", "1000", "1000", "1000", "800"]
+    detail = dict(zip(rejected["reason"], rejected["detail"].fillna(""), strict=False))
+    assert detail["DUPLICATE_ROW"] == "duplicate of bad.csv:4 (kept)"
+    assert detail["NON_NUMERIC_PRICE"] == "close='abc'"
     assert set(rejected["symbol"]) == {"AAA"}
     assert set(rejected["file"]) == {"bad.csv"}
 
@@ -334,11 +338,11 @@ date,AAA,brk.b , CCC
     )
     frame = read_prices(path)
     assert list(frame.columns[:9]) == store.PRICE_COLUMNS
-    assert len(frame) == 9  # empty and NA cells are no rows
+    assert len(frame) == 8  # empty and NA cells are no rows
     report = ingest([path], None, home=tmp_path / "home")
     assert not report.ok
     assert _codes(report) == {"NON_NUMERIC_PRICE": 1}
-    assert report.rows_read == 9 and report.rows_kept == 8 and report.rows_rejected == 1
+    assert report.rows_read == 8 and report.rows_kept == 7 and report.rows_rejected == 1
     rejected = pd.read_csv(Path(report.report_dir) / "rejected.csv", dtype=str)
     assert rejected[["row", "date", "symbol", "close", "reason"]].values.tolist() == [
         ["4", "2021-01-06", "AAA", "oops", "NON_NUMERIC_PRICE"]
@@ -501,7 +505,7 @@ def test_master_validation(tmp_path: Path) -> None:
         """
 date,symbol,close
 2021-01-04,AAA,10
-2021-01-05,AAA,20
+2021-01-05,AAA,12.5
 2021-01-04,BBB,5
 2021-01-04,SPY,370
 2021-01-04,DDD,1
@@ -536,7 +540,7 @@ DDD,D Inc,Energy,,,-3
     master = master.set_index("symbol")
     assert sorted(master.index) == ["AAA", "BBB", "DDD"]  # SPY needs no master row
     assert master.loc["AAA", "gics_sector"] == "Information Technology"
-    assert master.loc["AAA", "shares"] == 200  # 4000 / latest price 20
+    assert master.loc["AAA", "shares"] == 320  # 4000 / latest price 12.5
     assert master.loc["BBB", "asset_type"] == "stock"
     assert pd.isna(master.loc["BBB", "shares"]) and pd.isna(master.loc["DDD", "shares"])
 

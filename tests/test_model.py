@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
-from conftest import nan_equal
 
+from conftest import nan_equal
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.store import Panel, to_panel
 from eqrisk.model.cascade import rolling_cascade, rolling_std
@@ -347,3 +347,12 @@ def test_panel_sessions_are_nyse_and_missing_stays_missing() -> None:
         "2024-07-02", "2024-07-03", "2024-07-05", "2024-07-08"
     ]  # fmt: skip
     assert nan_equal(panel.close[0], np.array([1.0, 2.0, np.nan, 3.0]))
+
+
+def test_market_cap_rank_ranks_stocks_only() -> None:
+    from eqrisk.model.risk import cap_rank
+
+    caps = np.array([[5.0, np.nan], [9.0, 3.0], [7.0, 4.0], [100.0, 100.0]])
+    eligible = np.array([True, True, True, False])
+    got = cap_rank(caps, eligible)
+    assert nan_equal(got, np.array([[3.0, np.nan], [1.0, 2.0], [2.0, 1.0], [np.nan, np.nan]]))

@@ -4,6 +4,7 @@ progress and logs go to stderr. Exit codes: 0 success, 1 failure, 2 bad usage.""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -85,7 +86,8 @@ def ingest(
 ) -> None:
     """Validate and ingest daily prices and a security master. Rejected rows go to the report;
     the good rows are kept. Exit 1 when any row was rejected."""
-    from eqrisk.data.ingest import IngestError, ingest as run_ingest, render_report
+    from eqrisk.data.ingest import IngestError, render_report
+    from eqrisk.data.ingest import ingest as run_ingest
 
     settings = _settings(max_move=max_move)
     for path in [*prices, *([master] if master else [])]:
@@ -236,9 +238,84 @@ def demo(
         _serve(settings, settings.host, settings.port, 1)
 
 
+bench_app = typer.Typer(help="Benchmarks, each side by side with the alternative, in one run.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("model")
+def bench_model(
+    symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
+    sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
+    baseline: Annotated[int, typer.Option(help="Symbols timed with RollingOLS.")] = 10,
+    as_json: JsonOpt = False,
+) -> None:
+    """The L3 cascade vs statsmodels RollingOLS per stock: speed ratio and max difference."""
+    from eqrisk.bench.model import ModelBench, run
+
+    result = run(
+        ModelBench(symbols=symbols, sessions=sessions, baseline_symbols=baseline),
+        say=lambda m: err.print(m),
+    )
+    if as_json:
+        _print_json(result)
+        return
+    table = Table("measure", "value")
+    for key, value in result.items():
+        table.add_row(key, str(value))
+    out.print(table)
+
+
 def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
-    raise _fail("the HTTP services are not built yet; the demo snapshot is ready", 1)
+    import uvicorn
+
+    from eqrisk.snapshot.store import current_version
+
+    if current_version(settings.home_dir) is None:
+        raise _fail(
+            f"no snapshot under {settings.home_dir}: run `eqrisk demo` or `eqrisk build` first"
+        )
+    base = f"http://{host}:{port}"
+    err.print(
+        f"serving snapshot {current_version(settings.home_dir)} at [bold]{base}[/]\n"
+        f"  Service A: {base}/daily ... (header apikey)\n"
+        f"  Service B: {base}/api/... (Authorization: Bearer <key>)\n"
+        f"  docs:      {base}/docs\n"
+        f"  demo key:  {settings.demo_key.get_secret_value()}"
+    )
+    uvicorn.run(
+        "eqrisk.api.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+    )
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port.")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    service: Annotated[
+        str, typer.Option(help="Which services: all, daily (Service A) or risk (Service B).")
+    ] = "all",
+) -> None:
+    """Serve Service A and/or Service B over the current snapshot (new snapshots are picked up
+    without a restart)."""
+    choices = {"all": ["daily", "risk"], "daily": ["daily"], "risk": ["risk"]}
+    if service not in choices:
+        raise _fail(f"--service must be one of {', '.join(choices)}; got {service!r}", 2)
+    # Worker processes build the app from the settings, so the choice travels in the environment.
+    os.environ["EQRISK_SERVICES"] = json.dumps(choices[service])
+    get_settings.cache_clear()
+    settings = get_settings()
+    _serve(settings, host or settings.host, port or settings.port, workers)
 
 
 def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
     app()

@@ -46,6 +46,18 @@ class Settings(BaseSettings):
         default=None, description="CSV (gics_sector,etf) overriding the SPDR sector mapping."
     )
 
+    demo_key: SecretStr = Field(
+        default=SecretStr("eqrisk-demo"),
+        description="The shared, documented demo key (rotate it by setting another value).",
+    )
+    api_keys: list[SecretStr] = Field(
+        default_factory=list, description="Static keys accepted besides the accounts database."
+    )
+    pricing_file: Path | None = Field(default=None, description="JSON price overrides.")
+
+    services: list[str] = Field(
+        default_factory=lambda: ["daily", "risk"], description="Services the app serves."
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 
@@ -72,7 +84,7 @@ class Settings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
         out = self.model_dump(mode="json")
-        for key in ("database_url", "redis_url"):
+        for key in ("database_url", "redis_url", "api_keys"):
             if out.get(key):
                 out[key] = "**********"
         out["home"] = str(self.home_dir)

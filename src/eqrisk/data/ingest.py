@@ -160,9 +160,6 @@ class _Issues:
                 break
             item["examples"].append(_jsonable(example))
 
-    def has(self, code: str) -> bool:
-        return any(c == code for _, c in self._items)
-
     def as_list(self) -> list[dict]:
         order = {code: i for i, code in enumerate(_CODES)}
         return sorted(
@@ -231,7 +228,7 @@ def _file_kind(path: Path) -> str:
     name = path.name.lower()
     if name.endswith((".parquet", ".pq")):
         return "parquet"
-    if name.endswith((".csv", ".csv.gz", ".txt", ".txt.gz")):
+    if name.endswith((".csv", ".csv.gz")):
         return "csv"
     raise IngestError(
         f"{path}: unsupported file type; accepted: {', '.join(_PRICE_SUFFIXES)} (by suffix)"
@@ -260,9 +257,12 @@ def _read_table(
         raise IngestError(f"{path}: no such file")
     if _file_kind(path) == "parquet":
         try:
-            return pq.read_table(path), []
+            table = pq.read_table(path)
         except (OSError, pa.ArrowException) as exc:
             raise IngestError(f"{path}: cannot be read as Parquet: {exc}") from exc
+        # a pandas index saved as a column is no data
+        keep_cols = [n for n in table.column_names if not str(n).startswith("__index_level_")]
+        return table.select(keep_cols), []
     names = _csv_header(path)
     # Unique internal names (a header may repeat a name); the real ones are restored below.
     internal = [f"c{i}" for i in range(len(names))]
@@ -407,8 +407,8 @@ def read_prices(path: Path) -> pd.DataFrame:
     Columns: `store.PRICE_COLUMNS` (date as datetime64 with NaT where unparseable, symbol
     stripped and upper-cased, prices as float with NaN where missing or not a number), then
     `file` (the file name), `row` (the CSV line number, header = line 1; for Parquet the row
-    number from 1) and `bad_cells` (None, or {column: raw text} for the cells that could not be
-    parsed, which the report keeps). Malformed CSV lines are in `frame.attrs["malformed"]` as
+    number from 1) and `bad_cells` (None, or {canonical column or `shares`: raw text} for the
+    cells that could not be parsed, which the report keeps). Malformed CSV lines are in `frame.attrs["malformed"]` as
     (line number, text). Wide files give one row per non-empty cell.
     """
     path = Path(path)
@@ -770,8 +770,9 @@ def _row_examples(frame: pd.DataFrame, rows: np.ndarray, detail: bool = False) -
     return out
 
 
-def _validate(frame: pd.DataFrame) -> np.ndarray:
-    """Rejection flags (bit per code of _ROW_CODES) of each row of the new price rows."""
+def _validate(frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, int]]:
+    """Rejection flags (bit per code of _ROW_CODES) of each row of the new price rows, and for
+    each duplicate row the position of the row that is kept in its place."""
     n = len(frame)
     flags = np.zeros(n, dtype=np.uint16)
     flags[(frame["symbol"] == "").to_numpy()] |= _BIT["MISSING_SYMBOL"]
@@ -803,9 +804,13 @@ def _validate(frame: pd.DataFrame) -> np.ndarray:
         sym_codes, _ = pd.factorize(frame["symbol"].to_numpy()[good])
         day = frame["date"].to_numpy()[good].astype("datetime64[D]").astype(np.int64)
         key = sym_codes.astype(np.int64) * 1_000_000 + (day - day.min())
-        dup = pd.Series(key).duplicated(keep="first").to_numpy()
-        flags[good[dup]] |= _BIT["DUPLICATE_ROW"]
-    return flags
+        keys = pd.Series(key)
+        dup = keys.duplicated(keep="first").to_numpy()
+        if dup.any():
+            flags[good[dup]] |= _BIT["DUPLICATE_ROW"]
+            first = pd.Series(good).groupby(key).transform("first").to_numpy()
+            return flags, dict(zip(good[dup].tolist(), first[dup].tolist(), strict=True))
+    return flags, {}
 
 
 def _reason_strings(flags: np.ndarray) -> np.ndarray:
@@ -819,8 +824,16 @@ _REJECTED_COLUMNS = ["file", "row", *store.PRICE_COLUMNS, "reason", "detail"]
 _FLAGGED_COLUMNS = ["symbol", "date", "prev_close", "close", "return"]
 
 
+def _number_text(value: float) -> str:
+    """A float as short text: 1000.0 -> '1000', 101.5 -> '101.5'."""
+    return np.format_float_positional(value, trim="-")
+
+
 def _rejected_frame(
-    frame: pd.DataFrame, flags: np.ndarray, malformed: list[tuple[str, int | None, str]]
+    frame: pd.DataFrame,
+    flags: np.ndarray,
+    dup_of: dict[int, int],
+    malformed: list[tuple[str, int | None, str]],
 ) -> pd.DataFrame:
     """The rejected rows as read (a bad cell keeps its raw text) with their reason(s)."""
     rows = np.flatnonzero(flags)
@@ -834,7 +847,9 @@ def _rejected_frame(
     }
     for col in store.PRICE_COLUMNS[2:]:
         values = sub[col].to_numpy()
-        out[col] = np.where(np.isnan(values), "", values.astype(object))
+        out[col] = np.array(
+            ["" if v != v else _number_text(v) for v in values.tolist()], dtype=object
+        )
     detail = np.full(len(rows), "", dtype=object)
     for i, bad in enumerate(sub["bad_cells"].to_numpy()):
         if not bad:
@@ -843,6 +858,12 @@ def _rejected_frame(
             if key in out:
                 out[key][i] = text
         detail[i] = ", ".join(f"{k}={t!r}" for k, t in bad.items())
+    files = frame["file"].to_numpy()
+    lines = frame["row"].to_numpy()
+    for i, r in enumerate(rows.tolist()):
+        if r in dup_of:
+            kept = dup_of[r]
+            detail[i] = f"duplicate of {files[kept]}:{lines[kept]} (kept)"
     out["reason"] = _reason_strings(flags[rows])
     out["detail"] = detail
     result = pd.DataFrame(out, columns=_REJECTED_COLUMNS)
@@ -956,7 +977,7 @@ def ingest(
     else:
         new = _empty_prices()
     new.attrs = {}
-    flags = _validate(new)
+    flags, dup_of = _validate(new)
     issues.add(
         "MALFORMED_ROW",
         len(malformed),
@@ -1030,7 +1051,7 @@ def ingest(
 
     say("writing")
     report_dir = _make_report_dir(home, started)
-    _rejected_frame(new, flags, malformed).to_csv(report_dir / "rejected.csv", index=False)
+    _rejected_frame(new, flags, dup_of, malformed).to_csv(report_dir / "rejected.csv", index=False)
     flagged.to_csv(report_dir / "flagged.csv", index=False)
     if final.empty:
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])

@@ -142,6 +142,9 @@ def run_model(panel: Panel, master: pd.DataFrame, params: ModelParams) -> ModelR
     metrics["log_return"] = log_returns(r)
     metrics["price_close"] = panel.close
     metrics["market_cap"] = panel.market_cap
+    metrics["mktcap_rank"] = cap_rank(panel.market_cap, is_stock)
+    traded = np.where(np.isnan(panel.close_raw), panel.close, panel.close_raw)
+    metrics["turnover"] = traded * panel.volume
     metrics["vol_23d"] = (
         rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * ANNUALIZATION
     )
@@ -179,6 +182,16 @@ def run_model(panel: Panel, master: pd.DataFrame, params: ModelParams) -> ModelR
         factor_keys=[key_of[i] for i in range(len(factor_rows))],
         params=params,
     )
+
+
+def cap_rank(market_cap: np.ndarray, eligible: np.ndarray) -> np.ndarray:
+    """Per session, the rank of each eligible row by market cap (1 = largest); NaN where the
+    row has no cap that day or is not eligible (ETFs are not ranked)."""
+    caps = np.where(eligible[:, None] & np.isfinite(market_cap), market_cap, -np.inf)
+    order = np.argsort(-caps, axis=0, kind="stable")
+    ranks = np.empty_like(caps)
+    np.put_along_axis(ranks, order, np.arange(1, caps.shape[0] + 1, dtype=float)[:, None], axis=0)
+    return np.where(np.isfinite(caps), ranks, np.nan)
 
 
 def combined_factor_returns(

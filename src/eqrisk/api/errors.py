@@ -1,0 +1,150 @@
+"""The one error shape of both services: RFC 9457 problem+json with a stable machine code.
+
+`{type, title, status, detail, error, request_id}` plus optional context (for example the
+accepted values). Every failure, ours or the framework's, goes through `problem_response`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+log = logging.getLogger("eqrisk.api")
+
+PROBLEM_TYPE = "application/problem+json"
+
+# Machine code -> (HTTP status, title). The only place these pairs are defined.
+CODES: dict[str, tuple[int, str]] = {
+    "MISSING_PARAMETER": (400, "A required parameter is missing"),
+    "INVALID_PARAMETER": (400, "A parameter has an invalid value"),
+    "AUTHENTICATION_REQUIRED": (401, "An API key is required"),
+    "INVALID_API_KEY": (401, "The API key is not valid"),
+    "INSUFFICIENT_BALANCE": (402, "The account balance does not cover this request"),
+    "ACCOUNT_INACTIVE": (403, "The account cannot make metered requests"),
+    "DEMO_RESTRICTED": (403, "The demo key cannot make this request"),
+    "TICKER_NOT_FOUND": (404, "Ticker not found"),
+    "NOT_FOUND": (404, "No such route"),
+    "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
+    "NOT_ACCEPTABLE": (406, "No acceptable response format"),
+    "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
+    "UNSUPPORTED_MEDIA_TYPE": (415, "The request body must be JSON"),
+    "RATE_LIMIT_EXCEEDED": (429, "Too many requests"),
+    "INTERNAL_ERROR": (500, "Internal error"),
+    "SERVICE_UNAVAILABLE": (503, "No model snapshot is available"),
+}
+
+
+class ApiError(Exception):
+    """An error that knows its machine code (hence status) and what the caller should know."""
+
+    def __init__(
+        self,
+        code: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **context: Any,
+    ) -> None:
+        if code not in CODES:
+            raise ValueError(f"unknown error code {code!r}")
+        super().__init__(detail)
+        self.code = code
+        self.status, self.title = CODES[code]
+        self.detail = detail
+        self.headers = headers or {}
+        self.context = context
+
+
+def request_id_of(request: Request) -> str | None:
+    return getattr(request.state, "request_id", None)
+
+
+def problem_body(code: str, detail: str, request_id: str | None, **context: Any) -> bytes:
+    status, title = CODES[code]
+    body: dict[str, Any] = {
+        "type": f"urn:eqrisk:error:{code.lower().replace('_', '-')}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "error": code,
+        "request_id": request_id,
+    }
+    body.update(context)
+    return orjson.dumps(body)
+
+
+def problem_response(
+    request: Request,
+    code: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    **context: Any,
+) -> Response:
+    status, _ = CODES[code]
+    return Response(
+        problem_body(code, detail, request_id_of(request), **context),
+        status_code=status,
+        media_type=PROBLEM_TYPE,
+        headers=headers,
+    )
+
+
+def _describe_validation(exc: RequestValidationError) -> tuple[str, str, dict[str, Any]]:
+    """Turn FastAPI's validation errors into one code, one sentence and the offending fields."""
+    errors = exc.errors()
+    missing = [e for e in errors if e.get("type") == "missing"]
+    fields = [
+        ".".join(str(p) for p in e.get("loc", ()) if p not in ("query", "body", "path"))
+        for e in errors
+    ]
+    if missing:
+        names = [".".join(str(p) for p in e["loc"][1:]) or "body" for e in missing]
+        return (
+            "MISSING_PARAMETER",
+            f"missing required parameter(s): {', '.join(names)}",
+            {"parameters": names},
+        )
+    parts = []
+    for err, field in zip(errors, fields, strict=True):
+        msg = str(err.get("msg", "invalid"))
+        parts.append(f"{field or 'body'}: {msg}")
+    return "INVALID_PARAMETER", "; ".join(parts), {"parameters": [f or "body" for f in fields]}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every exception to the problem+json shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        return problem_response(request, exc.code, exc.detail, exc.headers, **exc.context)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        code, detail, ctx = _describe_validation(exc)
+        return problem_response(request, code, detail, **ctx)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        code = {
+            404: "NOT_FOUND",
+            405: "METHOD_NOT_ALLOWED",
+            413: "PAYLOAD_TOO_LARGE",
+            415: "UNSUPPORTED_MEDIA_TYPE",
+        }.get(exc.status_code, "INVALID_PARAMETER")
+        detail = str(exc.detail)
+        if code == "NOT_FOUND":
+            detail = f"no route {request.method} {request.url.path}; see /docs for the routes"
+        return problem_response(request, code, detail, dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(
+            request, "INTERNAL_ERROR", "an internal error occurred; quote the request_id"
+        )
