@@ -115,8 +115,10 @@ class Panel:
 def to_panel(prices: pd.DataFrame, master: pd.DataFrame | None = None) -> Panel:
     """Pivot a long price frame onto the NYSE sessions between its first and last date.
 
-    Market cap: the row's `market_cap` where given, else shares (from the master) x raw close
-    (x adjusted close where the data has no raw close).
+    Market cap: the row's `market_cap` where given, else shares (from the master) x adjusted
+    close. A master's share count is one number, today's; the adjusted close is today's price
+    scaled back through splits, so their product is the cap history without split jumps (raw
+    close x today's shares would overstate every pre-split cap by the split ratio).
     """
     frame = prices.copy()
     frame["date"] = pd.to_datetime(frame["date"]).dt.normalize()
@@ -142,8 +144,7 @@ def to_panel(prices: pd.DataFrame, master: pd.DataFrame | None = None) -> Panel:
             .reindex(symbols)
             .to_numpy(float)
         )
-        base = np.where(np.isnan(arrays["close_raw"]), arrays["close"], arrays["close_raw"])
-        implied = shares[:, None] * base
+        implied = shares[:, None] * arrays["close"]
         arrays["market_cap"] = np.where(
             np.isnan(arrays["market_cap"]), implied, arrays["market_cap"]
         )

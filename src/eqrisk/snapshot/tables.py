@@ -229,7 +229,7 @@ def write_security_history(
             flow = np.array([k == "return" for k in keys])
             m_level, month_dates = monthly_views(days, block[:, ~flow], flow=False)
             m_flow, _ = monthly_views(days, block[:, flow], flow=True)
-            monthly = np.empty(block.shape[:2] + (len(month_dates),))
+            monthly = np.empty((*block.shape[:2], len(month_dates)))
             monthly[:, ~flow] = m_level
             monthly[:, flow] = m_flow
             for per, values, dates in ((0, block, days), (1, monthly, month_dates)):
