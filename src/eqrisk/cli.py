@@ -238,6 +238,167 @@ def demo(
         _serve(settings, settings.host, settings.port, 1)
 
 
+accounts_app = typer.Typer(
+    help="Accounts: create, verify a card (grants the starting credit), suspend."
+)
+keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.")
+app.add_typer(accounts_app, name="accounts")
+app.add_typer(keys_app, name="keys")
+
+
+def _accounts(settings: Settings | None = None) -> Any:
+    from eqrisk.accounts.db import make_engine
+    from eqrisk.accounts.service import Accounts
+
+    settings = settings or get_settings()
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    return Accounts(make_engine(settings.home_dir, url))
+
+
+def _account_op(fn: Callable[[], Any]) -> Any:
+    from eqrisk.accounts.service import AccountError
+
+    try:
+        return fn()
+    except AccountError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _show(doc: Any, as_json: bool, line: str) -> None:
+    if as_json:
+        _print_json(doc)
+    else:
+        out.print(line)
+
+
+@accounts_app.command("create")
+def accounts_create(
+    name: Annotated[str, typer.Option(help="Account holder's name.")],
+    email: Annotated[str | None, typer.Option(help="Contact e-mail.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an account (state: created; no credit until a card is verified)."""
+    acc = _account_op(lambda: _accounts().create_account(name, email))
+    _show(acc, as_json, f"account {acc['account_id']} created ({acc['state']})")
+
+
+@accounts_app.command("verify")
+def accounts_verify(
+    account_id: str,
+    reference: Annotated[str | None, typer.Option(help="Card check reference.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Confirm the account's card as the operator (the default payment provider)."""
+    from eqrisk.accounts.payments import OperatorProvider
+
+    accounts = _accounts()
+    granted = _account_op(lambda: OperatorProvider(accounts).confirm_card(account_id, reference))
+    doc = {**accounts.get_account(account_id), "starting_credit_granted": granted}
+    _show(doc, as_json, f"account {account_id} verified; credit granted: {granted}")
+
+
+@accounts_app.command("suspend")
+def accounts_suspend(account_id: str) -> None:
+    """Suspend an account: its keys stop working until it is reinstated."""
+    _account_op(lambda: _accounts().set_state(account_id, "suspended"))
+    err.print(f"account {account_id} suspended")
+
+
+@accounts_app.command("reinstate")
+def accounts_reinstate(account_id: str) -> None:
+    """Reinstate a suspended account whose card was verified (no second starting credit)."""
+    _account_op(lambda: _accounts().set_state(account_id, "verified"))
+    err.print(f"account {account_id} reinstated")
+
+
+@accounts_app.command("credit")
+def accounts_credit(
+    account_id: str,
+    usd: Annotated[str, typer.Option(help="Amount in USD, e.g. 10 or 0.25.")],
+    reason: Annotated[str, typer.Option(help="Ledger note.")] = "operator credit",
+    as_json: JsonOpt = False,
+) -> None:
+    """Add credit to an account (a ledger row records it)."""
+    from eqrisk.accounts.pricing import tokens_to_usd, usd_to_tokens
+
+    try:
+        tokens = usd_to_tokens(usd)
+    except (ValueError, ArithmeticError) as exc:
+        raise _fail(f"--usd must be a USD amount in steps of 0.00002; got {usd!r}", 2) from exc
+    balance = _account_op(lambda: _accounts().credit(account_id, tokens, reason))
+    doc = {"account_id": account_id, "balance_usd": tokens_to_usd(balance)}
+    _show(doc, as_json, f"account {account_id}: balance {doc['balance_usd']:.5f} USD")
+
+
+@accounts_app.command("list")
+def accounts_list(as_json: JsonOpt = False) -> None:
+    """List the accounts with state and balance."""
+    from eqrisk.accounts.pricing import tokens_to_usd
+
+    rows = [
+        {**a, "balance_usd": tokens_to_usd(a["balance_tokens"])}
+        for a in _accounts().list_accounts()
+    ]
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("account", "name", "state", "balance USD")
+    for row in rows:
+        table.add_row(row["account_id"], row["name"], row["state"], f"{row['balance_usd']:.5f}")
+    out.print(table)
+
+
+@keys_app.command("create")
+def keys_create(
+    account: Annotated[str, typer.Option(help="Account id.")],
+    label: Annotated[str | None, typer.Option(help="A name for the key.")] = None,
+    rate_limit: Annotated[str, typer.Option(help="Moving-window limit, e.g. 120/minute.")] = (
+        "120/minute"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a key. It is printed once and stored only as a hash: keep it."""
+    from limits import parse
+
+    try:
+        parse(rate_limit)
+    except ValueError as exc:
+        raise _fail(
+            f"--rate-limit must look like '120/minute' or '10/second'; got {rate_limit!r}", 2
+        ) from exc
+    doc = _account_op(lambda: _accounts().create_key(account, label=label, rate_limit=rate_limit))
+    _show(doc, as_json, f"key {doc['key_id']} for {account}: [bold]{doc['key']}[/] (shown once)")
+
+
+@keys_app.command("list")
+def keys_list(
+    account: Annotated[str | None, typer.Option(help="Only this account's keys.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List keys (ids only; keys themselves are never stored)."""
+    rows = _accounts().list_keys(account)
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("key id", "account", "label", "rate limit", "revoked")
+    for row in rows:
+        table.add_row(
+            row["key_id"],
+            row["account_id"],
+            row["label"] or "",
+            row["rate_limit"],
+            str(row["revoked_at"] or ""),
+        )
+    out.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str) -> None:
+    """Revoke a key at once (every server sees it on the next request)."""
+    _account_op(lambda: _accounts().revoke_key(key_id))
+    err.print(f"key {key_id} revoked")
+
+
 bench_app = typer.Typer(help="Benchmarks, each side by side with the alternative, in one run.")
 app.add_typer(bench_app, name="bench")
 
@@ -263,6 +424,39 @@ def bench_model(
     for key, value in result.items():
         table.add_row(key, str(value))
     out.print(table)
+
+
+@bench_app.command("serve")
+def bench_serve(
+    seconds: Annotated[float, typer.Option(help="Load duration per target.")] = 5.0,
+    connections: Annotated[int, typer.Option(help="Concurrent connections.")] = 8,
+    generator: Annotated[str, typer.Option(help="auto, wrk or httpx.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Requests/s and p50/p99 of data routes next to /api/health, same server and generator."""
+    from eqrisk.bench.serve import run
+
+    if generator not in ("auto", "wrk", "httpx"):
+        raise _fail("--generator must be auto, wrk or httpx", 2)
+    result = run(seconds=seconds, connections=connections, generator=generator, say=err.print)
+    if as_json:
+        _print_json(result)
+        return
+    table = Table("target", "kB", "req/s", "p50 ms", "p99 ms", "req/s vs health")
+    for row in result["results"]:
+        table.add_row(
+            row["target"],
+            f"{row['bytes'] / 1e3:.0f}",
+            f"{row['rps']:.0f}",
+            f"{row['p50_ms']:.2f}",
+            f"{row['p99_ms']:.2f}",
+            f"{row['rps_ratio_to_health']:.2f}",
+        )
+    out.print(table)
+    out.print(
+        f"generator {result['generator']}, {result['connections']} connections, "
+        f"{result['seconds_per_target']:g}s per target, {result['server']}"
+    )
 
 
 def _serve(settings: Settings, host: str, port: int, workers: int) -> None:
