@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     api_keys: list[SecretStr] = Field(
         default_factory=list, description="Static keys accepted besides the accounts database."
     )
+    webhook_secret: SecretStr | None = Field(
+        default=None, description="Shared secret of the payment-provider webhook (off if unset)."
+    )
+    webhook_tolerance_s: int = Field(default=300, ge=1, description="Webhook timestamp tolerance.")
     pricing_file: Path | None = Field(default=None, description="JSON price overrides.")
 
     services: list[str] = Field(
@@ -84,7 +88,7 @@ class Settings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
         out = self.model_dump(mode="json")
-        for key in ("database_url", "redis_url", "api_keys"):
+        for key in ("database_url", "redis_url", "api_keys", "webhook_secret", "demo_key"):
             if out.get(key):
                 out[key] = "**********"
         out["home"] = str(self.home_dir)
