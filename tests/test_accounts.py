@@ -103,7 +103,9 @@ def test_keys_are_shown_once_stored_hashed_and_revocable(accounts: Accounts) -> 
         stored = conn.execute(text("SELECT key_hash FROM api_keys")).scalar_one()
     assert stored == hash_key(key) and key not in stored
     record = accounts.authenticate(key)
-    assert record is not None and record.account_id == account_id and record.rate_limit == "10/minute"
+    assert (
+        record is not None and record.account_id == account_id and record.rate_limit == "10/minute"
+    )
     assert accounts.authenticate(key[:-1] + ("x" if key[-1] != "x" else "y")) is None
     assert accounts.authenticate("eqk_nope_secret") is None
     accounts.revoke_key(created["key_id"])
@@ -147,14 +149,18 @@ def test_concurrent_charges_never_overspend(accounts: Accounts) -> None:
 def test_unverified_accounts_cannot_be_charged(accounts: Accounts) -> None:
     account_id = accounts.create_account("Eve")["account_id"]
     accounts.credit(account_id, 1000, "goodwill")
-    result = accounts.charge(account_id, 250, key_id="k", route="metrics", params_digest="", request_id="")
+    result = accounts.charge(
+        account_id, 250, key_id="k", route="metrics", params_digest="", request_id=""
+    )
     assert not result.ok and result.balance_tokens == 1000
 
 
 def test_webhook_signature_timestamp_and_replay(accounts: Accounts) -> None:
     secret = "whsec_test"
     account_id = accounts.create_account("Fay")["account_id"]
-    body = json.dumps({"event_id": "evt_1", "type": "card.verified", "account_id": account_id}).encode()
+    body = json.dumps(
+        {"event_id": "evt_1", "type": "card.verified", "account_id": account_id}
+    ).encode()
     now = int(time.time())
     event = verify(secret, sign(secret, body, now), body, now=now)
     with pytest.raises(WebhookError, match="does not match"):

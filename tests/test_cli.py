@@ -76,7 +76,9 @@ def test_bad_input_gives_a_report_a_nonzero_exit_and_keeps_good_rows(tmp_path: P
         "2024-07-04,AAA,11\n2024-07-05,AAA,-3\n2024-07-08,AAA,11.2\n"
     )
     master = tmp_path / "master.csv"
-    master.write_text("symbol,name,asset_type,gics_sector,gics_sub_industry\nAAA,Aaa Inc,stock,Energy,Steel\n")
+    master.write_text(
+        "symbol,name,asset_type,gics_sector,gics_sub_industry\nAAA,Aaa Inc,stock,Energy,Steel\n"
+    )
     home = tmp_path / "home"
     proc = run(home, "ingest", str(prices), "--master", str(master), "--json")
     assert proc.returncode == 1

@@ -103,9 +103,7 @@ def make_engine(home: Path, database_url: str | None = None) -> Engine:
         engine = create_engine(url, pool_pre_ping=True)
     else:
         home.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(
-            f"sqlite:///{home / 'accounts.db'}", connect_args={"timeout": 30}
-        )
+        engine = create_engine(f"sqlite:///{home / 'accounts.db'}", connect_args={"timeout": 30})
         _sqlite_transactions(engine)
     metadata.create_all(engine)
     return engine

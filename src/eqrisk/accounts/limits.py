@@ -38,9 +38,7 @@ def _item(spec: str) -> RateLimitItem:
 
 class RateLimiter:
     def __init__(self, redis_url: str | None = None) -> None:
-        backend = (
-            storage.storage_from_string(redis_url) if redis_url else storage.MemoryStorage()
-        )
+        backend = storage.storage_from_string(redis_url) if redis_url else storage.MemoryStorage()
         self.backend_name = "redis" if redis_url else "memory"
         self._limiter = strategies.MovingWindowRateLimiter(backend)
 

@@ -97,9 +97,11 @@ class Accounts:
 
     def get_account(self, account_id: str) -> dict[str, Any]:
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(db.accounts).where(db.accounts.c.account_id == account_id)
-            ).mappings().first()
+            row = (
+                conn.execute(select(db.accounts).where(db.accounts.c.account_id == account_id))
+                .mappings()
+                .first()
+            )
         if row is None:
             raise AccountError(f"no account {account_id!r}")
         return dict(row)
@@ -174,12 +176,18 @@ class Accounts:
                 raise AccountError(f"no account {account_id!r}")
             conn.execute(
                 insert(db.ledger).values(
-                    account_id=account_id, kind="credit", route=reason, tokens=tokens, created_at=_now()
+                    account_id=account_id,
+                    kind="credit",
+                    route=reason,
+                    tokens=tokens,
+                    created_at=_now(),
                 )
             )
             return int(
                 conn.execute(
-                    select(db.accounts.c.balance_tokens).where(db.accounts.c.account_id == account_id)
+                    select(db.accounts.c.balance_tokens).where(
+                        db.accounts.c.account_id == account_id
+                    )
                 ).scalar_one()
             )
 
@@ -236,9 +244,12 @@ class Accounts:
         digest = hash_key(key)
         now = _now()
         with db.transaction(self.engine) as conn:
-            if conn.execute(
-                select(db.accounts.c.account_id).where(db.accounts.c.account_id == DEMO_ACCOUNT)
-            ).first() is None:
+            if (
+                conn.execute(
+                    select(db.accounts.c.account_id).where(db.accounts.c.account_id == DEMO_ACCOUNT)
+                ).first()
+                is None
+            ):
                 conn.execute(
                     insert(db.accounts).values(
                         account_id=DEMO_ACCOUNT,
@@ -258,7 +269,9 @@ class Accounts:
                 return
             for row in active:
                 conn.execute(
-                    update(db.api_keys).where(db.api_keys.c.key_id == row.key_id).values(revoked_at=now)
+                    update(db.api_keys)
+                    .where(db.api_keys.c.key_id == row.key_id)
+                    .values(revoked_at=now)
                 )
             conn.execute(
                 insert(db.api_keys).values(
@@ -277,8 +290,10 @@ class Accounts:
         digest = hash_key(key)
         key_id = key_id_of(key)
         cond = db.api_keys.c.revoked_at.is_(None)
-        cond = and_(cond, db.api_keys.c.key_id == key_id) if key_id else and_(
-            cond, db.api_keys.c.is_demo.is_(True)
+        cond = (
+            and_(cond, db.api_keys.c.key_id == key_id)
+            if key_id
+            else and_(cond, db.api_keys.c.is_demo.is_(True))
         )
         query = (
             select(
@@ -343,7 +358,9 @@ class Accounts:
             )
             balance = int(
                 conn.execute(
-                    select(db.accounts.c.balance_tokens).where(db.accounts.c.account_id == account_id)
+                    select(db.accounts.c.balance_tokens).where(
+                        db.accounts.c.account_id == account_id
+                    )
                 ).scalar_one()
             )
             if result.rowcount != 1:

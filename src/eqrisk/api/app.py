@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from eqrisk.accounts.pricing import PriceTable
 from eqrisk.api.deps import StaticKeys
 from eqrisk.api.errors import install_error_handlers, problem_body
 from eqrisk.settings import Settings, get_settings
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     app.state.settings = settings
     app.state.snapshots = SnapshotStore(settings.home_dir)
     app.state.authenticator = StaticKeys(settings)
+    app.state.prices = PriceTable.load(settings.pricing_file)
     install_error_handlers(app)
     if "risk" in services:
         from eqrisk.api import risk

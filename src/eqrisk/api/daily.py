@@ -11,8 +11,11 @@ Decisions where the spec says "not shown" (DESIGN section 3):
   dropped (first kept, order preserved). 1 to `MAX_SYMBOLS` (100) per call. Any unknown symbol
   is a 404 TICKER_NOT_FOUND naming every unknown one (`unknown` in the body).
 - `start_time` (required) and `end_time` (optional, default: the latest session) are inclusive
-  `YYYY-MM-DD` dates; a malformed date or a start after the end is a 400. A valid range without
-  sessions (e.g. before the data begins) answers an empty array.
+  `YYYY-MM-DD` dates; a malformed date or a start after the end (given or default) is a 400. A
+  valid range without sessions (e.g. before the data begins) answers an empty array.
+- An optional parameter given empty (`end_time=`, `fields=`, `format=`, `sector_code=`) is the
+  same as absent; a required one given empty is a 400 MISSING_PARAMETER. `format` is checked
+  before anything else, then symbols, then the other parameters.
 - Rows come per symbol in the order asked, sessions ascending, and only where the value exists:
   `/daily` where the symbol has a price that session; `/betas`, `/gross`, `/resids`, `/facts`
   where the value is published (no beta before the model's minimum observations, no return on a
@@ -44,7 +47,7 @@ from starlette.responses import Response
 
 from eqrisk.api import formats
 from eqrisk.api.deps import SnapshotDep, daily_caller
-from eqrisk.api.errors import PROBLEM_TYPE, ApiError
+from eqrisk.api.errors import ApiError, problem_responses
 from eqrisk.data.master import sector_table
 from eqrisk.model.risk import MARKET_FACTOR
 from eqrisk.snapshot.store import Snapshot
@@ -82,7 +85,7 @@ TOP_BY: dict[str, str] = {
     "volume": "volume",
 }
 
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,32 +149,8 @@ class SymbolList(BaseModel):
     symbols: list[str] = Field(description="Tickers, best first.", examples=[["AAPL", "MSFT"]])
 
 
-class Problem(BaseModel):
-    """The error body (RFC 9457 problem+json); extra members give context (e.g. `accepted`)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    title: str
-    status: int
-    detail: str
-    error: str = Field(description="Stable machine code, e.g. INVALID_PARAMETER.")
-    request_id: str | None
-
-
-def _problem(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {PROBLEM_TYPE: {"schema": Problem.model_json_schema()}},
-    }
-
-
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: _problem("MISSING_PARAMETER or INVALID_PARAMETER; `accepted` lists the valid values."),
-    401: _problem("AUTHENTICATION_REQUIRED or INVALID_API_KEY."),
-    503: _problem("SERVICE_UNAVAILABLE: no model snapshot has been built."),
-}
-_NOT_FOUND = {404: _problem("TICKER_NOT_FOUND; `unknown` lists the unknown symbols.")}
+_ERRORS = problem_responses(400, 401, "4XX", 500, 503)  # "4XX" replaces FastAPI's 422
+_NOT_FOUND = problem_responses(404)
 _CSV = {"text/csv": {"schema": {"type": "string", "description": "Header row, then the rows."}}}
 
 
@@ -273,6 +252,11 @@ def _universe(snap: Snapshot) -> _Universe:
 # Parameters
 
 
+def _optional(value: str | None) -> str | None:
+    """An optional parameter given empty is the same as absent."""
+    return value if value is not None and value.strip() else None
+
+
 def _required_text(name: str, value: str) -> str:
     text = value.strip()
     if not text:
@@ -329,6 +313,7 @@ def _session_range(
     """[lo, hi) indexes into the sessions for the inclusive date range."""
     sessions = snap.sessions.astype("datetime64[D]")
     start = _parse_date("start_time", start_time)
+    end_time = _optional(end_time)
     if end_time is None:
         if not len(sessions):
             return 0, 0
@@ -410,15 +395,13 @@ def _headers(universe: _Universe) -> dict[str, str]:
     return {"X-Model-Version": universe.version, "X-Data-As-Of": universe.data_as_of}
 
 
-def _answer(
-    request: Request,
-    fmt: str | None,
-    universe: _Universe,
-    columns: formats.Columns,
-    filename: str,
-) -> Response:
-    chosen = formats.negotiate(request, fmt, FORMATS)
-    return formats.render(chosen, columns, headers=_headers(universe), filename=filename)
+def _format(request: Request, value: str | None) -> str:
+    """The answer's format, checked before any work: `format`, else Accept, else JSON."""
+    return formats.negotiate(request, _optional(value), FORMATS)
+
+
+def _answer(fmt: str, universe: _Universe, columns: formats.Columns, filename: str) -> Response:
+    return formats.render(fmt, columns, headers=_headers(universe), filename=filename)
 
 
 def _where_published(
@@ -525,6 +508,7 @@ FactParam = Annotated[
 
 @router.get(
     "/daily",
+    operation_id="daily",
     summary="Daily prices, volume, returns, market cap and sector per symbol",
     response_model=list[DailyRecord],
     responses=_responses(),
@@ -551,6 +535,7 @@ def daily(
 ) -> Response:
     """One record per symbol and session on which the symbol has a price, symbols in the order
     asked, sessions ascending."""
+    fmt = _format(request, format)
     universe = _universe(snap)
     tickers = _parse_symbols(symbols, universe)
     wanted = _parse_fields(fields)
@@ -570,11 +555,12 @@ def daily(
         else:
             values = snap.array(source)
             columns[name] = _concat([values[r, w] for r, w in zip(rows, where, strict=True)])
-    return _answer(request, format, universe, columns, "daily")
+    return _answer(fmt, universe, columns, "daily")
 
 
 @router.get(
     "/betas",
+    operation_id="betas",
     summary="Factor betas of symbols (Mkt, or the symbol's own sector)",
     response_model=list[BetaRecord],
     responses=_responses(),
@@ -591,6 +577,7 @@ def betas(
     """The beta of each symbol to one factor, estimated with data up to and including `teo`
     (the residual of the next session uses it). Every symbol is exposed to `Mkt`; a sector
     factor only for the stocks of that sector: other symbols give no rows."""
+    fmt = _format(request, format)
     universe = _universe(snap)
     tickers = _parse_symbols(symbols, universe)
     k = _parse_factor(fact, universe)
@@ -602,11 +589,12 @@ def betas(
         field = "beta_sec"
     cols = _symbol_series(snap, universe, exposed, field, lo, hi, universe.day, "factor_beta")
     cols["fact"] = np.full(len(cols["teo"]), universe.factor_names[k], dtype=object)
-    return _answer(request, format, universe, cols, "betas")
+    return _answer(fmt, universe, cols, "betas")
 
 
 @router.get(
     "/facts",
+    operation_id="facts",
     summary="Daily factor returns (Mkt and the GICS sector factors)",
     response_model=list[FactorReturnRecord],
     responses=_responses(not_found=False),
@@ -621,6 +609,7 @@ def facts(
 ) -> Response:
     """`Mkt` is the market return; a sector factor is the sector series cleaned of the market
     with the previous session's link beta: f_sec(t) = s(t) - g(t-1) m(t)."""
+    fmt = _format(request, format)
     universe = _universe(snap)
     k = _parse_factor(fact, universe)
     lo, hi = _session_range(snap, universe, start_time, end_time)
@@ -631,11 +620,12 @@ def facts(
         "fact": np.full(len(idx), universe.factor_names[k], dtype=object),
         "factor_return": block[idx],
     }
-    return _answer(request, format, universe, columns, "facts")
+    return _answer(fmt, universe, columns, "facts")
 
 
 @router.get(
     "/gross",
+    operation_id="gross",
     summary="Daily gross (simple) returns of symbols",
     response_model=list[GrossReturnRecord],
     responses=_responses(),
@@ -649,17 +639,19 @@ def gross(
     format: FormatParam = None,
 ) -> Response:
     """P(t) / P(t-1) - 1 on the adjusted close, over consecutive priced sessions."""
+    fmt = _format(request, format)
     universe = _universe(snap)
     tickers = _parse_symbols(symbols, universe)
     lo, hi = _session_range(snap, universe, start_time, end_time)
     cols = _symbol_series(
         snap, universe, tickers, "return", lo, hi, universe.midnight, "gross_return"
     )
-    return _answer(request, format, universe, cols, "gross")
+    return _answer(fmt, universe, cols, "gross")
 
 
 @router.get(
     "/resids",
+    operation_id="resids",
     summary="Daily residual returns of symbols after the Mkt and sector factors",
     response_model=list[ResidualRecord],
     responses=_responses(),
@@ -675,17 +667,19 @@ def resids(
     """residual_return(t) = gross_return(t) - b_Mkt(t-1) f_Mkt(t) - b_sec(t-1) f_sec(t), with
     the betas of the previous session (no look-ahead); the sector term only for stocks exposed
     to a sector."""
+    fmt = _format(request, format)
     universe = _universe(snap)
     tickers = _parse_symbols(symbols, universe)
     lo, hi = _session_range(snap, universe, start_time, end_time)
     cols = _symbol_series(
         snap, universe, tickers, "resid_return", lo, hi, universe.day, "residual_return"
     )
-    return _answer(request, format, universe, cols, "resids")
+    return _answer(fmt, universe, cols, "resids")
 
 
 @router.get(
     "/symbol_list",
+    operation_id="symbol_list",
     summary="Stocks ranked on the latest session by market cap, price, return or volume",
     response_model=SymbolList,
     responses=dict(_ERRORS),
@@ -727,9 +721,9 @@ def symbol_list(
     price, delisted) are left out. The order is by the value itself, so `mktcap_rank` with
     `ascending=false` lists the largest rank numbers (smallest companies) first."""
     universe = _universe(snap)
-    key = _choice("top_by", top_by, list(TOP_BY))
+    key = _choice("top_by", _optional(top_by) or "mktcap", list(TOP_BY))
     eligible = universe.is_stock.copy()
-    if sector_code is not None:
+    if _optional(sector_code) is not None:
         codes = _sector_codes()
         code = sector_code.strip()
         if code not in codes:

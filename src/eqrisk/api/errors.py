@@ -7,11 +7,13 @@ accepted values). Every failure, ours or the framework's, goes through `problem_
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -98,6 +100,14 @@ def problem_response(
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str, dict[str, Any]]:
     """Turn FastAPI's validation errors into one code, one sentence and the offending fields."""
     errors = exc.errors()
+    bad_json = [e for e in errors if e.get("type") == "json_invalid"]
+    if bad_json:
+        reason = (bad_json[0].get("ctx") or {}).get("error", "malformed")
+        return (
+            "INVALID_PARAMETER",
+            f"the request body is not valid JSON ({reason}); send a JSON object",
+            {"parameters": ["body"], "accepted": ["application/json"]},
+        )
     missing = [e for e in errors if e.get("type") == "missing"]
     fields = [
         ".".join(str(p) for p in e.get("loc", ()) if p not in ("query", "body", "path"))
@@ -115,6 +125,39 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str, dict[st
         msg = str(err.get("msg", "invalid"))
         parts.append(f"{field or 'body'}: {msg}")
     return "INVALID_PARAMETER", "; ".join(parts), {"parameters": [f or "body" for f in fields]}
+
+
+def validation_api_error(errors: Sequence[Any]) -> ApiError:
+    """The ApiError for pydantic errors found outside a route's signature (for example the
+    `params` object of /api/estimate), described exactly like FastAPI's own; `loc` starts with
+    the location ("query", "body", ...)."""
+    code, detail, context = _describe_validation(RequestValidationError(list(errors)))
+    return ApiError(code, detail, **context)
+
+
+class Problem(BaseModel):
+    """The error body (RFC 9457 problem+json), for the OpenAPI documents."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="urn:eqrisk:error:<code>")
+    title: str
+    status: int
+    detail: str = Field(description="What was wrong and what is accepted.")
+    error: str = Field(description="Stable machine code, e.g. TICKER_NOT_FOUND.")
+    request_id: str | None = Field(description="Quote it when reporting a problem.")
+
+
+def problem_responses(*statuses: int | str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries documenting the problem+json body for `statuses`."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        titles = sorted({t for s, t in CODES.values() if str(s) == str(status)})
+        out[status] = {
+            "description": "; ".join(titles) or f"Error ({status}), problem+json",
+            "content": {PROBLEM_TYPE: {"schema": Problem.model_json_schema()}},
+        }
+    return out
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -170,15 +170,23 @@ class Gate:
             await _send_problem(send, exc, request_id, extra)
             return
         caller = Caller(
-            record.key_id, record.account_id, record.is_demo, record.account_state, record.balance_tokens
+            record.key_id,
+            record.account_id,
+            record.is_demo,
+            record.account_state,
+            record.balance_tokens,
         )
         scope.setdefault("state", {})["caller"] = caller
-        digest = hashlib.sha256(scope["path"].encode() + scope.get("query_string", b"") + body).hexdigest()
-        await self._forward(scope, receive, send, caller, price_key, tokens, digest, request_id, extra)
+        digest = hashlib.sha256(
+            scope["path"].encode() + scope.get("query_string", b"") + body
+        ).hexdigest()
+        await self._forward(
+            scope, receive, send, caller, price_key, tokens, digest, request_id, extra
+        )
 
     def _tokens(self, service: str, price_key: str, params: dict[str, Any]) -> int:
         price = self.prices[price_key]
-        if service == "daily" or price.tokens == 0 and price.minimum_tokens == 0:
+        if service == "daily" or (price.tokens == 0 and price.minimum_tokens == 0):
             return price.cost(1)
         try:
             return int(self.estimate(price_key, params)["estimated_tokens"])
@@ -220,7 +228,9 @@ class Gate:
                     )
                     if not result.ok:
                         swallow = True
-                        await _send_problem(send, _short(tokens, result.balance_tokens), request_id, extra)
+                        await _send_problem(
+                            send, _short(tokens, result.balance_tokens), request_id, extra
+                        )
                         return
                     charged, balance = tokens, result.balance_tokens
                 headers = list(message.get("headers", []))

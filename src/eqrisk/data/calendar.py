@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 
 import exchange_calendars as xcals
@@ -10,7 +11,12 @@ import pandas as pd
 
 @lru_cache(maxsize=1)
 def nyse() -> xcals.ExchangeCalendar:
-    return xcals.get_calendar("XNYS", start="1990-01-02")
+    # exchange_calendars 4.x reads tz-aware Series.values while building the calendar, which
+    # pandas 3 deprecates; the result is correct, so the warning is silenced at this one call.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return xcals.get_calendar("XNYS", start="1990-01-02")
 
 
 def sessions_between(start: object, end: object) -> pd.DatetimeIndex:
