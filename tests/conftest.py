@@ -63,8 +63,26 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
+TEST_KEY = "test-key-1-not-secret"
+
+
+def register_key(home: Path, key: str = TEST_KEY, *, rate_limit: str = "1000000/minute") -> str:
+    """A verified, well-funded account in `home`'s accounts database, with `key` imported as
+    its key; returns the account id. Tests call the real gate with it."""
+    from eqrisk.accounts.db import make_engine
+    from eqrisk.accounts.service import Accounts
+
+    accounts = Accounts(make_engine(home))
+    account_id = accounts.create_account("tests")["account_id"]
+    accounts.verify_card(account_id, provider="tests")
+    accounts.credit(account_id, 10**12, "test credit")
+    accounts.create_key(account_id, key=key, rate_limit=rate_limit)
+    return account_id
+
+
 @pytest.fixture(scope="session")
 def demo_settings(demo_home: Path):
     from eqrisk.settings import Settings
 
-    return Settings(home=demo_home, api_keys=["test-key-1"], _env_file=None)
+    register_key(demo_home)
+    return Settings(home=demo_home, _env_file=None)

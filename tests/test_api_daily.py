@@ -14,11 +14,12 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
+from conftest import TEST_KEY, register_key
 from eqrisk.api.app import create_app
 from eqrisk.api.daily import DAILY_FIELDS, MAX_SYMBOLS, MAX_TOP_N, TOP_BY
 from eqrisk.snapshot.store import Snapshot, SnapshotStore
 
-KEY = {"apikey": "test-key-1"}
+KEY = {"apikey": TEST_KEY}
 FORMATS = ("json", "csv")
 PROBLEM_KEYS = {"type", "title", "status", "detail", "error", "request_id"}
 SECTOR_CODES = ["10", "15", "20", "25", "30", "35", "40", "45", "50", "55", "60"]
@@ -524,13 +525,13 @@ def test_every_answer_names_the_model_version(client, snap, path):
         ({}, "AUTHENTICATION_REQUIRED"),
         ({"apikey": ""}, "AUTHENTICATION_REQUIRED"),
         ({"apikey": "wrong-key"}, "INVALID_API_KEY"),
-        ({"Authorization": "Bearer test-key-1"}, "AUTHENTICATION_REQUIRED"),  # B's header
+        ({"Authorization": f"Bearer {TEST_KEY}"}, "AUTHENTICATION_REQUIRED"),  # B's header
     ],
 )
 def test_a_missing_or_invalid_key_is_401(client, path, headers, code):
     resp = client.get(path, params=ROUTES[path], headers=headers)
     body = expect_problem(resp, 401, code)
-    assert "test-key-1" not in resp.text
+    assert TEST_KEY not in resp.text
     if code == "AUTHENTICATION_REQUIRED":
         assert "apikey" in body["detail"]
 
@@ -733,7 +734,8 @@ def real_client(tmp_path_factory):
     home = tmp_path_factory.mktemp("ohlcv-home")
     ingest([prices], master, home=home)
     build_snapshot(home, ModelParams())
-    settings = Settings(home=home, api_keys=["test-key-1"], _env_file=None)
+    register_key(home)
+    settings = Settings(home=home, _env_file=None)
     frame = pd.read_csv(prices)
     return TestClient(create_app(settings, services=("daily",))), frame
 

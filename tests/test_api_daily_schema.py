@@ -14,9 +14,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from conftest import TEST_KEY
 from eqrisk.api.app import create_app
 
-KEY = {"apikey": "test-key-1"}
+KEY = {"apikey": TEST_KEY}
 
 
 @pytest.fixture(scope="module")

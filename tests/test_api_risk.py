@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
+from conftest import TEST_KEY, register_key
 from eqrisk.accounts.pricing import PriceTable
 from eqrisk.api import estimates as est
 from eqrisk.api.app import create_app
@@ -24,7 +25,7 @@ from eqrisk.data.master import MAG7
 from eqrisk.settings import Settings
 from eqrisk.snapshot.store import Snapshot, SnapshotStore
 
-AUTH = {"Authorization": "Bearer test-key-1"}
+AUTH = {"Authorization": f"Bearer {TEST_KEY}"}
 PROBLEM = "application/problem+json"
 # NVDA: full L3; AAPL: no subsector ETF (stops at L2); SPY and XLK: ETFs; CRVR: listed 2018;
 # DST: a stock with halts (missing sessions); TAIS: delisted 2024-08-16.
@@ -113,16 +114,18 @@ def test_every_route_but_health_needs_a_valid_key(client, method, url, body):
     assert_problem(client.request(method, url, json=body), 401, "AUTHENTICATION_REQUIRED")
     bad = {"Authorization": "Bearer not-a-key"}
     assert_problem(client.request(method, url, json=body, headers=bad), 401, "INVALID_API_KEY")
-    for headers in (AUTH, {"X-API-Key": "test-key-1"}, {"Authorization": "bearer test-key-1"}):
+    for headers in (AUTH, {"X-API-Key": TEST_KEY}, {"Authorization": f"bearer {TEST_KEY}"}):
         resp = client.request(method, url, json=body, headers=headers)
         assert resp.status_code == 200, resp.text
 
 
 def test_balance_says_who_calls(client):
     demo = client.get("/api/balance", headers={"X-API-Key": "eqrisk-demo"}).json()
-    assert demo["is_demo"] is True and demo["key_id"] == "demo"
+    assert demo["is_demo"] is True and demo["account_id"] == "demo"
+    assert demo["key_id"].startswith("demo-") and demo["balance_usd"] == 0
     mine = client.get("/api/balance", headers=AUTH).json()
-    assert mine["is_demo"] is False and "balance_usd" in mine
+    assert mine["is_demo"] is False and mine["state"] == "verified"
+    assert mine["balance_tokens"] > 10**12 - 10**9
 
 
 # --------------------------------------------------------------------------- tickers
@@ -762,11 +765,10 @@ def test_request_id_on_every_answer_and_echoed_when_given(client):
 
 
 def test_no_snapshot_is_503_not_500(tmp_path):
-    client = TestClient(create_app(Settings(home=tmp_path, api_keys=["k"], _env_file=None)))
+    register_key(tmp_path)
+    client = TestClient(create_app(Settings(home=tmp_path, _env_file=None)))
     assert_problem(client.get("/api/health"), 503, "SERVICE_UNAVAILABLE")
-    assert_problem(
-        client.get("/api/tickers", headers={"X-API-Key": "k"}), 503, "SERVICE_UNAVAILABLE"
-    )
+    assert_problem(client.get("/api/tickers", headers=AUTH), 503, "SERVICE_UNAVAILABLE")
 
 
 def test_a_new_snapshot_is_served_without_restart(demo_home, tmp_path):
@@ -776,8 +778,9 @@ def test_a_new_snapshot_is_served_without_restart(demo_home, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(demo_home / "ingested", home / "ingested")
     first = build_snapshot(home, ModelParams())
-    client = TestClient(create_app(Settings(home=home, api_keys=["k"], _env_file=None)))
-    headers = {"X-API-Key": "k"}
+    register_key(home)
+    client = TestClient(create_app(Settings(home=home, _env_file=None)))
+    headers = AUTH
     url = "/api/ticker-returns?ticker=NVDA&years=2"
     before = client.get(url, headers=headers)
     assert before.json()["_metadata"]["model_version"] == first["model_version"]

@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
+from conftest import TEST_KEY
 from eqrisk.api.app import create_app
 
-AUTH = {"Authorization": "Bearer test-key-1"}
+AUTH = {"Authorization": f"Bearer {TEST_KEY}"}
 
 
 @pytest.fixture(scope="module")

@@ -50,9 +50,6 @@ class Settings(BaseSettings):
         default=SecretStr("eqrisk-demo"),
         description="The shared, documented demo key (rotate it by setting another value).",
     )
-    api_keys: list[SecretStr] = Field(
-        default_factory=list, description="Static keys accepted besides the accounts database."
-    )
     webhook_secret: SecretStr | None = Field(
         default=None, description="Shared secret of the payment-provider webhook (off if unset)."
     )
@@ -88,7 +85,7 @@ class Settings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
         out = self.model_dump(mode="json")
-        for key in ("database_url", "redis_url", "api_keys", "webhook_secret", "demo_key"):
+        for key in ("database_url", "redis_url", "webhook_secret", "demo_key"):
             if out.get(key):
                 out[key] = "**********"
         out["home"] = str(self.home_dir)

@@ -51,7 +51,7 @@ api_keys = Table(
     metadata,
     Column("key_id", String(32), primary_key=True),
     Column("account_id", String(32), ForeignKey("accounts.account_id"), nullable=False),
-    Column("key_hash", String(64), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
     Column("label", String(200)),
     Column("rate_limit", String(64), nullable=False),
     Column("is_demo", Boolean, nullable=False, default=False),

@@ -62,14 +62,6 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def key_id_of(key: str) -> str | None:
-    """The public id inside a key (`eqk_<id>_<secret>`), or None for another shape."""
-    parts = key.split("_")
-    if len(parts) == 3 and parts[0] == "eqk" and parts[1] and parts[2]:
-        return parts[1]
-    return None
-
-
 class Accounts:
     """Operations on one accounts database (SQLite or PostgreSQL)."""
 
@@ -193,12 +185,23 @@ class Accounts:
 
     # -- keys ---------------------------------------------------------------------------
     def create_key(
-        self, account_id: str, *, label: str | None = None, rate_limit: str = DEFAULT_RATE_LIMIT
+        self,
+        account_id: str,
+        *,
+        label: str | None = None,
+        rate_limit: str = DEFAULT_RATE_LIMIT,
+        key: str | None = None,
     ) -> dict[str, str]:
-        """A new key for an account. The returned `key` is shown once and stored only hashed."""
+        """A new key for an account. The returned `key` is shown once and stored only hashed.
+
+        `key` imports a key made elsewhere (at least 16 characters), e.g. when an operator
+        moves keys from another system; by default eqrisk makes one with 256 random bits."""
         self.get_account(account_id)
         key_id = secrets.token_hex(6)
-        key = f"eqk_{key_id}_{secrets.token_urlsafe(32).replace('_', '-')}"
+        if key is None:
+            key = f"eqk_{key_id}_{secrets.token_urlsafe(32).replace('_', '-')}"
+        elif len(key) < 16:
+            raise AccountError("an imported key must have at least 16 characters")
         with db.transaction(self.engine) as conn:
             conn.execute(
                 insert(db.api_keys).values(
@@ -286,15 +289,11 @@ class Accounts:
             )
 
     def authenticate(self, key: str) -> KeyRecord | None:
-        """The active key record for a presented key, or None (unknown or revoked)."""
+        """The active key record for a presented key, or None (unknown or revoked).
+
+        Looked up by the key's SHA-256 (a secret's hash reveals nothing usable about timing);
+        the stored hash is then compared in constant time."""
         digest = hash_key(key)
-        key_id = key_id_of(key)
-        cond = db.api_keys.c.revoked_at.is_(None)
-        cond = (
-            and_(cond, db.api_keys.c.key_id == key_id)
-            if key_id
-            else and_(cond, db.api_keys.c.is_demo.is_(True))
-        )
         query = (
             select(
                 db.api_keys.c.key_id,
@@ -306,21 +305,20 @@ class Accounts:
                 db.accounts.c.balance_tokens,
             )
             .join(db.accounts, db.accounts.c.account_id == db.api_keys.c.account_id)
-            .where(cond)
+            .where(and_(db.api_keys.c.key_hash == digest, db.api_keys.c.revoked_at.is_(None)))
         )
         with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        for row in rows:
-            if hmac.compare_digest(row.key_hash, digest):
-                return KeyRecord(
-                    row.key_id,
-                    row.account_id,
-                    row.rate_limit,
-                    row.is_demo,
-                    row.state,
-                    int(row.balance_tokens),
-                )
-        return None
+            row = conn.execute(query).first()
+        if row is None or not hmac.compare_digest(row.key_hash, digest):
+            return None
+        return KeyRecord(
+            row.key_id,
+            row.account_id,
+            row.rate_limit,
+            row.is_demo,
+            row.state,
+            int(row.balance_tokens),
+        )
 
     # -- money ----------------------------------------------------------------------------
     def balance(self, account_id: str) -> int:

@@ -7,13 +7,18 @@ import logging
 import re
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from eqrisk.accounts.db import make_engine
+from eqrisk.accounts.limits import RateLimiter
 from eqrisk.accounts.pricing import PriceTable
-from eqrisk.api.deps import StaticKeys
+from eqrisk.accounts.service import Accounts
+from eqrisk.api import billing, estimates
 from eqrisk.api.errors import install_error_handlers, problem_body
+from eqrisk.api.gate import Gate
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot.store import SnapshotStore
 
@@ -89,16 +94,33 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     )
     app.state.settings = settings
     app.state.snapshots = SnapshotStore(settings.home_dir)
-    app.state.authenticator = StaticKeys(settings)
     app.state.prices = PriceTable.load(settings.pricing_file)
+    database_url = settings.database_url.get_secret_value() if settings.database_url else None
+    app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
+    app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
+    redis_url = settings.redis_url.get_secret_value() if settings.redis_url else None
+    app.state.limiter = RateLimiter(redis_url)
     install_error_handlers(app)
     if "risk" in services:
         from eqrisk.api import risk
 
         app.include_router(risk.router)
+        app.include_router(billing.router)
     if "daily" in services:
         from eqrisk.api import daily
 
         app.include_router(daily.router)
+
+    def estimate(endpoint: str, params: dict[str, Any]) -> dict[str, Any]:
+        return estimates.estimate(endpoint, params, app.state.snapshots.current(), app.state.prices)
+
+    # Starlette runs the last added middleware first: request id, then the gate, then routes.
+    app.add_middleware(
+        Gate,
+        accounts=app.state.accounts,
+        limiter=app.state.limiter,
+        prices=app.state.prices,
+        estimate=estimate,
+    )
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -36,6 +36,8 @@ CODES: dict[str, tuple[int, str]] = {
     "NOT_ACCEPTABLE": (406, "No acceptable response format"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "The request body must be JSON"),
+    "WEBHOOK_REJECTED": (400, "The webhook call was refused"),
+    "WEBHOOK_REPLAY": (409, "The webhook event was already processed"),
     "RATE_LIMIT_EXCEEDED": (429, "Too many requests"),
     "INTERNAL_ERROR": (500, "Internal error"),
     "SERVICE_UNAVAILABLE": (503, "No model snapshot is available"),

@@ -300,16 +300,6 @@ class EstimateResponse(Enveloped):
     note: str
 
 
-class BalanceResponse(BaseModel):
-    account_id: str | None
-    key_id: str
-    is_demo: bool
-    balance_usd: float | None
-    balance_tokens: int | None
-    usage_this_month_usd: float | None
-    note: str
-
-
 class HealthResponse(BaseModel):
     status: str
     model_version: str
@@ -696,32 +686,6 @@ async def heatmap(
     if not syms:
         meta["note"] = "no stock with a market cap was priced in the last sessions"
     return _doc(snap, {"data": rows_of(columns), "meta": meta})
-
-
-@router.get(
-    "/balance",
-    summary="The caller's account balance (free)",
-    description=(
-        "With static keys there is no account: balance fields are null. The accounts module "
-        "fills them in."
-    ),
-    response_model=BalanceResponse,
-    responses=ERRORS_NO_TICKER,
-)
-async def balance(caller: CallerDep) -> Response:
-    return json_response(
-        {
-            "account_id": caller.account_id,
-            "key_id": caller.key_id,
-            "is_demo": caller.is_demo,
-            "balance_usd": None,
-            "balance_tokens": None,
-            "usage_this_month_usd": None,
-            "note": "this key has no account; it is not metered"
-            if caller.account_id is None
-            else "",
-        }
-    )
 
 
 @router.get(
