@@ -17,18 +17,18 @@ class Decision:
     allowed: bool
     limit: int
     remaining: int
-    reset_at: int  # unix seconds when the window frees a request
+    reset_time: float  # unix time when the window frees a request
 
     def headers(self) -> dict[str, str]:
         return {
             "X-RateLimit-Limit": str(self.limit),
             "X-RateLimit-Remaining": str(self.remaining),
-            "X-RateLimit-Reset": str(self.reset_at),
+            "X-RateLimit-Reset": str(math.ceil(self.reset_time)),
         }
 
     @property
     def retry_after(self) -> int:
-        return max(1, math.ceil(self.reset_at - time.time()))
+        return max(1, math.ceil(self.reset_time - time.time()))
 
 
 @lru_cache(maxsize=64)
@@ -51,7 +51,7 @@ class RateLimiter:
             allowed=allowed,
             limit=item.amount,
             remaining=max(0, stats.remaining),
-            reset_at=math.ceil(stats.reset_time),
+            reset_time=stats.reset_time,
         )
 
     def clear(self, key_id: str, spec: str) -> None:
