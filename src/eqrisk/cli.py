@@ -442,10 +442,11 @@ def bench_serve(
     if as_json:
         _print_json(result)
         return
-    table = Table("target", "kB", "req/s", "p50 ms", "p99 ms", "req/s vs health")
+    table = Table("target", "cache", "kB", "req/s", "p50 ms", "p99 ms", "req/s vs health")
     for row in result["results"]:
         table.add_row(
             row["target"],
+            row["cache"],
             f"{row['bytes'] / 1e3:.0f}",
             f"{row['rps']:.0f}",
             f"{row['p50_ms']:.2f}",

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     services: list[str] = Field(
         default_factory=lambda: ["daily", "risk"], description="Services the app serves."
     )
+    render_cache_mb: int = Field(
+        default=256, ge=0, description="Per-process cache of rendered answers (0 = off)."
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 

@@ -40,6 +40,7 @@ class RateLimiter:
     def __init__(self, redis_url: str | None = None) -> None:
         backend = storage.storage_from_string(redis_url) if redis_url else storage.MemoryStorage()
         self.backend_name = "redis" if redis_url else "memory"
+        self.blocking = redis_url is not None  # a network round trip per hit
         self._limiter = strategies.MovingWindowRateLimiter(backend)
 
     def hit(self, key_id: str, spec: str) -> Decision:

@@ -18,6 +18,7 @@ from eqrisk.accounts.pricing import PriceTable
 from eqrisk.accounts.service import Accounts
 from eqrisk.api import billing, estimates
 from eqrisk.api.errors import install_error_handlers, problem_body
+from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot.store import SnapshotStore
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     app.state.settings = settings
     app.state.snapshots = SnapshotStore(settings.home_dir)
     app.state.prices = PriceTable.load(settings.pricing_file)
+    app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())

@@ -400,8 +400,19 @@ def _format(request: Request, value: str | None) -> str:
     return formats.negotiate(request, _optional(value), FORMATS)
 
 
-def _answer(fmt: str, universe: _Universe, columns: formats.Columns, filename: str) -> Response:
-    return formats.render(fmt, columns, headers=_headers(universe), filename=filename)
+def _answer(
+    request: Request, fmt: str, universe: _Universe, columns: formats.Columns, filename: str
+) -> Response:
+    """The rendered answer, with an ETag (304 when the client has it; cached per process)."""
+    query = "&".join(f"{k}={v}" for k, v in sorted(request.query_params.multi_items()))
+    etag = formats.etag_for(universe.version, request.url.path, query, fmt)
+    headers = _headers(universe)
+    return formats.cached(
+        request,
+        etag,
+        headers,
+        lambda: formats.render(fmt, columns, headers=headers, filename=filename),
+    )
 
 
 def _where_published(
@@ -555,7 +566,7 @@ def daily(
         else:
             values = snap.array(source)
             columns[name] = _concat([values[r, w] for r, w in zip(rows, where, strict=True)])
-    return _answer(fmt, universe, columns, "daily")
+    return _answer(request, fmt, universe, columns, "daily")
 
 
 @router.get(
@@ -589,7 +600,7 @@ def betas(
         field = "beta_sec"
     cols = _symbol_series(snap, universe, exposed, field, lo, hi, universe.day, "factor_beta")
     cols["fact"] = np.full(len(cols["teo"]), universe.factor_names[k], dtype=object)
-    return _answer(fmt, universe, cols, "betas")
+    return _answer(request, fmt, universe, cols, "betas")
 
 
 @router.get(
@@ -620,7 +631,7 @@ def facts(
         "fact": np.full(len(idx), universe.factor_names[k], dtype=object),
         "factor_return": block[idx],
     }
-    return _answer(fmt, universe, columns, "facts")
+    return _answer(request, fmt, universe, columns, "facts")
 
 
 @router.get(
@@ -646,7 +657,7 @@ def gross(
     cols = _symbol_series(
         snap, universe, tickers, "return", lo, hi, universe.midnight, "gross_return"
     )
-    return _answer(fmt, universe, cols, "gross")
+    return _answer(request, fmt, universe, cols, "gross")
 
 
 @router.get(
@@ -674,7 +685,7 @@ def resids(
     cols = _symbol_series(
         snap, universe, tickers, "resid_return", lo, hi, universe.day, "residual_return"
     )
-    return _answer(fmt, universe, cols, "resids")
+    return _answer(request, fmt, universe, cols, "resids")
 
 
 @router.get(

@@ -26,7 +26,7 @@ from eqrisk.accounts.pricing import PriceTable
 from eqrisk.api import estimates as est
 from eqrisk.api.deps import Caller, RiskCaller, SnapshotDep
 from eqrisk.api.errors import ApiError, problem_responses
-from eqrisk.api.formats import etag_for, json_response, negotiate, not_modified, render, rows_of
+from eqrisk.api.formats import cached, etag_for, json_response, negotiate, render, rows_of
 from eqrisk.snapshot.store import Snapshot
 
 router = APIRouter(prefix="/api", tags=["Service B: risk metrics"])
@@ -385,12 +385,14 @@ def _series_response(
     fmt = negotiate(request, fmt_param, est.FORMATS)
     query = "&".join(f"{k}={v}" for k, v in sorted(canonical.items()))
     etag = etag_for(snap.version, request.url.path, query, fmt)
-    headers = {**_snap_headers(snap), "ETag": etag, "Vary": "Accept"}
-    if not_modified(request, etag):
-        return Response(status_code=304, headers=headers)
-    cols = plan.columns(snap, columns)
-    envelope = {"meta": _series_meta(snap, plan, years), "_metadata": snap.metadata()}
-    return render(fmt, cols, envelope=envelope, headers=headers, filename=_safe(filename))
+    headers = {**_snap_headers(snap), "Vary": "Accept"}
+
+    def make() -> Response:
+        cols = plan.columns(snap, columns)
+        envelope = {"meta": _series_meta(snap, plan, years), "_metadata": snap.metadata()}
+        return render(fmt, cols, envelope=envelope, headers=headers, filename=_safe(filename))
+
+    return cached(request, etag, headers, make)
 
 
 def _metrics_doc(snap: Snapshot, sym: est.Symbol) -> dict[str, Any]:

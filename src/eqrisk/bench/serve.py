@@ -123,6 +123,71 @@ async def _httpx_load(
     }
 
 
+def _load_server(
+    home: Path,
+    key: str,
+    cache_mb: int,
+    seconds: float,
+    connections: int,
+    use_wrk: bool,
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "EQRISK_HOME": str(home), "EQRISK_RENDER_CACHE_MB": str(cache_mb)}
+    env.pop("EQRISK_REDIS_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eqrisk.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    cache = "on" if cache_mb else "off"
+    results = []
+    try:
+        _wait_ready(base, proc)
+        for target in _targets(base, key):
+            url = base + target.path
+            check = httpx.get(url, headers=target.headers, timeout=30)
+            check.raise_for_status()
+            say(f"render cache {cache}: {target.name} ({len(check.content) / 1e3:.0f} kB)")
+            if use_wrk:
+                stats = _wrk(url, target.headers, seconds, connections)
+            else:
+                stats = asyncio.run(_httpx_load(url, target.headers, seconds, connections))
+            results.append(
+                {"target": target.name, "cache": cache, "bytes": len(check.content), **stats}
+            )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return results
+
+
+def _targets(base: str, key: str) -> list[Target]:
+    b = {"Authorization": f"Bearer {key}"}
+    a = {"apikey": key}
+    top = httpx.get(f"{base}/symbol_list?top_n=10&top_by=mktcap", headers=a).json()["symbols"]
+    symbols = ",".join(top)
+    latest = httpx.get(f"{base}/api/health").json()["data_as_of"]
+    start = str(int(latest[:4]) - 10) + latest[4:]
+    return [
+        Target("health", "/api/health", {}),
+        Target("ticker-returns 15y json", "/api/ticker-returns?ticker=NVDA&years=15", b),
+        Target(
+            "ticker-returns 15y parquet",
+            "/api/ticker-returns?ticker=NVDA&years=15&format=parquet",
+            b,
+        ),
+        Target("daily 10 symbols x 10y json", f"/daily?symbols={symbols}&start_time={start}", a),
+        Target(
+            "daily 10 symbols x 10y csv",
+            f"/daily?symbols={symbols}&start_time={start}&format=csv",
+            a,
+        ),
+    ]
+
+
 def run(
     *,
     seconds: float = 5.0,
@@ -134,62 +199,14 @@ def run(
     with tempfile.TemporaryDirectory(prefix="eqrisk-bench-") as tmp:
         home = Path(tmp)
         key = prepare_home(home, say)
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "EQRISK_HOME": str(home)}
-        env.pop("EQRISK_REDIS_URL", None)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "eqrisk.cli", "serve", "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            _wait_ready(base, proc)
-            b = {"Authorization": f"Bearer {key}"}
-            a = {"apikey": key}
-            ten = "AAPL,MSFT,GOOGL,AMZN,NVDA,META,TSLA"
-            sample = httpx.get(f"{base}/symbol_list?top_n=3&top_by=mktcap", headers=a).json()
-            symbols = ",".join(
-                [*ten.split(","), *[s for s in sample["symbols"] if s not in ten]][:10]
-            )
-            while symbols.count(",") < 9:
-                symbols += ",SPY"  # pragma: no cover - the demo always has enough stocks
-            latest = httpx.get(f"{base}/api/health").json()["data_as_of"]
-            start = str(int(latest[:4]) - 10) + latest[4:]
-            targets = [
-                Target("health", "/api/health", {}),
-                Target("ticker-returns 15y json", "/api/ticker-returns?ticker=NVDA&years=15", b),
-                Target(
-                    "ticker-returns 15y parquet",
-                    "/api/ticker-returns?ticker=NVDA&years=15&format=parquet",
-                    b,
-                ),
-                Target(
-                    "daily 10 symbols x 10y json", f"/daily?symbols={symbols}&start_time={start}", a
-                ),
-                Target(
-                    "daily 10 symbols x 10y csv",
-                    f"/daily?symbols={symbols}&start_time={start}&format=csv",
-                    a,
-                ),
-            ]
-            results = []
-            for target in targets:
-                url = base + target.path
-                check = httpx.get(url, headers=target.headers, timeout=30)
-                check.raise_for_status()
-                say(f"loading {target.name} ({len(check.content) / 1e3:.0f} kB per answer)")
-                if use_wrk:
-                    stats = _wrk(url, target.headers, seconds, connections)
-                else:
-                    stats = asyncio.run(_httpx_load(url, target.headers, seconds, connections))
-                results.append({"target": target.name, "bytes": len(check.content), **stats})
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-    floor = results[0]["rps"]
+        results = []
+        # Once with the per-process render cache off (every answer rendered), once on.
+        for cache_mb in (0, 256):
+            results += _load_server(home, key, cache_mb, seconds, connections, use_wrk, say)
     for row in results:
+        floor = next(
+            r["rps"] for r in results if r["cache"] == row["cache"] and r["target"] == "health"
+        )
         row["rps_ratio_to_health"] = row["rps"] / floor
     return {
         "generator": "wrk" if use_wrk else "httpx-asyncio",
