@@ -801,3 +801,15 @@ def test_a_new_snapshot_is_served_without_restart(demo_home, tmp_path):
     stale = client.get(url, headers={**headers, "If-None-Match": before.headers["etag"]})
     assert stale.status_code == 200
     assert client.get("/api/health").json()["model_version"] == second["model_version"]
+
+
+def test_docs_page_works_offline(client):
+    page = client.get("/docs")
+    assert page.status_code == 200
+    html = page.text
+    assert "cdn." not in html and "https://" not in html.replace("https://swagger.io", "")
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        url = html.split(asset)[0].rsplit('"', 1)[1] + asset
+        assert url.startswith("/")
+        assert client.get(url).status_code == 200
+    assert client.get("/openapi.json").json()["info"]["title"] == "eqrisk"

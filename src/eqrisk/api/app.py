@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from eqrisk.accounts.db import make_engine
@@ -84,7 +85,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     unknown = set(services) - set(SERVICES)
     if unknown or not services:
         raise ValueError(f"services must be a non-empty subset of {SERVICES}; got {services}")
-    app = FastAPI(
+    # The docs page's JavaScript and CSS are served by the app itself (no CDN): it works offline.
+    app = FastAPIOffline(
         title="eqrisk",
         version="2.0.0",
         description=(
