@@ -782,3 +782,16 @@ def test_daily_on_the_real_ohlcv_file_returns_the_files_own_numbers(real_client)
     )
     assert recs[1]["close_raw"] < recs[0]["close_raw"] / 3
     assert 0.9 < recs[1]["close"] / recs[0]["close"] < 1.1
+
+
+def test_each_service_can_be_served_alone(demo_settings):
+    daily_only = TestClient(create_app(demo_settings, services=("daily",)))
+    assert daily_only.get("/api/health").status_code == 404
+    assert daily_only.get("/api/tickers", headers={"X-API-Key": TEST_KEY}).status_code == 404
+    assert daily_only.get("/symbol_list", headers=KEY).status_code == 200
+    risk_only = TestClient(create_app(demo_settings, services=("risk",)))
+    assert risk_only.get("/symbol_list", headers=KEY).status_code == 404
+    assert risk_only.get("/api/health").status_code == 200
+    both = TestClient(create_app(demo_settings))
+    assert both.get("/symbol_list", headers=KEY).status_code == 200
+    assert both.get("/api/tickers", headers={"X-API-Key": TEST_KEY}).status_code == 200

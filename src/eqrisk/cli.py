@@ -40,6 +40,17 @@ def _print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
 
 
+def _print_mapping(doc: dict[str, Any], as_json: bool, heading: str) -> None:
+    """A flat mapping as one JSON document, or as a two-column table for people."""
+    if as_json:
+        _print_json(doc)
+        return
+    table = Table(heading, "value")
+    for key, value in doc.items():
+        table.add_row(key, str(value))
+    out.print(table)
+
+
 def _fail(message: str, code: int = 1) -> typer.Exit:
     err.print(f"[bold red]error:[/] {message}")
     return typer.Exit(code)
@@ -61,14 +72,7 @@ def _stages(title: str) -> Iterator[Callable[[str], None]]:
 @app.command()
 def config(as_json: JsonOpt = False) -> None:
     """Print the effective settings (secrets masked)."""
-    doc = get_settings().masked()
-    if as_json:
-        _print_json(doc)
-        return
-    table = Table("setting", "value")
-    for key, value in doc.items():
-        table.add_row(key, str(value))
-    out.print(table)
+    _print_mapping(get_settings().masked(), as_json, "setting")
 
 
 @app.command()
@@ -417,13 +421,7 @@ def bench_model(
         ModelBench(symbols=symbols, sessions=sessions, baseline_symbols=baseline),
         say=lambda m: err.print(m),
     )
-    if as_json:
-        _print_json(result)
-        return
-    table = Table("measure", "value")
-    for key, value in result.items():
-        table.add_row(key, str(value))
-    out.print(table)
+    _print_mapping(result, as_json, "measure")
 
 
 @bench_app.command("serve")

@@ -125,6 +125,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         limiter=app.state.limiter,
         prices=app.state.prices,
         estimate=estimate,
+        services=services,
     )
     app.add_middleware(RequestIdMiddleware)
     return app

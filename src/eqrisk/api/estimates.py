@@ -43,6 +43,7 @@ from pydantic import (
 from eqrisk.accounts.pricing import PriceTable, tokens_to_usd
 from eqrisk.api.errors import ApiError, validation_api_error
 from eqrisk.data.master import MAG7
+from eqrisk.model.cascade import CASCADE_FIELDS
 from eqrisk.snapshot.store import Snapshot
 
 FORMATS = ("json", "csv", "parquet")
@@ -56,16 +57,8 @@ SEARCH_LIMIT = 10
 SUGGESTIONS = 3
 
 # Output columns: output name -> snapshot array. The routes render exactly these.
-L1_FIELDS = ("l1_mkt_hr", "l1_mkt_er", "l1_res_er")
-L2_FIELDS = ("l2_mkt_hr", "l2_sec_hr", "l2_mkt_er", "l2_sec_er", "l2_res_er")
-L3_FIELDS = (
-    "l3_mkt_hr",
-    "l3_sec_hr",
-    "l3_sub_hr",
-    "l3_mkt_er",
-    "l3_sec_er",
-    "l3_sub_er",
-    "l3_res_er",
+L1_FIELDS, L2_FIELDS, L3_FIELDS = (
+    tuple(f for f in CASCADE_FIELDS if f.startswith(level)) for level in ("l1_", "l2_", "l3_")
 )
 FLOW_FIELDS = ("l1_cfr", "l1_rr", "l2_cfr", "l2_rr", "l3_cfr", "l3_rr")
 TICKER_RETURNS_COLUMNS: dict[str, str] = {

@@ -98,8 +98,10 @@ class Gate:
         limiter: RateLimiter,
         prices: PriceTable,
         estimate: Callable[[str, dict[str, Any]], dict[str, Any]],
+        services: tuple[str, ...] = ("daily", "risk"),
     ) -> None:
         self.app = app
+        self.services = services
         self.accounts = accounts
         self.limiter = limiter
         self.prices = prices
@@ -110,7 +112,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         route = route_of(scope["path"])
-        if route is None or route[1] not in self.prices.prices:
+        if route is None or route[0] not in self.services or route[1] not in self.prices.prices:
             await self.app(scope, receive, send)
             return
         service, price_key = route
