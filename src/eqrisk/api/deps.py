@@ -6,9 +6,10 @@ runs; the routes only read who the gate let in.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPBearer
 
 from eqrisk.api.errors import ApiError
 from eqrisk.api.gate import Caller
@@ -31,7 +32,21 @@ def _gated(request: Request, how: str) -> Caller:
     return caller
 
 
-async def risk_caller(request: Request) -> Caller:
+# Security schemes: they document the two ways to send a Service B key in OpenAPI (the gate
+# does the checking).
+_bearer = HTTPBearer(
+    auto_error=False, scheme_name="BearerKey", description="`Authorization: Bearer <key>`"
+)
+_api_key = APIKeyHeader(
+    name="X-API-Key", auto_error=False, scheme_name="ApiKeyHeader", description="`X-API-Key`"
+)
+
+
+async def risk_caller(
+    request: Request,
+    _bearer_key: Annotated[Any, Security(_bearer)] = None,
+    _header_key: Annotated[Any, Security(_api_key)] = None,
+) -> Caller:
     """Service B: the key came as `Authorization: Bearer <key>` or `X-API-Key: <key>`."""
     return _gated(request, "as 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
 

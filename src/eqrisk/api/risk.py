@@ -16,15 +16,14 @@ from datetime import date
 from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
-from fastapi import APIRouter, Depends, Query, Request, Security
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
-from fastapi.security import APIKeyHeader, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.responses import Response
 
 from eqrisk.accounts.pricing import PriceTable
 from eqrisk.api import estimates as est
-from eqrisk.api.deps import Caller, RiskCaller, SnapshotDep
+from eqrisk.api.deps import RiskCaller, SnapshotDep
 from eqrisk.api.errors import ApiError, problem_responses
 from eqrisk.api.formats import cached, etag_for, json_response, negotiate, render, rows_of
 from eqrisk.snapshot.store import Snapshot
@@ -33,24 +32,7 @@ router = APIRouter(prefix="/api", tags=["Service B: risk metrics"])
 
 # --------------------------------------------------------------------------- auth, params
 
-_bearer = HTTPBearer(
-    auto_error=False, scheme_name="BearerKey", description="`Authorization: Bearer <key>`"
-)
-_api_key = APIKeyHeader(
-    name="X-API-Key", auto_error=False, scheme_name="ApiKeyHeader", description="`X-API-Key`"
-)
-
-
-async def _caller(
-    caller: RiskCaller,
-    _bearer_key: Annotated[Any, Security(_bearer)] = None,
-    _header_key: Annotated[Any, Security(_api_key)] = None,
-) -> Caller:
-    """The authenticated caller (the security schemes only document the two ways to send it)."""
-    return caller
-
-
-CallerDep = Annotated[Caller, Depends(_caller)]
+CallerDep = RiskCaller  # the caller the gate let in (documented security schemes)
 P = TypeVar("P", bound=est.Params)
 
 
