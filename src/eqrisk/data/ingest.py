@@ -874,6 +874,7 @@ def _rejected_frame(
                 for f, n, t in malformed
             ],
             columns=_REJECTED_COLUMNS,
+            dtype=object,  # all-empty price cells: object, so that "" is a valid fill
         ).fillna("")
         result = pd.concat([extra, result], ignore_index=True) if len(result) else extra
     return result
