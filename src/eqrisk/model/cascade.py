@@ -40,49 +40,54 @@ CASCADE_FIELDS: tuple[str, ...] = (
 # levels above it: its coefficients are not identified, so it is published as null.
 COLLINEAR_RTOL = 1e-8
 _TINY_VAR = 1e-20
+NV = 4  # variables of the cascade: the stock, market, sector and subsector returns
 
 
 @njit(cache=True, inline="always")
-def _window_sums(z, valid, k, lo, hi, lam, ref, sums, cross):
+def _window_sums(z, valid, lo, hi, lam, ref, sums, cross):
     """From-scratch weighted sums over sessions lo..hi (inclusive) of the centred inputs."""
     s0 = 0.0
     cnt = 0
-    for a in range(k):
+    for a in range(NV):
         sums[a] = 0.0
-        for b in range(k):
+        for b in range(NV):
             cross[a, b] = 0.0
     w = 1.0
     for t in range(hi, lo - 1, -1):
         if valid[t]:
             cnt += 1
             s0 += w
-            for a in range(k):
-                za = z[a, t] - ref[a]
+            for a in range(NV):
+                za = z[t, a] - ref[a]
                 sums[a] += w * za
                 for b in range(a + 1):
-                    cross[a, b] += w * za * (z[b, t] - ref[b])
+                    cross[a, b] += w * za * (z[t, b] - ref[b])
         w *= lam
     return s0, cnt
 
 
 @njit(cache=True)
 def _stock_cascade(y, xs, k, window, min_obs, lam, out):
-    """Cascade of one stock. `xs` holds k-1 factor rows (market, sector, subsector)."""
+    """Cascade of one stock. `xs` holds k-1 factor rows (market, sector, subsector).
+
+    The inputs are laid out (session, variable) with NV = 4 variables whatever k is (absent
+    levels are zeros), so that every inner loop has a fixed trip count the compiler unrolls.
+    """
     n_t = y.shape[0]
-    z = np.empty((k, n_t))
-    z[0] = y
-    for a in range(1, k):
-        z[a] = xs[a - 1]
+    z = np.zeros((n_t, NV))
     valid = np.ones(n_t, dtype=np.bool_)
     for t in range(n_t):
-        for a in range(k):
-            if not np.isfinite(z[a, t]):
-                valid[t] = False
-                break
-    ref = np.zeros(k)
-    sums = np.zeros(k)
-    cross = np.zeros((k, k))
-    cov = np.zeros((k, k))
+        z[t, 0] = y[t]
+        ok = np.isfinite(y[t])
+        for a in range(1, k):
+            z[t, a] = xs[a - 1, t]
+            ok = ok and np.isfinite(xs[a - 1, t])
+        valid[t] = ok
+    ref = np.zeros(NV)
+    sums = np.zeros(NV)
+    cross = np.zeros((NV, NV))
+    cov = np.zeros((NV, NV))
+    mean = np.zeros(NV)
     s0 = 0.0
     cnt = 0
     lam_w = lam**window
@@ -91,49 +96,52 @@ def _stock_cascade(y, xs, k, window, min_obs, lam, out):
         if t % window == 0:
             # Re-anchor: reference mean of the window (data <= t), then exact sums.
             m_cnt = 0
-            for a in range(k):
+            for a in range(NV):
                 ref[a] = 0.0
             for s in range(lo, t + 1):
                 if valid[s]:
                     m_cnt += 1
-                    for a in range(k):
-                        ref[a] += z[a, s]
+                    for a in range(NV):
+                        ref[a] += z[s, a]
             if m_cnt > 0:
-                for a in range(k):
+                for a in range(NV):
                     ref[a] /= m_cnt
-            s0, cnt = _window_sums(z, valid, k, lo, t, lam, ref, sums, cross)
+            s0, cnt = _window_sums(z, valid, lo, t, lam, ref, sums, cross)
         else:
             if lam != 1.0:
                 s0 *= lam
-                for a in range(k):
+                for a in range(NV):
                     sums[a] *= lam
                     for b in range(a + 1):
                         cross[a, b] *= lam
             if valid[t]:
                 cnt += 1
                 s0 += 1.0
-                for a in range(k):
-                    za = z[a, t] - ref[a]
+                for a in range(NV):
+                    za = z[t, a] - ref[a]
                     sums[a] += za
                     for b in range(a + 1):
-                        cross[a, b] += za * (z[b, t] - ref[b])
+                        cross[a, b] += za * (z[t, b] - ref[b])
             old = t - window
             if old >= 0 and valid[old]:
                 cnt -= 1
                 s0 -= lam_w
-                for a in range(k):
-                    za = z[a, old] - ref[a]
+                for a in range(NV):
+                    za = z[old, a] - ref[a]
                     sums[a] -= lam_w * za
                     for b in range(a + 1):
-                        cross[a, b] -= lam_w * za * (z[b, old] - ref[b])
+                        cross[a, b] -= lam_w * za * (z[old, b] - ref[b])
         for f in range(out.shape[0]):
             out[f, t] = np.nan
         out[N_OBS, t] = cnt
         if cnt < min_obs or s0 <= 0.0:
             continue
-        for a in range(k):
+        inv = 1.0 / s0  # one division per session; the rest are multiplications
+        for a in range(NV):
+            mean[a] = sums[a] * inv
+        for a in range(NV):
             for b in range(a + 1):
-                c = cross[a, b] / s0 - (sums[a] / s0) * (sums[b] / s0)
+                c = cross[a, b] * inv - mean[a] * mean[b]
                 cov[a, b] = c
                 cov[b, a] = c
         _cascade_from_cov(cov, k, out, t)
@@ -146,8 +154,10 @@ def _cascade_from_cov(c, k, out, t):
     v_m = c[1, 1]
     if v_r <= _TINY_VAR or v_m <= _TINY_VAR:
         return
-    b_m = c[0, 1] / v_m
-    er_m = b_m * b_m * v_m / v_r
+    inv_r = 1.0 / v_r
+    inv_m = 1.0 / v_m
+    b_m = c[0, 1] * inv_m
+    er_m = b_m * b_m * v_m * inv_r
     out[L1_MKT_HR, t] = b_m
     out[L1_MKT_ER, t] = er_m
     out[L1_RES_ER, t] = 1.0 - er_m
@@ -157,13 +167,14 @@ def _cascade_from_cov(c, k, out, t):
         out[L3_RES_ER, t] = 1.0 - er_m
         return
     # L2: the sector ETF cleaned of the market.
-    g = c[2, 1] / v_m
+    g = c[2, 1] * inv_m
     v_s = c[2, 2] - g * c[2, 1]
     if v_s <= COLLINEAR_RTOL * c[2, 2] or v_s <= _TINY_VAR:
         return
+    inv_s = 1.0 / v_s
     c_rs = c[0, 2] - g * c[0, 1]
-    b_s = c_rs / v_s
-    er_s = b_s * b_s * v_s / v_r
+    b_s = c_rs * inv_s
+    er_s = b_s * b_s * v_s * inv_r
     out[L2_MKT_HR, t] = b_m - b_s * g
     out[L2_SEC_HR, t] = b_s
     out[L2_MKT_ER, t] = er_m
@@ -177,15 +188,15 @@ def _cascade_from_cov(c, k, out, t):
         out[L3_RES_ER, t] = 1.0 - er_m - er_s
         return
     # L3: the subsector ETF cleaned of the market and of the cleaned sector.
-    d_m = c[3, 1] / v_m
+    d_m = c[3, 1] * inv_m
     c_us = c[3, 2] - g * c[3, 1]
-    d_s = c_us / v_s
+    d_s = c_us * inv_s
     v_u = c[3, 3] - d_m * c[3, 1] - d_s * c_us
     if v_u <= COLLINEAR_RTOL * c[3, 3] or v_u <= _TINY_VAR:
         return
     c_ru = c[0, 3] - d_m * c[0, 1] - d_s * c_rs
     b_u = c_ru / v_u
-    er_u = b_u * b_u * v_u / v_r
+    er_u = b_u * b_u * v_u * inv_r
     out[L3_SUB_HR, t] = b_u
     out[L3_SEC_HR, t] = b_s - b_u * d_s
     out[L3_MKT_HR, t] = b_m - b_s * g - b_u * d_m + b_u * d_s * g
