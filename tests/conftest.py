@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +43,27 @@ def real_universe() -> tuple[Panel, pd.DataFrame]:
     master = pd.concat([master, etfs], ignore_index=True)
     master = master[master["symbol"].isin(set(long["symbol"]))]
     return to_panel(long), classify(master, Mappings.load())
+
+
+PG_ADMIN = os.environ.get("EQRISK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> Iterator[str]:
+    """A fresh database on the machine's real PostgreSQL for this test session, dropped after."""
+    from sqlalchemy import create_engine, text
+
+    name = f"eqrisk_test_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        pytest.skip(f"PostgreSQL is not reachable at {PG_ADMIN}: {exc}")
+    yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+    admin.dispose()
 
 
 def nan_equal(a: np.ndarray, b: np.ndarray) -> bool:

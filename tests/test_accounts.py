@@ -4,43 +4,24 @@ real PostgreSQL server of the machine (127.0.0.1:5432, database created per test
 from __future__ import annotations
 
 import json
-import os
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from eqrisk.accounts import db
 from eqrisk.accounts.payments import OperatorProvider, WebhookError, sign, verify
 from eqrisk.accounts.pricing import DEFAULT_PRICES, PriceTable, tokens_to_usd, usd_to_tokens
 from eqrisk.accounts.service import STARTING_CREDIT_TOKENS, AccountError, Accounts, hash_key
 
-PG_ADMIN = os.environ.get("EQRISK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> str:
-    """A fresh PostgreSQL database for this module, dropped afterwards."""
-    name = f"eqrisk_test_{uuid.uuid4().hex[:8]}"
-    try:
-        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"PostgreSQL is not reachable at {PG_ADMIN}: {exc}")
-    yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def accounts(request, tmp_path: Path) -> Accounts:
     if request.param == "sqlite":
         return Accounts(db.make_engine(tmp_path))
-    url = request.getfixturevalue("pg_url")
+    url = request.getfixturevalue("pg_database_url")
     engine = db.make_engine(tmp_path, url)
     with engine.begin() as conn:
         for table in reversed(db.metadata.sorted_tables):

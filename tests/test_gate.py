@@ -355,16 +355,25 @@ class Server:
         self.proc.wait(timeout=30)
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_concurrent_requests_spend_the_credit_exactly_once(
-    home: Path, accounts: Accounts, tmp_path: Path
+    database: str, home: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Two worker processes sharing the SQLite ledger; the account can afford exactly 40 calls
-    (a 0.50 USD price against the 20 USD starting credit); 100 calls race for them."""
+    """Two worker processes sharing one ledger (the embedded SQLite, or the real PostgreSQL);
+    the account can afford exactly 40 calls (a 0.50 USD price against the 20 USD starting
+    credit); 100 calls race for them."""
+    env = {}
+    if database == "postgresql":
+        url = request.getfixturevalue("pg_database_url")
+        env["EQRISK_DATABASE_URL"] = url
+        accounts = Accounts(make_engine(home, url))
+    else:
+        accounts = Accounts(make_engine(home))
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps({"metrics": {"usd": 0.5}}))
     account_id, key = new_key(accounts, rate_limit="100000/minute")
     with (
-        Server(home, workers=2, EQRISK_PRICING_FILE=str(prices)) as server,
+        Server(home, workers=2, EQRISK_PRICING_FILE=str(prices), **env) as server,
         httpx.Client(base_url=server.base, headers=bearer(key), timeout=60) as client,
         ThreadPoolExecutor(max_workers=16) as pool,
     ):

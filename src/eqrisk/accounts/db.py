@@ -110,8 +110,8 @@ def make_engine(home: Path, database_url: str | None = None) -> Engine:
 
 
 def _sqlite_transactions(engine: Engine) -> None:
-    """WAL (readers never block the writer), foreign keys, and BEGIN IMMEDIATE so that a
-    read-then-write transaction holds the write lock from its start (no lost updates)."""
+    """WAL (readers never block the writer), foreign keys, and BEGIN IMMEDIATE for write
+    transactions so that a read-then-write holds the write lock from its start."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -125,10 +125,16 @@ def _sqlite_transactions(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the write lock up front; readers begin deferred and never block.
+        immediate = conn.get_execution_options().get(_IMMEDIATE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+_IMMEDIATE = "eqrisk_write_transaction"
 
 
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
-    with engine.begin() as conn:
+    """A write transaction (on SQLite it holds the write lock from its first statement)."""
+    with engine.connect().execution_options(**{_IMMEDIATE: True}) as conn, conn.begin():
         yield conn
