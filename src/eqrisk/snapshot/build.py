@@ -23,7 +23,7 @@ def build_snapshot(
     market_etf: str = "SPY",
     sector_map: Path | None = None,
     subsector_map: Path | None = None,
-    keep: int = 5,
+    keep: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot."""

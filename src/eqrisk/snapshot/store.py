@@ -110,7 +110,7 @@ def write_snapshot(
     home: Path,
     content: tables.SnapshotContent,
     *,
-    keep: int = 5,
+    keep: int = 3,
     progress: Any = None,
 ) -> dict[str, Any]:
     """Write `content` as a new version, switch CURRENT to it, prune old versions.
