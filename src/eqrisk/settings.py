@@ -81,10 +81,6 @@ class Settings(BaseSettings):
         """`home` with `~` expanded (created on first use by the writers, not here)."""
         return self.home.expanduser()
 
-    @property
-    def weighting(self) -> str:
-        return "equal" if self.halflife is None else f"ewma(halflife={self.halflife:g})"
-
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
         out = self.model_dump(mode="json")

@@ -39,7 +39,6 @@ def _item(spec: str) -> RateLimitItem:
 class RateLimiter:
     def __init__(self, redis_url: str | None = None) -> None:
         backend = storage.storage_from_string(redis_url) if redis_url else storage.MemoryStorage()
-        self.backend_name = "redis" if redis_url else "memory"
         self.blocking = redis_url is not None  # a network round trip per hit
         self._limiter = strategies.MovingWindowRateLimiter(backend)
 
@@ -54,6 +53,3 @@ class RateLimiter:
             remaining=max(0, stats.remaining),
             reset_time=stats.reset_time,
         )
-
-    def clear(self, key_id: str, spec: str) -> None:
-        self._limiter.clear(_item(spec), "eqrisk", key_id)
