@@ -155,3 +155,19 @@ def test_webhook_signature_timestamp_and_replay(accounts: Accounts) -> None:
     assert accounts.apply_card_event(event["event_id"], account_id, provider="webhook") is True
     assert accounts.apply_card_event(event["event_id"], account_id, provider="webhook") is None
     assert accounts.balance(account_id) == STARTING_CREDIT_TOKENS
+
+
+def test_workers_starting_together_make_one_demo_key(accounts: Accounts) -> None:
+    """Every server worker runs ensure_demo_key at start-up, at the same moment."""
+    url = accounts.engine.url
+    home = Path(url.database).parent if url.drivername == "sqlite" else Path("/nonexistent")
+    database_url = None if url.drivername == "sqlite" else url.render_as_string(False)
+
+    def start_worker(_: int) -> None:
+        Accounts(db.make_engine(home, database_url)).ensure_demo_key("demo-race")
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(start_worker, range(6)))
+    active = [k for k in accounts.list_keys("demo") if k["revoked_at"] is None]
+    assert len(active) == 1
+    assert accounts.authenticate("demo-race").is_demo

@@ -27,6 +27,7 @@ from sqlalchemy import (
     create_engine,
     event,
 )
+from sqlalchemy.exc import DBAPIError
 
 metadata = MetaData()
 
@@ -105,7 +106,12 @@ def make_engine(home: Path, database_url: str | None = None) -> Engine:
         home.mkdir(parents=True, exist_ok=True)
         engine = create_engine(f"sqlite:///{home / 'accounts.db'}", connect_args={"timeout": 30})
         _sqlite_transactions(engine)
-    metadata.create_all(engine)
+    try:
+        metadata.create_all(engine)
+    except DBAPIError:
+        # Several server workers start at once: another one may have created the tables
+        # between our check and our CREATE. Checking again settles it.
+        metadata.create_all(engine)
     return engine
 
 

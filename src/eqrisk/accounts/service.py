@@ -243,7 +243,14 @@ class Accounts:
 
     def ensure_demo_key(self, key: str) -> None:
         """The shared demo key (a documented value from the settings) exists, and is the only
-        active demo key: rotating the setting revokes the old one."""
+        active demo key: rotating the setting revokes the old one. Safe when several server
+        workers start at once (the loser of an insert race finds the winner's rows)."""
+        try:
+            self._ensure_demo_key(key)
+        except IntegrityError:
+            self._ensure_demo_key(key)
+
+    def _ensure_demo_key(self, key: str) -> None:
         digest = hash_key(key)
         now = _now()
         with db.transaction(self.engine) as conn:
