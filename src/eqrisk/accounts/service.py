@@ -175,13 +175,7 @@ class Accounts:
                     created_at=_now(),
                 )
             )
-            return int(
-                conn.execute(
-                    select(db.accounts.c.balance_tokens).where(
-                        db.accounts.c.account_id == account_id
-                    )
-                ).scalar_one()
-            )
+            return _balance_of(conn, account_id)
 
     # -- keys ---------------------------------------------------------------------------
     def create_key(
@@ -330,12 +324,7 @@ class Accounts:
     # -- money ----------------------------------------------------------------------------
     def balance(self, account_id: str) -> int:
         with self.engine.connect() as conn:
-            value = conn.execute(
-                select(db.accounts.c.balance_tokens).where(db.accounts.c.account_id == account_id)
-            ).scalar()
-        if value is None:
-            raise AccountError(f"no account {account_id!r}")
-        return int(value)
+            return _balance_of(conn, account_id)
 
     def charge(
         self,
@@ -361,13 +350,7 @@ class Accounts:
                 )
                 .values(balance_tokens=db.accounts.c.balance_tokens - tokens)
             )
-            balance = int(
-                conn.execute(
-                    select(db.accounts.c.balance_tokens).where(
-                        db.accounts.c.account_id == account_id
-                    )
-                ).scalar_one()
-            )
+            balance = _balance_of(conn, account_id)
             if result.rowcount != 1:
                 return Charge(ok=False, balance_tokens=balance)
             entry = conn.execute(
@@ -416,6 +399,15 @@ class Accounts:
             "tokens": sum(v["tokens"] for v in per_route.values()),
             "by_route": per_route,
         }
+
+
+def _balance_of(conn: Connection, account_id: str) -> int:
+    value = conn.execute(
+        select(db.accounts.c.balance_tokens).where(db.accounts.c.account_id == account_id)
+    ).scalar()
+    if value is None:
+        raise AccountError(f"no account {account_id!r}")
+    return int(value)
 
 
 def _verify_card(conn: Connection, account_id: str, provider: str, reference: str | None) -> bool:
