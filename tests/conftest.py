@@ -1,4 +1,5 @@
-"""Shared fixtures: the real data of ../shared/data, loaded once per session."""
+"""Session fixtures: the real data of ../shared/data and the demo home, each made once per
+session (helpers shared by several modules live in helpers.py)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.store import Panel, to_panel
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def shared_file(name: str) -> Path:
-    path = SHARED_DATA / name
-    if not path.exists():
-        pytest.skip(f"real data file {path} is not available")
-    return path
+from eqrisk.data.panel import Panel, to_panel
+from helpers import TEST_KEY, register_key, shared_file
 
 
 @pytest.fixture(scope="session")
@@ -66,47 +58,19 @@ def pg_database_url() -> Iterator[str]:
     admin.dispose()
 
 
-def nan_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    """Exact equality where NaN equals NaN."""
-    return bool(np.array_equal(a, b, equal_nan=True))
-
-
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home with the demo market ingested and built once (the README's path, in-process)."""
-    from eqrisk.data.demo import DATA_SOURCE, generate_demo, write_demo_files
-    from eqrisk.data.ingest import ingest
-    from eqrisk.model.risk import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
+    from eqrisk.snapshot.build import build_demo
 
     home = tmp_path_factory.mktemp("demo-home")
-    files = write_demo_files(generate_demo(), home / "demo")
-    report = ingest([files["prices"]], files["master"], home=home, data_source=DATA_SOURCE)
-    assert report.ok, report.to_dict()
-    build_snapshot(home, ModelParams())
+    build_demo(home)
     return home
-
-
-TEST_KEY = "test-key-1-not-secret"
-
-
-def register_key(home: Path, key: str = TEST_KEY, *, rate_limit: str = "1000000/minute") -> str:
-    """A verified, well-funded account in `home`'s accounts database, with `key` imported as
-    its key; returns the account id. Tests call the real gate with it."""
-    from eqrisk.accounts.db import make_engine
-    from eqrisk.accounts.service import Accounts
-
-    accounts = Accounts(make_engine(home))
-    account_id = accounts.create_account("tests")["account_id"]
-    accounts.verify_card(account_id, provider="tests")
-    accounts.credit(account_id, 10**12, "test credit")
-    accounts.create_key(account_id, key=key, rate_limit=rate_limit)
-    return account_id
 
 
 @pytest.fixture(scope="session")
 def demo_settings(demo_home: Path):
     from eqrisk.settings import Settings
 
-    register_key(demo_home)
+    register_key(demo_home, TEST_KEY)
     return Settings(home=demo_home, _env_file=None)

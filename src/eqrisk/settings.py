@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import (
@@ -62,6 +62,22 @@ class Settings(BaseSettings):
     render_cache_mb: int = Field(
         default=256, ge=0, description="Per-process cache of rendered answers (0 = off)."
     )
+    max_body_bytes: int = Field(
+        default=2**20, ge=1024, description="Largest request body accepted (413 beyond)."
+    )
+    max_header_bytes: int = Field(
+        default=16 * 2**10, ge=1024, description="Largest request header block (431 beyond)."
+    )
+    max_query_bytes: int = Field(
+        default=8 * 2**10, ge=256, description="Longest query string (414 beyond)."
+    )
+    rate_limit_storage: Literal["auto", "memory", "sqlite"] = Field(
+        default="auto",
+        description="Rate-limit counts without Redis: memory (one process) or a SQLite file "
+        "under home shared by the processes of this machine; auto = memory, or sqlite when "
+        "`serve --workers` > 1. EQRISK_REDIS_URL wins over both.",
+    )
+    access_log: bool = Field(default=True, description="One stderr line per request (serve).")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 

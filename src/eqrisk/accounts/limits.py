@@ -1,15 +1,26 @@
-"""Per-key rate limits with the `limits` library (moving window): in process memory for a single
-server process, in Redis when `EQRISK_REDIS_URL` is set so that every worker and host shares
-one count per key."""
+"""Per-key rate limits, moving window, exact for every process that shares the count:
+
+- memory (the `limits` library): one server process; exact and the fastest (no I/O);
+- a SQLite file under `home`: the worker processes of one machine (`serve --workers N`
+  without Redis); one write transaction per hit, so concurrent workers never both take the
+  last request of a window;
+- Redis (the `limits` library) when `EQRISK_REDIS_URL` is set: every worker and host.
+"""
 
 from __future__ import annotations
 
 import math
+import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from limits import RateLimitItem, parse, storage, strategies
+
+SQLITE_FILE = "ratelimits.sqlite3"
+_PURGE_EVERY = 1000  # hits between sweeps of rows whose window has passed (keys gone quiet)
 
 
 @dataclass(frozen=True)
@@ -36,15 +47,78 @@ def _item(spec: str) -> RateLimitItem:
     return parse(spec)
 
 
+class SqliteWindow:
+    """A moving window in a SQLite file: one row per counted request, `(key, at, expires)`.
+
+    A hit is one `BEGIN IMMEDIATE` transaction (the file's write lock): drop the key's rows that
+    left the window, count the rest, add a row if under the limit. SQLite serialises the
+    transactions of every process that opens the file, so the count is exact across them.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._hits = 0
+        with self._connect() as db:  # the schema once, before any worker thread needs it
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS hits (key TEXT NOT NULL, at REAL NOT NULL, "
+                "expires REAL NOT NULL)"
+            )
+            db.execute("CREATE INDEX IF NOT EXISTS hits_key_at ON hits (key, at)")
+            db.execute("CREATE INDEX IF NOT EXISTS hits_expires ON hits (expires)")
+
+    def _connect(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    def hit(self, key: str, amount: int, window_s: int) -> tuple[bool, int, float]:
+        """(allowed, requests now counted in the window, unix time its oldest one leaves)."""
+        db = self._connect()
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("DELETE FROM hits WHERE key = ? AND at <= ?", (key, now - window_s))
+            count, oldest = db.execute(
+                "SELECT count(*), min(at) FROM hits WHERE key = ?", (key,)
+            ).fetchone()
+            allowed = count < amount
+            if allowed:
+                db.execute("INSERT INTO hits VALUES (?, ?, ?)", (key, now, now + window_s))
+                count += 1
+                oldest = now if oldest is None else oldest
+            self._hits += 1
+            if self._hits % _PURGE_EVERY == 0:
+                db.execute("DELETE FROM hits WHERE expires <= ?", (now,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return allowed, count, oldest + window_s
+
+
 class RateLimiter:
-    def __init__(self, redis_url: str | None = None) -> None:
+    def __init__(self, redis_url: str | None = None, *, sqlite_path: Path | None = None) -> None:
+        self._sqlite = SqliteWindow(sqlite_path) if sqlite_path and not redis_url else None
         backend = storage.storage_from_string(redis_url) if redis_url else storage.MemoryStorage()
-        self.blocking = redis_url is not None  # a network round trip per hit
+        # A network round trip or a file lock per hit: the gate calls it from a worker thread.
+        self.blocking = redis_url is not None or self._sqlite is not None
+        self.kind = "redis" if redis_url else "sqlite" if self._sqlite else "memory"
         self._limiter = strategies.MovingWindowRateLimiter(backend)
 
     def hit(self, key_id: str, spec: str) -> Decision:
         """Count one request of `key_id` against `spec` (e.g. "5/minute") unless it is over."""
         item = _item(spec)
+        if self._sqlite is not None:
+            allowed, count, reset = self._sqlite.hit(
+                item.key_for("eqrisk", key_id), item.amount, item.get_expiry()
+            )
+            return Decision(allowed, item.amount, max(0, item.amount - count), reset)
         allowed = self._limiter.hit(item, "eqrisk", key_id)
         stats = self._limiter.get_window_stats(item, "eqrisk", key_id)
         return Decision(

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from eqrisk.accounts.service import Accounts
+from eqrisk.accounts.book import Accounts
 
 SIGNATURE_HEADER = "x-eqrisk-signature"
 DEFAULT_TOLERANCE_S = 300

@@ -46,6 +46,16 @@ class Price:
     def usd(self) -> float:
         return tokens_to_usd(self.tokens)
 
+    def describe(self) -> str:
+        """The price in words, as the README's price table writes it (a test compares them)."""
+        if self.tokens == 0 and self.minimum_tokens == 0:
+            return "free"
+        unit = "succeeded ticker" if self.per == "ticker" else "call"
+        text = f"{self.usd:g} USD per {unit}"
+        if self.minimum_tokens:
+            text += f", minimum {tokens_to_usd(self.minimum_tokens):g} USD per call"
+        return text
+
 
 def _usd(value: str, per: str = "call", minimum: str = "0") -> Price:
     return Price(usd_to_tokens(value), per, usd_to_tokens(minimum))

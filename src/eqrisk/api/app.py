@@ -1,10 +1,12 @@
 """The ASGI application: Service A (daily stock data, at the root) and Service B (risk metrics,
-under /api) over the current snapshot, one error shape, one request id per request."""
+under /api) over the current snapshot, one error shape, one request id per request, one access
+log line per request."""
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -13,29 +15,59 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
-from eqrisk.accounts.limits import RateLimiter
+from eqrisk.accounts.limits import SQLITE_FILE, RateLimiter
 from eqrisk.accounts.pricing import PriceTable
-from eqrisk.accounts.service import Accounts
-from eqrisk.api import billing, estimates
+from eqrisk.api import billing, dashboard
+from eqrisk.api.bounds import Bounds
+from eqrisk.api.deps import served_snapshot
+from eqrisk.api.endpoints import check_prices
 from eqrisk.api.errors import install_error_handlers, problem_body
+from eqrisk.api.estimate import estimate as estimate_of
 from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
 from eqrisk.settings import Settings, get_settings
-from eqrisk.snapshot.store import SnapshotStore
+from eqrisk.snapshot.versions import SnapshotStore
 
 log = logging.getLogger("eqrisk.api")
+access = logging.getLogger("eqrisk.access")
 SERVICES = ("daily", "risk")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Query parameters whose value is never logged (a key or secret sent in the URL by mistake).
+_SECRET_PARAM = re.compile(rb"(?i)(key|token|secret|password|passwd|signature|auth)")
+_UNPRINTABLE = re.compile(rb"[^\x21-\x7e]")
+
+
+def _printable(raw: bytes) -> str:
+    """Bytes of a request target as one log field: anything but visible ASCII %-escaped."""
+    return _UNPRINTABLE.sub(lambda m: b"%%%02X" % m.group()[0], raw).decode("ascii")
+
+
+def logged_target(scope: Scope) -> str:
+    """Path and query string as sent, with the value of any secret-looking parameter masked."""
+    path = scope.get("raw_path") or scope["path"].encode("utf-8")
+    query = scope.get("query_string", b"")
+    if not query:
+        return _printable(path)
+    parts = []
+    for pair in query.split(b"&"):
+        name, eq, _ = pair.partition(b"=")
+        parts.append(name + b"=***" if eq and _SECRET_PARAM.search(name) else pair)
+    return _printable(path + b"?" + b"&".join(parts))
 
 
 class RequestIdMiddleware:
     """Gives every request an id (the caller's X-Request-ID when sane, else a new one), puts it
     on every response, and turns an exception that escaped everything into a problem+json 500
-    that carries the id (the framework's last-resort handler would not)."""
+    that carries the id (the framework's last-resort handler would not). With `access_log`,
+    writes one line per finished request to the `eqrisk.access` logger: method, target (secrets
+    masked), status, duration, response bytes, request id, account id (`-` without a caller);
+    never a header, so never a key."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, access_log: bool = False) -> None:
         self.app = app
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -43,16 +75,23 @@ class RequestIdMiddleware:
             return
         incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         request_id = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
         started = False
+        status = 0
+        sent = 0
+        t0 = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
-            nonlocal started
+            nonlocal started, status, sent
             if message["type"] == "http.response.start":
                 started = True
+                status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 message["headers"] = headers
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
             await send(message)
 
         try:
@@ -60,22 +99,41 @@ class RequestIdMiddleware:
         except Exception:
             log.exception("unhandled error, request %s", request_id)
             if started:
+                status = status or 500
                 raise
-            body = problem_body(
-                "INTERNAL_ERROR", "an internal error occurred; quote the request_id", request_id
-            )
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/problem+json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"x-request-id", request_id.encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            status, sent = 500, await self._send_500(send, request_id)
+        finally:
+            if self.access_log:
+                caller = state.get("caller")
+                access.info(
+                    "%s %s %d %.1fms %dB request_id=%s account=%s",
+                    scope["method"],
+                    logged_target(scope),
+                    status,
+                    (time.perf_counter() - t0) * 1e3,
+                    sent,
+                    request_id,
+                    caller.account_id if caller is not None else "-",
+                )
+
+    @staticmethod
+    async def _send_500(send: Send, request_id: str) -> int:
+        body = problem_body(
+            "INTERNAL_ERROR", "an internal error occurred; quote the request_id", request_id
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [
+                    (b"content-type", b"application/problem+json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-request-id", request_id.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        return len(body)
 
 
 def create_app(settings: Settings | None = None, services: Sequence[str] | None = None) -> FastAPI:
@@ -98,27 +156,34 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     app.state.settings = settings
     app.state.snapshots = SnapshotStore(settings.home_dir)
     app.state.prices = PriceTable.load(settings.pricing_file)
+    check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
     redis_url = settings.redis_url.get_secret_value() if settings.redis_url else None
-    app.state.limiter = RateLimiter(redis_url)
+    shared = settings.rate_limit_storage == "sqlite"
+    app.state.limiter = RateLimiter(
+        redis_url, sqlite_path=settings.home_dir / SQLITE_FILE if shared else None
+    )
     install_error_handlers(app)
     if "risk" in services:
-        from eqrisk.api import risk
+        from eqrisk.api.routes import risk_metrics
 
-        app.include_router(risk.router)
+        app.include_router(risk_metrics.router)
         app.include_router(billing.router)
+        dashboard.include(app)  # the page at / is a client of Service B
     if "daily" in services:
-        from eqrisk.api import daily
+        from eqrisk.api.routes import daily_data
 
-        app.include_router(daily.router)
+        app.include_router(daily_data.router)
 
     def estimate(endpoint: str, params: dict[str, Any]) -> dict[str, Any]:
-        return estimates.estimate(endpoint, params, app.state.snapshots.current(), app.state.prices)
+        snapshot = served_snapshot(app.state.snapshots)
+        return estimate_of(endpoint, params, snapshot, app.state.prices)
 
-    # Starlette runs the last added middleware first: request id, then the gate, then routes.
+    # Starlette runs the last added middleware first: request id and access log, then the size
+    # limits (nothing below reads the network), then the gate, then routes.
     app.add_middleware(
         Gate,
         accounts=app.state.accounts,
@@ -127,5 +192,11 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         estimate=estimate,
         services=services,
     )
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(
+        Bounds,
+        max_body=settings.max_body_bytes,
+        max_headers=settings.max_header_bytes,
+        max_query=settings.max_query_bytes,
+    )
+    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     return app

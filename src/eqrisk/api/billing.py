@@ -10,9 +10,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from eqrisk.accounts.book import AccountError
 from eqrisk.accounts.payments import SIGNATURE_HEADER, WebhookError, verify
 from eqrisk.accounts.pricing import TOKEN_USD, tokens_to_usd
-from eqrisk.accounts.service import AccountError
 from eqrisk.api.deps import RiskCaller
 from eqrisk.api.errors import ApiError, problem_responses
 from eqrisk.api.formats import json_response

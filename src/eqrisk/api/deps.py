@@ -13,20 +13,26 @@ from fastapi.security import APIKeyHeader, HTTPBearer
 
 from eqrisk.api.errors import ApiError
 from eqrisk.api.gate import Caller
-from eqrisk.snapshot.store import Snapshot, SnapshotError
+from eqrisk.snapshot.versions import Snapshot, SnapshotError, SnapshotStore
 
-__all__ = ["Caller", "DailyCaller", "RiskCaller", "SnapshotDep"]
+__all__ = ["Caller", "DailyCaller", "RiskCaller", "SnapshotDep", "served_snapshot"]
 
 
-async def current_snapshot(request: Request) -> Snapshot:
+def served_snapshot(store: SnapshotStore) -> Snapshot:
+    """The snapshot to answer from; none usable (none built, or only a damaged one) is a 503
+    that says how to fix it, for the routes and for the gate's price estimate alike."""
     try:
-        return request.app.state.snapshots.current()
+        return store.current()
     except SnapshotError as exc:
         raise ApiError("SERVICE_UNAVAILABLE", str(exc)) from exc
 
 
+async def current_snapshot(request: Request) -> Snapshot:
+    return served_snapshot(request.app.state.snapshots)
+
+
 def _gated(request: Request, how: str) -> Caller:
-    caller = request.scope.get("state", {}).get("caller")
+    caller: Caller | None = request.scope.get("state", {}).get("caller")
     if caller is None:  # the gate lets no keyed route through without a caller
         raise ApiError("AUTHENTICATION_REQUIRED", f"send your API key {how}")
     return caller

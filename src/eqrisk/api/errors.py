@@ -1,6 +1,6 @@
 """The one error shape of both services: RFC 9457 problem+json with a stable machine code.
 
-`{type, title, status, detail, error, request_id}` plus optional context (for example the
+`{type, title, status, detail, message, error, request_id}` plus optional context (for example the
 accepted values). Every failure, ours or the framework's, goes through `problem_response`.
 """
 
@@ -32,13 +32,16 @@ CODES: dict[str, tuple[int, str]] = {
     "DEMO_RESTRICTED": (403, "The demo key cannot make this request"),
     "TICKER_NOT_FOUND": (404, "Ticker not found"),
     "NOT_FOUND": (404, "No such route"),
+    "NO_DATA": (404, "The data set has no data for this request"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
     "NOT_ACCEPTABLE": (406, "No acceptable response format"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
+    "URI_TOO_LONG": (414, "Request URI too long"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "The request body must be JSON"),
     "WEBHOOK_REJECTED": (400, "The webhook call was refused"),
     "WEBHOOK_REPLAY": (409, "The webhook event was already processed"),
     "RATE_LIMIT_EXCEEDED": (429, "Too many requests"),
+    "HEADERS_TOO_LARGE": (431, "Request header fields too large"),
     "INTERNAL_ERROR": (500, "Internal error"),
     "SERVICE_UNAVAILABLE": (503, "No model snapshot is available"),
 }
@@ -76,6 +79,7 @@ def problem_body(code: str, detail: str, request_id: str | None, **context: Any)
         "title": title,
         "status": status,
         "detail": detail,
+        "message": detail,  # the sentence again: what the real Service B's clients show
         "error": code,
         "request_id": request_id,
     }
@@ -146,6 +150,7 @@ class Problem(BaseModel):
     title: str
     status: int
     detail: str = Field(description="What was wrong and what is accepted.")
+    message: str = Field(description="The same sentence as `detail` (the real Service B's name).")
     error: str = Field(description="Stable machine code, e.g. TICKER_NOT_FOUND.")
     request_id: str | None = Field(description="Quote it when reporting a problem.")
 

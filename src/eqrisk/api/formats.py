@@ -5,6 +5,10 @@ length) plus the envelope parts; the renderer picked by the request writes the b
 - JSON: orjson; NaN becomes null. Service B wraps rows as `{data, meta, _metadata}`.
 - CSV: a header row, the same columns; empty cell = null; `text/csv; charset=utf-8`.
 - Parquet: the same columns typed (date32, float64, string); `application/vnd.apache.parquet`.
+
+Rendering a large answer takes long enough to stall every other request of the worker if it
+runs on the event loop, so `cached` renders a cache miss in a worker thread, when the answer
+is sent (`DeferredResponse`); 304s and cache hits, which render nothing, stay on the loop.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ import hashlib
 import io
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import anyio
 import numpy as np
 import orjson
 import pyarrow as pa
@@ -23,6 +28,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from eqrisk.api.errors import ApiError
 
@@ -71,7 +77,7 @@ def rows_of(columns: Columns) -> list[dict[str, Any]]:
 
 
 def _arrow(columns: Columns) -> pa.Table:
-    arrays = {}
+    arrays: dict[str, pa.Array[Any]] = {}
     for name, col in columns.items():
         if isinstance(col, np.ndarray) and col.dtype.kind == "f":
             # NaN -> null through an explicit mask (pyarrow's from_pandas path is ~1000x slower).
@@ -87,6 +93,57 @@ def dumps(doc: Any) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+Renderer = Callable[[Columns, Mapping[str, Any] | None, str], tuple[bytes, dict[str, str]]]
+
+
+def _render_json(
+    columns: Columns, envelope: Mapping[str, Any] | None, filename: str
+) -> tuple[bytes, dict[str, str]]:
+    """`{data: rows, **envelope}`; without an envelope a bare array of rows (Service A)."""
+    rows = rows_of(columns)
+    return dumps({"data": rows, **envelope} if envelope is not None else rows), {}
+
+
+def _render_csv(
+    columns: Columns, envelope: Mapping[str, Any] | None, filename: str
+) -> tuple[bytes, dict[str, str]]:
+    """A header row, then the rows (the envelope travels in headers), after one comment line
+    with the lineage when the envelope asks for it (`csv_comment`)."""
+    sink = io.BytesIO()
+    lineage = _lineage(envelope)
+    if (envelope or {}).get("csv_comment") and lineage:
+        line = ", ".join(f"{k}={v}" for k, v in lineage.items())
+        sink.write(f"# {line}\n".encode())
+    pacsv.write_csv(_arrow(columns), sink, pacsv.WriteOptions(quoting_style="needed"))
+    return sink.getvalue(), {"Content-Disposition": f'attachment; filename="{filename}.csv"'}
+
+
+def _lineage(envelope: Mapping[str, Any] | None) -> dict[str, str]:
+    """model_version and data_as_of of the answering snapshot, from the envelope's
+    `_metadata` (the file carries them too, not only the headers)."""
+    meta = (envelope or {}).get("_metadata") or {}
+    return {k: str(meta[k]) for k in ("model_version", "data_as_of") if meta.get(k) is not None}
+
+
+def _render_parquet(
+    columns: Columns, envelope: Mapping[str, Any] | None, filename: str
+) -> tuple[bytes, dict[str, str]]:
+    """The rows as one Parquet table, snappy-compressed."""
+    sink = io.BytesIO()
+    table = _arrow(columns)
+    lineage = _lineage(envelope)
+    if lineage:
+        table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in lineage.items()})
+    # Dictionary encoding of float columns costs more than it saves on returns and ratios.
+    pq.write_table(table, sink, compression="snappy", use_dictionary=False)
+    disposition = f'attachment; filename="{filename}.parquet"'
+    return sink.getvalue(), {"Content-Disposition": disposition}
+
+
+# Format -> renderer: a new layout (column JSON, Arrow) is one function and one entry here.
+RENDERERS: dict[str, Renderer] = {JSON: _render_json, CSV: _render_csv, PARQUET: _render_parquet}
+
+
 def render(
     fmt: str,
     columns: Columns,
@@ -95,26 +152,37 @@ def render(
     headers: Mapping[str, str] | None = None,
     filename: str = "data",
 ) -> Response:
-    """One response in `fmt`. JSON with `envelope` = {data: rows, **envelope}; without, a bare
-    array of rows (Service A). CSV and Parquet carry rows only, as an attachment."""
-    out_headers = dict(headers or {})
-    if fmt == JSON:
-        rows = rows_of(columns)
-        body = dumps({"data": rows, **envelope} if envelope is not None else rows)
-    elif fmt == CSV:
-        sink = io.BytesIO()
-        pacsv.write_csv(_arrow(columns), sink, pacsv.WriteOptions(quoting_style="needed"))
-        body = sink.getvalue()
-        out_headers["Content-Disposition"] = f'attachment; filename="{filename}.csv"'
-    elif fmt == PARQUET:
-        sink = io.BytesIO()
-        # Dictionary encoding of float columns costs more than it saves on returns and ratios.
-        pq.write_table(_arrow(columns), sink, compression="snappy", use_dictionary=False)
-        body = sink.getvalue()
-        out_headers["Content-Disposition"] = f'attachment; filename="{filename}.parquet"'
-    else:  # pragma: no cover - negotiate() admits only the formats above
-        raise ValueError(fmt)
-    return Response(body, media_type=MEDIA_TYPES[fmt], headers=out_headers)
+    """One response in `fmt` (a key of `RENDERERS`; `negotiate` admits no other). CSV and
+    Parquet carry rows only, as an attachment."""
+    body, extra = RENDERERS[fmt](columns, envelope, filename)
+    return Response(body, media_type=MEDIA_TYPES[fmt], headers={**(headers or {}), **extra})
+
+
+def answer(
+    request: Request,
+    fmt: str,
+    *,
+    version: str,
+    canonical: Iterable[tuple[str, Any]],
+    headers: Mapping[str, str],
+    make: Callable[[], Columns],
+    envelope: Callable[[], Mapping[str, Any]] | None = None,
+    filename: str = "data",
+    fresh: bool = False,
+) -> Response:
+    """The one answer path of both services, after `negotiate` chose `fmt`: the canonical
+    query names the ETag (version, path, query, format), then 304, the cached body, or the
+    columns `make()` rendered off the event loop (and cached). `fresh` (nocache): always
+    rendered anew, never a 304 or a cached body."""
+    query = "&".join(f"{k}={v}" for k, v in sorted(canonical))
+    etag = etag_for(version, request.url.path, query, fmt)
+
+    def rendered() -> Response:
+        cols = make()
+        doc = envelope() if envelope is not None else None
+        return render(fmt, cols, envelope=doc, headers=headers, filename=filename)
+
+    return cached(request, etag, headers, rendered, fresh=fresh)
 
 
 def json_response(
@@ -168,23 +236,58 @@ class RenderCache:
                 self._bytes -= len(old)
 
 
+class DeferredResponse(Response):
+    """An answer rendered when it is sent: `make()` runs in a worker thread (anyio's pool, the
+    one sync routes use), then the rendered response is cached under `etag` and sent. An
+    ApiError from `make()` still reaches the error handlers: nothing has been sent yet."""
+
+    def __init__(
+        self,
+        make: Callable[[], Response],
+        *,
+        etag: str,
+        cache: RenderCache | None,
+        headers: Mapping[str, str],
+    ) -> None:
+        super().__init__(status_code=200, headers=headers)
+        self._make = make
+        self._etag = etag
+        self._cache = cache
+
+    def render_now(self) -> Response:
+        """The rendered answer, as `cached` would send it (with its ETag; cached)."""
+        response = self._make()
+        response.headers["ETag"] = self._etag
+        if self._cache is not None:
+            self._cache.put(self._etag, response)
+        return response
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await anyio.to_thread.run_sync(self.render_now)
+        if response.background is None:
+            response.background = self.background
+        await response(scope, receive, send)
+
+
 def cached(
-    request: Request, etag: str, headers: Mapping[str, str], make: Callable[[], Response]
+    request: Request,
+    etag: str,
+    headers: Mapping[str, str],
+    make: Callable[[], Response],
+    *,
+    fresh: bool = False,
 ) -> Response:
     """The answer named by `etag`: 304 when the client has it, the cached body when this process
-    rendered it before, else `make()` (then cached). `headers` go on every one of them."""
+    rendered it before, else `make()` rendered off the event loop (then cached). `headers` go
+    on every one of them. `fresh` skips the 304 and the cached body."""
     out_headers = {**headers, "ETag": etag}
-    if not_modified(request, etag):
+    if not fresh and not_modified(request, etag):
         return Response(status_code=304, headers=out_headers)
     cache: RenderCache | None = getattr(request.app.state, "render_cache", None)
-    hit = cache.get(etag) if cache is not None else None
+    hit = cache.get(etag) if cache is not None and not fresh else None
     if hit is not None:
         return hit
-    response = make()
-    response.headers["ETag"] = etag
-    if cache is not None:
-        cache.put(etag, response)
-    return response
+    return DeferredResponse(make, etag=etag, cache=cache, headers=out_headers)
 
 
 def etag_for(*parts: object) -> str:

@@ -2,7 +2,7 @@
 and demo rules -> price -> route -> charge (2xx only) -> headers.
 
 One ASGI middleware, so that the rules are the same for every route and no route can forget
-them. The price of a call is `estimates.estimate(...)`, the very function `/api/estimate`
+them. The price of a call is `estimate.estimate(...)`, the very function `/api/estimate`
 answers with, so an estimate always equals the charge. The charge is made when the route's
 answer is known and before its first byte leaves: a 2xx is charged (atomically, never below
 zero) or, if a concurrent request spent the credit first, replaced by a 402; anything else
@@ -21,16 +21,20 @@ import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from eqrisk.accounts.book import Accounts, KeyRecord
 from eqrisk.accounts.limits import RateLimiter
 from eqrisk.accounts.pricing import PriceTable, tokens_to_usd
-from eqrisk.accounts.service import Accounts, KeyRecord
-from eqrisk.api.errors import ApiError, problem_body
+from eqrisk.api.bounds import read_body
+from eqrisk.api.bounds import send_problem as _send_problem
+from eqrisk.api.endpoints import Endpoint, find
+from eqrisk.api.errors import ApiError
+from eqrisk.api.plans import CLASS_TWINS
 from eqrisk.data.master import MAG7
 
-DAILY_ROUTES = ("daily", "betas", "facts", "gross", "resids", "symbol_list")
-OPEN_PATHS = ("/api/health", "/api/webhooks/payment")
 DEMO_MAX_TOKENS = 250
-DEMO_REFUSED_ROUTES = {"heatmap": "the heatmap covers the whole market"}
+# Routes the demo key may not call at all (route -> why). Empty today: the heatmap answers the demo
+# key with its seven tickers only (api/routes/risk_metrics.py), so a first visit to the dashboard shows data.
+DEMO_REFUSED_ROUTES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -42,19 +46,6 @@ class Caller:
     is_demo: bool
     account_state: str
     balance_tokens: int
-
-
-def route_of(path: str) -> tuple[str, str] | None:
-    """(service, price key) of a keyed route, or None for an open or unknown path."""
-    if path in OPEN_PATHS:
-        return None
-    if path.startswith("/api/"):
-        rest = path[len("/api/") :].strip("/")
-        if rest.startswith("metrics/"):
-            return "risk", "metrics"
-        return ("risk", rest) if rest else None
-    name = path.strip("/")
-    return ("daily", name) if name in DAILY_ROUTES else None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -108,69 +99,19 @@ class Gate:
         self.estimate = estimate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        hit = find(scope["path"]) if scope["type"] == "http" else None
+        if hit is None or not self._gated(hit[0]):
             await self.app(scope, receive, send)
             return
-        route = route_of(scope["path"])
-        if route is None or route[0] not in self.services or route[1] not in self.prices.prices:
-            await self.app(scope, receive, send)
-            return
-        service, price_key = route
+        endpoint = hit[0]
+        service, price_key = endpoint.service, str(endpoint.price_key)
         request_id = scope.get("state", {}).get("request_id")
         extra: dict[str, str] = {}
         try:
-            key = presented_key(scope, service)
-            if key is None:
-                how = (
-                    "in the 'apikey' header"
-                    if service == "daily"
-                    else "as 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
-                )
-                raise ApiError("AUTHENTICATION_REQUIRED", f"send your API key {how}")
-            record: KeyRecord | None = await anyio.to_thread.run_sync(
-                self.accounts.authenticate, key
-            )
-            if record is None:
-                raise ApiError("INVALID_API_KEY", "the API key is unknown or revoked")
-            if self.limiter.blocking:
-                decision = await anyio.to_thread.run_sync(
-                    self.limiter.hit, record.key_id, record.rate_limit
-                )
-            else:  # in-process counters: no I/O, no thread hop
-                decision = self.limiter.hit(record.key_id, record.rate_limit)
-            extra.update(decision.headers())
-            if not decision.allowed:
-                raise ApiError(
-                    "RATE_LIMIT_EXCEEDED",
-                    f"this key allows {record.rate_limit}; retry in {decision.retry_after}s",
-                    headers={"Retry-After": str(decision.retry_after)},
-                    limit=record.rate_limit,
-                )
-            if record.account_state == "suspended":
-                raise ApiError("ACCOUNT_INACTIVE", "the account is suspended")
-            body, receive = await _buffered(receive, scope)
-            params = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-            if price_key == "metrics":
-                params["ticker"] = scope["path"].rstrip("/").rsplit("/", 1)[-1]
-            if scope["method"] == "POST" and body:
-                try:
-                    doc = orjson.loads(body)
-                    if isinstance(doc, dict):
-                        params.update(doc)
-                except orjson.JSONDecodeError:
-                    pass  # the route answers the malformed body with a 400
-            tokens = self._tokens(service, price_key, params)
-            if record.is_demo:
-                _demo_rules(price_key, params, tokens)
-                tokens = 0  # the demo key is not charged
-            elif tokens > 0 and record.account_state != "verified":
-                raise ApiError(
-                    "ACCOUNT_INACTIVE",
-                    "verify a payment card on this account to make metered requests "
-                    "(it grants the 20 USD starting credit)",
-                )
-            elif tokens > record.balance_tokens:
-                raise _short(tokens, record.balance_tokens)
+            record = await self._authenticate(scope, service, extra)
+            body, receive = await read_body(scope, receive)
+            params = _params_of(scope, body, hit[1])
+            tokens = self._admit(record, service, price_key, params)
         except ApiError as exc:
             await _send_problem(send, exc, request_id, extra)
             return
@@ -189,6 +130,65 @@ class Gate:
             scope, receive, send, caller, price_key, tokens, digest, request_id, extra
         )
 
+    def _gated(self, endpoint: Endpoint) -> bool:
+        """A keyed, priced route of a service this app serves (open routes pass untouched)."""
+        return (
+            not endpoint.open
+            and endpoint.service in self.services
+            and endpoint.price_key in self.prices.prices
+        )
+
+    async def _authenticate(self, scope: Scope, service: str, extra: dict[str, str]) -> KeyRecord:
+        """The key's record, within its rate limit (the limit's headers go into `extra`) and on
+        an account that is not suspended; else the ApiError that says why."""
+        key = presented_key(scope, service)
+        if key is None:
+            how = (
+                "in the 'apikey' header"
+                if service == "daily"
+                else "as 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+            )
+            raise ApiError("AUTHENTICATION_REQUIRED", f"send your API key {how}")
+        record: KeyRecord | None = await anyio.to_thread.run_sync(self.accounts.authenticate, key)
+        if record is None:
+            raise ApiError("INVALID_API_KEY", "the API key is unknown or revoked")
+        if self.limiter.blocking:
+            decision = await anyio.to_thread.run_sync(
+                self.limiter.hit, record.key_id, record.rate_limit
+            )
+        else:  # in-process counters: no I/O, no thread hop
+            decision = self.limiter.hit(record.key_id, record.rate_limit)
+        extra.update(decision.headers())
+        if not decision.allowed:
+            raise ApiError(
+                "RATE_LIMIT_EXCEEDED",
+                f"this key allows {record.rate_limit}; retry in {decision.retry_after}s",
+                headers={"Retry-After": str(decision.retry_after)},
+                limit=record.rate_limit,
+            )
+        if record.account_state == "suspended":
+            raise ApiError("ACCOUNT_INACTIVE", "the account is suspended")
+        return record
+
+    def _admit(
+        self, record: KeyRecord, service: str, price_key: str, params: dict[str, Any]
+    ) -> int:
+        """The tokens this call will be charged, after the demo rules and the account's state
+        and balance allow it."""
+        tokens = self._tokens(service, price_key, params)
+        if record.is_demo:
+            _demo_rules(price_key, params, self._demo_tokens(price_key, tokens))
+            return 0  # the demo key is not charged
+        if tokens > 0 and record.account_state != "verified":
+            raise ApiError(
+                "ACCOUNT_INACTIVE",
+                "verify a payment card on this account to make metered requests "
+                "(it grants the 20 USD starting credit)",
+            )
+        if tokens > record.balance_tokens:
+            raise _short(tokens, record.balance_tokens)
+        return tokens
+
     def _tokens(self, service: str, price_key: str, params: dict[str, Any]) -> int:
         price = self.prices[price_key]
         if service == "daily" or (price.tokens == 0 and price.minimum_tokens == 0):
@@ -197,6 +197,13 @@ class Gate:
             return int(self.estimate(price_key, params)["estimated_tokens"])
         except ApiError:
             return 0  # the route itself will refuse the call (and an error is free)
+
+    def _demo_tokens(self, price_key: str, tokens: int) -> int:
+        """What the demo key's per-request cap is compared with: the price of the call, or for a
+        route priced per ticker (batch) the price of one ticker. The per-call minimum is a floor
+        on what a charged call pays; the demo key is never charged, and its tickers are seven."""
+        price = self.prices[price_key]
+        return price.tokens if price.per == "ticker" else tokens
 
     async def _forward(
         self,
@@ -252,6 +259,21 @@ class Gate:
         await self.app(scope, receive, metered_send)
 
 
+def _params_of(scope: Scope, body: bytes, path_params: dict[str, str]) -> dict[str, Any]:
+    """The call's parameters as the estimate reads them: the query string, the path's
+    parameters, and for a POST the JSON body's fields."""
+    params: dict[str, Any] = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    params.update(path_params)
+    if scope["method"] == "POST" and body:
+        try:
+            doc = orjson.loads(body)
+            if isinstance(doc, dict):
+                params.update(doc)
+        except orjson.JSONDecodeError:
+            pass  # the route answers the malformed body with a 400
+    return params
+
+
 def _usd(tokens: int) -> str:
     return f"{tokens_to_usd(tokens):.5f}"
 
@@ -273,7 +295,7 @@ def _demo_rules(price_key: str, params: dict[str, Any], tokens: int) -> None:
             f"{DEMO_REFUSED_ROUTES[price_key]}; the demo key covers only {allowed}",
             allowed_tickers=list(MAG7),
         )
-    outside = [t for t in _tickers_in(params) if t not in MAG7]
+    outside = [t for t in _tickers_in(params) if CLASS_TWINS.get(t, t) not in MAG7]
     if outside:
         raise ApiError(
             "DEMO_RESTRICTED",
@@ -288,44 +310,3 @@ def _demo_rules(price_key: str, params: dict[str, Any], tokens: int) -> None:
             tokens=tokens,
             max_tokens=DEMO_MAX_TOKENS,
         )
-
-
-async def _buffered(receive: Receive, scope: Scope) -> tuple[bytes, Receive]:
-    """Read the whole request body once and hand the route a receive that replays it."""
-    if scope["method"] not in ("POST", "PUT", "PATCH"):
-        return b"", receive
-    chunks = []
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
-
-
-async def _send_problem(
-    send: Send, exc: ApiError, request_id: str | None, extra: dict[str, str]
-) -> None:
-    body = problem_body(exc.code, exc.detail, request_id, **exc.context)
-    headers = {**extra, **exc.headers, "content-type": "application/problem+json"}
-    await send(
-        {
-            "type": "http.response.start",
-            "status": exc.status,
-            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-            + [(b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

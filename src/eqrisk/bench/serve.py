@@ -39,18 +39,12 @@ class Target:
 def prepare_home(home: Path, say: Callable[[str], None]) -> str:
     """Demo market from 2010 (so 15-year answers exist), built, plus a verified key with a
     limit high enough not to interfere. Returns the key."""
+    from eqrisk.accounts.book import Accounts
     from eqrisk.accounts.db import make_engine
-    from eqrisk.accounts.service import Accounts
-    from eqrisk.data.demo import DATA_SOURCE, generate_demo, write_demo_files
-    from eqrisk.data.ingest import ingest
-    from eqrisk.model.risk import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
+    from eqrisk.snapshot.build import build_demo
 
-    say("generating a 16-year demo market")
-    files = write_demo_files(generate_demo(start=BENCH_START), home / "demo")
-    ingest([files["prices"]], files["master"], home=home, data_source=DATA_SOURCE)
-    say("building its snapshot")
-    build_snapshot(home, ModelParams())
+    say("generating, ingesting and building a 16-year demo market")
+    build_demo(home, start=BENCH_START)
     accounts = Accounts(make_engine(home))
     account = accounts.create_account("bench")["account_id"]
     accounts.verify_card(account, provider="bench")

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import warnings
+from datetime import date
 from functools import lru_cache
 
 import exchange_calendars as xcals
+import numpy as np
 import pandas as pd
+
+# What `sessions_between` takes as a bound: anything pandas reads as one day.
+DateLike = str | date | np.datetime64 | pd.Timestamp
 
 
 @lru_cache(maxsize=1)
@@ -19,7 +24,7 @@ def nyse() -> xcals.ExchangeCalendar:
         return xcals.get_calendar("XNYS", start="1990-01-02")
 
 
-def sessions_between(start: object, end: object) -> pd.DatetimeIndex:
+def sessions_between(start: DateLike, end: DateLike) -> pd.DatetimeIndex:
     """NYSE sessions from `start` to `end` inclusive, as tz-naive midnight timestamps."""
     cal = nyse()
     lo = max(pd.Timestamp(start).normalize(), cal.first_session)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 
@@ -104,9 +105,9 @@ def classify(master: pd.DataFrame, mappings: Mappings, *, market_etf: str = "SPY
         if symbol in registry.index:
             reg = registry.loc[symbol]
             asset_type = "etf"
-            name = name or reg["name"]
-            sector = reg["gics_sector"]
-            sub = reg["gics_sub_industry"]
+            name = name or cast(str, reg["name"])
+            sector = cast(str, reg["gics_sector"])
+            sub = cast(str, reg["gics_sub_industry"])
         sector_code = sectors.loc[sector, "sector_code"] if sector in sectors.index else None
         factor_name = sectors.loc[sector, "factor_name"] if sector in sectors.index else None
         is_stock = asset_type == "stock"

@@ -162,6 +162,11 @@ def _cascade_from_cov(c, k, out, t):
     out[L1_MKT_ER, t] = er_m
     out[L1_RES_ER, t] = 1.0 - er_m
     if k == 2:
+        # A row hedged by the market only (an ETF, an unclassified stock) carries its L1 hedge
+        # in the L2 and L3 columns, sector and subsector fields null.
+        out[L2_MKT_HR, t] = b_m
+        out[L2_MKT_ER, t] = er_m
+        out[L2_RES_ER, t] = 1.0 - er_m
         out[L3_MKT_HR, t] = b_m
         out[L3_MKT_ER, t] = er_m
         out[L3_RES_ER, t] = 1.0 - er_m

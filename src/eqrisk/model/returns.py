@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -21,7 +24,77 @@ def simple_returns(close: np.ndarray) -> np.ndarray:
 def log_returns(simple: np.ndarray) -> np.ndarray:
     """ln(1 + r): the `return` metric of the spec's security_history."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.log1p(simple)
+        out: np.ndarray = np.log1p(simple)
+    return out
+
+
+@dataclass(frozen=True)
+class GroupPortfolio:
+    """A group of rows and each member's weight per session (previous session's cap).
+
+    `weights` (members x T) is zero where a member has no return; `imputed` marks the members
+    that were given a cap by the missing-cap rule on at least one session.
+    """
+
+    members: np.ndarray
+    returns: np.ndarray  # (members x T), NaN where no return
+    weights: np.ndarray  # (members x T)
+    imputed: np.ndarray  # (members,) bool
+
+    def full(self) -> np.ndarray:
+        """The group's return: sum of w r over sum of w; NaN on a day with no member return."""
+        num, total = self._sums()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out: np.ndarray = num / total
+        out[total <= 0] = np.nan
+        return out
+
+    def leave_one_out(self) -> np.ndarray:
+        """(members x T): row j is the group's return with member j's weight removed and the
+        others renormalised, NaN where no other member has a return that day."""
+        num, total = self._sums()
+        r0 = np.where(self.weights > 0, self.returns, 0.0)
+        rest = total[None, :] - self.weights
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out: np.ndarray = (num[None, :] - self.weights * r0) / rest
+        # A relative tolerance: the rest's weight is a difference of two sums.
+        out[~(rest > 1e-12 * np.maximum(total[None, :], 1e-300))] = np.nan
+        return out
+
+    def _sums(self) -> tuple[np.ndarray, np.ndarray]:
+        r0 = np.where(self.weights > 0, self.returns, 0.0)
+        return (r0 * self.weights).sum(axis=0), self.weights.sum(axis=0)
+
+
+def group_portfolio(
+    returns: np.ndarray, members: np.ndarray, market_cap: np.ndarray | None
+) -> GroupPortfolio:
+    """Weights of a group portfolio, weighted by the previous session's market cap.
+
+    Missing-cap rule: on a session where some members with a return have a cap and others do
+    not, each member without one is weighted by the median of the known caps that day (never by
+    zero, which would drop it silently). A session where no member has a cap is equal-weighted.
+    """
+    r = returns[members]
+    has_r = np.isfinite(r)
+    eq = np.where(has_r, 1.0, 0.0)
+    imputed = np.zeros(len(members), dtype=bool)
+    if market_cap is None:
+        return GroupPortfolio(members, r, eq, imputed)
+    caps = np.full(r.shape, np.nan)
+    caps[:, 1:] = market_cap[members][:, :-1]
+    known = has_r & np.isfinite(caps) & (caps > 0)
+    use_caps = known.any(axis=0)
+    missing = has_r & ~known & use_caps[None, :]
+    cap_w = np.where(known, caps, 0.0)
+    if missing.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: not used
+            median = np.nanmedian(np.where(known, caps, np.nan), axis=0)
+        cap_w = np.where(missing, median[None, :], cap_w)
+        imputed = missing.any(axis=1)
+    weights = np.where(use_caps[None, :], cap_w, eq)
+    return GroupPortfolio(members, r, weights, imputed)
 
 
 def group_returns(
@@ -29,22 +102,8 @@ def group_returns(
 ) -> np.ndarray:
     """Cap-weighted (by the previous session's market cap) return of a group of rows.
 
-    Falls back to equal weights for the days where no member has a market cap. A day with no
-    member return is NaN. This is the factor of a level that has no ETF in the data.
+    Falls back to equal weights for the days where no member has a market cap; members without
+    a cap on a capped day follow the missing-cap rule of `group_portfolio`. A day with no member
+    return is NaN. This is the published factor of a level that has no ETF in the data.
     """
-    r = returns[members]
-    has_r = np.isfinite(r)
-    eq = np.where(has_r, 1.0, 0.0)
-    weights = eq
-    if market_cap is not None:
-        caps = np.full(r.shape, np.nan)
-        caps[:, 1:] = market_cap[members][:, :-1]
-        cap_w = np.where(has_r & np.isfinite(caps), caps, 0.0)
-        use_caps = cap_w.sum(axis=0) > 0
-        weights = np.where(use_caps[None, :], cap_w, eq)
-    total = weights.sum(axis=0)
-    num = np.where(has_r, r, 0.0) * weights
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = num.sum(axis=0) / total
-    out[total <= 0] = np.nan
-    return out
+    return group_portfolio(returns, members, market_cap).full()

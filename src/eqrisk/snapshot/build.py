@@ -1,5 +1,5 @@
 """`eqrisk build`: ingested data -> model -> a new snapshot version (the only place that joins
-the three; the model itself does no I/O)."""
+the three; the model itself does no I/O); and the demo pipeline (generate -> ingest -> build)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,44 @@ from typing import Any
 
 import pandas as pd
 
+from eqrisk.data.corporate_actions import return_breaks
+from eqrisk.data.demo import DATA_SOURCE as DEMO_SOURCE
+from eqrisk.data.demo import generate_demo, write_demo_files
+from eqrisk.data.ingest import ingest
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.store import read_ingested, to_panel
-from eqrisk.model.risk import ModelParams, run_model
-from eqrisk.snapshot.store import write_snapshot
+from eqrisk.data.panel import read_ingested, shrink_reason, to_panel
+from eqrisk.model.run import ModelParams, run_model
 from eqrisk.snapshot.tables import SnapshotContent
+from eqrisk.snapshot.versions import (
+    Snapshot,
+    SnapshotError,
+    current_version,
+    snapshots_dir,
+    write_snapshot,
+)
+
+
+class UniverseShrank(ValueError):
+    """The new snapshot's universe is a sharp shrink of the current one's; `force` publishes."""
+
+
+def _check_universe(home: Path, shape: tuple[int, int]) -> None:
+    """Refuse (before the model runs) a panel far smaller than the current snapshot's."""
+    version = current_version(home)
+    if version is None:
+        return
+    try:
+        manifest = Snapshot.open(snapshots_dir(home) / version).manifest
+    except SnapshotError:
+        return  # nothing good to protect: a new build is the repair
+    old = (int(manifest["universe_size"]), int(manifest["sessions"]))
+    why = shrink_reason(old, shape)
+    if why is not None:
+        raise UniverseShrank(
+            f"refused to publish {shape[0]} symbols x {shape[1]} sessions over the current "
+            f"snapshot {version} ({old[0]} x {old[1]}): {why}; nothing changed; check the "
+            "ingested data (`eqrisk ingest`) or pass --force to publish it anyway"
+        )
 
 
 def build_snapshot(
@@ -24,9 +57,13 @@ def build_snapshot(
     sector_map: Path | None = None,
     subsector_map: Path | None = None,
     keep: int = 3,
+    force: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Build the model on the ingested data and publish it as the current snapshot."""
+    """Build the model on the ingested data and publish it as the current snapshot.
+
+    Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
+    is less than half of the current snapshot's, unless `force`."""
     say = progress or (lambda _msg: None)
     say("reading ingested data")
     prices, raw_master, meta = read_ingested(home)
@@ -43,8 +80,16 @@ def build_snapshot(
     master = classify(raw_master, Mappings.load(sector_map, subsector_map), market_etf=market_etf)
     say(f"building the panel ({len(present)} symbols)")
     panel = to_panel(prices, raw_master)
+    if not force:
+        _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
-    result = run_model(panel, master, params)
+    breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
+    result = run_model(panel, master, params, exclude=breaks)
+    if result.notes.get("caps_imputed"):
+        say(
+            f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
+            "cap of their group (see docs/DECISIONS.md, caps)"
+        )
     content = SnapshotContent(
         result=result,
         panel=panel,
@@ -53,3 +98,46 @@ def build_snapshot(
         ingest={k: meta.get(k) for k in ("data_source", "files", "ingested_at", "report_dir")},
     )
     return write_snapshot(home, content, keep=keep, progress=say)
+
+
+class DemoDataInvalid(RuntimeError):
+    """The generated demo market failed ingest validation (a generator bug, never user data)."""
+
+
+def build_demo(
+    home: Path,
+    *,
+    seed: int = 7,
+    start: str | None = None,
+    params: ModelParams | None = None,
+    market_etf: str = "SPY",
+    max_move: float = 0.5,
+    replace: bool = False,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The demo pipeline, written once: generate the seeded market, write it as a vendor would
+    (`<home>/demo/`), ingest it through the user's path, build and publish its snapshot.
+
+    `eqrisk demo`, the tests' demo home and the benchmarks all call this. `replace` and `force`
+    pass to `ingest` and `build_snapshot` (the CLI sets both after checking that the home holds
+    only demo data). Returns the new snapshot's manifest; raises DemoDataInvalid when the
+    generated data does not validate."""
+    say = progress or (lambda _msg: None)
+    say("generating the demo market")
+    market = generate_demo(seed=seed) if start is None else generate_demo(seed=seed, start=start)
+    files = write_demo_files(market, home / "demo")
+    report = ingest(
+        [files["prices"]],
+        files["master"],
+        home=home,
+        max_move=max_move,
+        replace=replace,
+        data_source=DEMO_SOURCE,
+        progress=say,
+    )
+    if not report.ok:
+        raise DemoDataInvalid(f"the demo data failed validation; see {report.report_dir}")
+    return build_snapshot(
+        home, params or ModelParams(), market_etf=market_etf, force=force, progress=say
+    )

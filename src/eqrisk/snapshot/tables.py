@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import eqrisk
-from eqrisk.data.store import Panel
-from eqrisk.model.risk import ModelResult
+from eqrisk.data.panel import Panel
+from eqrisk.model.run import ModelResult
 
 # The spec's metric keys (security_history.metric_key) and the arrays behind them.
 HISTORY_KEYS: dict[str, str] = {
@@ -36,6 +36,9 @@ HISTORY_KEYS: dict[str, str] = {
     "vol_23d": "vol_23d",
     "vol_252d_ann": "vol_252d_ann",
     "price_close": "price_close",
+    "L1_hedge_quality": "l1_hq",
+    "L2_hedge_quality": "l2_hq",
+    "L3_hedge_quality": "l3_hq",
 }
 PANEL_ARRAYS = ("open", "high", "low", "close_raw", "volume")
 HISTORY_CHUNK = 128  # symbols per batch when writing the long table (bounds memory)
@@ -110,6 +113,7 @@ def write_content(
             "sources": [result.factor_keys[i] if i >= 0 else None for i in result.flat.sources],
         },
         "ingest": content.ingest,
+        "model": result.notes,
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return manifest

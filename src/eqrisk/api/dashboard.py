@@ -1,0 +1,80 @@
+"""The dashboard: a static page at `/` that is one more client of the public API.
+
+It is served outside `/api` and outside Service A's routes, so the gate and the price table never
+see it; it calls the same routes with the same keys as any client. Plotting uses the JavaScript
+bundled in the installed `plotly` Python package (no CDN: the page works offline). The only thing
+filled in on the server is the configured demo key, a public value the page offers to visitors.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.responses import HTMLResponse
+from starlette.staticfiles import StaticFiles
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_PREFIX = "/static"
+DEMO_KEY_MARK = "{{DEMO_KEY}}"
+
+# The page loads scripts and styles from this server only; plotly sets inline styles on its SVG.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
+        "base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def plotly_bundle() -> Path:
+    """plotly.js as shipped inside the installed `plotly` package (found without importing it)."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the dashboard needs the 'plotly' package: pip install plotly")
+    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
+    if not path.is_file():
+        raise RuntimeError(f"plotly is installed but {path} is missing; reinstall plotly")
+    return path
+
+
+@lru_cache(maxsize=4)
+def index_html(demo_key: str) -> str:
+    """The page, with the configured demo key filled in (escaped for an HTML attribute)."""
+    text = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    return text.replace(DEMO_KEY_MARK, html.escape(demo_key, quote=True))
+
+
+class DashboardFiles(StaticFiles):
+    """The page's own files, plus plotly.js from the installed package at `vendor/plotly.min.js`."""
+
+    def __init__(self, plotly: Path) -> None:
+        super().__init__(directory=STATIC_DIR)
+        self.plotly = plotly
+
+    def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
+        if Path(path).as_posix() == "vendor/plotly.min.js":
+            return str(self.plotly), os.stat(self.plotly)
+        return super().lookup_path(path)
+
+
+def include(app: FastAPI) -> None:
+    """Serve the page at `/` and its files under `/static` on `app`."""
+    files = DashboardFiles(plotly_bundle())
+    demo_key = app.state.settings.demo_key.get_secret_value()
+
+    @app.get("/", include_in_schema=False)
+    async def dashboard() -> HTMLResponse:
+        headers = {**SECURITY_HEADERS, "Cache-Control": "no-cache"}
+        return HTMLResponse(index_html(demo_key), headers=headers)
+
+    # plotly.min.js is 4.8 MB; gzip sends about a third of that.
+    app.mount(STATIC_PREFIX, GZipMiddleware(files, minimum_size=1024), name="static")

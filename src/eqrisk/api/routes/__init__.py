@@ -1,0 +1,1 @@
+"""The routers of both services, named for the service they serve."""

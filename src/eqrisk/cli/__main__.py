@@ -1,0 +1,5 @@
+"""`python -m eqrisk.cli`."""
+
+from eqrisk.cli import app
+
+app()

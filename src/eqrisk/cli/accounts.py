@@ -1,0 +1,173 @@
+"""`eqrisk accounts` and `eqrisk keys`: the operator's side of accounts, credits and API keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from eqrisk.cli.app import (
+    JsonOpt,
+    app,
+    err,
+    fail,
+    out,
+    print_json,
+    show,
+)
+from eqrisk.settings import Settings, get_settings
+
+accounts_app = typer.Typer(
+    help="Accounts: create, verify a card (grants the starting credit), suspend."
+)
+keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.")
+app.add_typer(accounts_app, name="accounts")
+app.add_typer(keys_app, name="keys")
+
+
+def _accounts(settings: Settings | None = None) -> Any:
+    from eqrisk.accounts.book import Accounts
+    from eqrisk.accounts.db import make_engine
+
+    settings = settings or get_settings()
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    return Accounts(make_engine(settings.home_dir, url))
+
+
+def _account_op(fn: Callable[[], Any]) -> Any:
+    from eqrisk.accounts.book import AccountError
+
+    try:
+        return fn()
+    except AccountError as exc:
+        raise fail(str(exc)) from exc
+
+
+@accounts_app.command("create")
+def accounts_create(
+    name: Annotated[str, typer.Option(help="Account holder's name.")],
+    email: Annotated[str | None, typer.Option(help="Contact e-mail.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an account (state: created; no credit until a card is verified)."""
+    acc = _account_op(lambda: _accounts().create_account(name, email))
+    show(acc, as_json, f"account {acc['account_id']} created ({acc['state']})")
+
+
+@accounts_app.command("verify")
+def accounts_verify(
+    account_id: str,
+    reference: Annotated[str | None, typer.Option(help="Card check reference.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Confirm the account's card as the operator (the default payment provider)."""
+    from eqrisk.accounts.payments import OperatorProvider
+
+    accounts = _accounts()
+    granted = _account_op(lambda: OperatorProvider(accounts).confirm_card(account_id, reference))
+    doc = {**accounts.get_account(account_id), "starting_credit_granted": granted}
+    show(doc, as_json, f"account {account_id} verified; credit granted: {granted}")
+
+
+@accounts_app.command("suspend")
+def accounts_suspend(account_id: str) -> None:
+    """Suspend an account: its keys stop working until it is reinstated."""
+    _account_op(lambda: _accounts().set_state(account_id, "suspended"))
+    err.print(f"account {account_id} suspended")
+
+
+@accounts_app.command("reinstate")
+def accounts_reinstate(account_id: str) -> None:
+    """Reinstate a suspended account whose card was verified (no second starting credit)."""
+    _account_op(lambda: _accounts().set_state(account_id, "verified"))
+    err.print(f"account {account_id} reinstated")
+
+
+@accounts_app.command("credit")
+def accounts_credit(
+    account_id: str,
+    usd: Annotated[str, typer.Option(help="Amount in USD, e.g. 10 or 0.25.")],
+    reason: Annotated[str, typer.Option(help="Ledger note.")] = "operator credit",
+    as_json: JsonOpt = False,
+) -> None:
+    """Add credit to an account (a ledger row records it)."""
+    from eqrisk.accounts.pricing import tokens_to_usd, usd_to_tokens
+
+    try:
+        tokens = usd_to_tokens(usd)
+    except (ValueError, ArithmeticError) as exc:
+        raise fail(f"--usd must be a USD amount in steps of 0.00002; got {usd!r}", 2) from exc
+    balance = _account_op(lambda: _accounts().credit(account_id, tokens, reason))
+    doc = {"account_id": account_id, "balance_usd": tokens_to_usd(balance)}
+    show(doc, as_json, f"account {account_id}: balance {doc['balance_usd']:.5f} USD")
+
+
+@accounts_app.command("list")
+def accounts_list(as_json: JsonOpt = False) -> None:
+    """List the accounts with state and balance."""
+    from eqrisk.accounts.pricing import tokens_to_usd
+
+    rows = [
+        {**a, "balance_usd": tokens_to_usd(a["balance_tokens"])}
+        for a in _accounts().list_accounts()
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("account", "name", "state", "balance USD")
+    for row in rows:
+        table.add_row(row["account_id"], row["name"], row["state"], f"{row['balance_usd']:.5f}")
+    out.print(table)
+
+
+@keys_app.command("create")
+def keys_create(
+    account: Annotated[str, typer.Option(help="Account id.")],
+    label: Annotated[str | None, typer.Option(help="A name for the key.")] = None,
+    rate_limit: Annotated[str, typer.Option(help="Moving-window limit, e.g. 120/minute.")] = (
+        "120/minute"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a key. It is printed once and stored only as a hash: keep it."""
+    from limits import parse
+
+    try:
+        parse(rate_limit)
+    except ValueError as exc:
+        raise fail(
+            f"--rate-limit must look like '120/minute' or '10/second'; got {rate_limit!r}", 2
+        ) from exc
+    doc = _account_op(lambda: _accounts().create_key(account, label=label, rate_limit=rate_limit))
+    show(doc, as_json, f"key {doc['key_id']} for {account}: [bold]{doc['key']}[/] (shown once)")
+
+
+@keys_app.command("list")
+def keys_list(
+    account: Annotated[str | None, typer.Option(help="Only this account's keys.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List keys (ids only; keys themselves are never stored)."""
+    rows = _accounts().list_keys(account)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table("key id", "account", "label", "rate limit", "revoked")
+    for row in rows:
+        table.add_row(
+            row["key_id"],
+            row["account_id"],
+            row["label"] or "",
+            row["rate_limit"],
+            str(row["revoked_at"] or ""),
+        )
+    out.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str) -> None:
+    """Revoke a key at once (every server sees it on the next request)."""
+    _account_op(lambda: _accounts().revoke_key(key_id))
+    err.print(f"key {key_id} revoked")

@@ -1,0 +1,220 @@
+"""The `eqrisk` command. Results a script would read go to stdout (`--json`: one JSON document);
+progress and logs go to stderr. Exit codes: 0 success, 1 failure (including a refusal to lose
+data), 2 bad usage, 3 the environment is not usable (home, disk, port, database, Redis, snapshot);
+the last three print one line that names the cause and the fix.
+
+This module holds the app, the operator-error mapping and the helpers every command group uses;
+the command groups register themselves on `app` from their own modules."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
+
+from eqrisk.settings import Settings, get_settings
+
+EXIT_FAILURE, EXIT_USAGE, EXIT_ENVIRONMENT = 1, 2, 3
+
+err = Console(stderr=True)
+out = Console()
+
+
+class EnvironmentProblem(Exception):
+    """Something around eqrisk is not usable (exit 3); the message names the cause and the fix."""
+
+
+def _database_name(settings: Settings) -> str:
+    """Where the accounts database is, password hidden (for messages)."""
+    if settings.database_url is None:
+        return f"SQLite {settings.home_dir / 'accounts.db'}"
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(settings.database_url.get_secret_value()).render_as_string(True)
+    except Exception:
+        return "EQRISK_DATABASE_URL"
+
+
+def _first_line(exc: BaseException | None) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_CANNOT_WRITE = {errno.EROFS, errno.EACCES, errno.EPERM}
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+
+
+def os_problem(exc: OSError, home: Path) -> str:
+    where = exc.filename or home
+    fix = f"or point EQRISK_HOME (now {home}) at another directory"
+    # numpy reports a short write as a bare OSError ("N requested and M written"), no errno:
+    # the device filled up (by the time we look, the failed build's files are gone again).
+    short_write = exc.errno is None and _SHORT_WRITE.search(str(exc)) is not None
+    if exc.errno in _NO_SPACE or short_write:
+        why = exc.strerror or "No space left on device"
+        return f"no space left writing {where} ({why}): free space on that disk {fix}"
+    if exc.errno == errno.EROFS:
+        return f"cannot write {where}: the file system is read-only; remount it writable {fix}"
+    if exc.errno in _CANNOT_WRITE:
+        return f"cannot write {where}: permission denied; fix its permissions {fix}"
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST) and not home.is_dir():
+        return f"EQRISK_HOME {home} is not a directory: point EQRISK_HOME at a directory"
+    return f"{exc.strerror or _first_line(exc)}: {where}"
+
+
+def _operator_error(exc: BaseException) -> tuple[str, int] | None:
+    """One line and an exit code for a failure the operator can fix, else None (a bug: the
+    traceback is kept). The single place where environment failures become messages."""
+    from eqrisk.snapshot.versions import SnapshotError
+
+    settings = get_settings()
+    if isinstance(exc, EnvironmentProblem | SnapshotError):
+        return str(exc), EXIT_ENVIRONMENT
+    if isinstance(exc, OSError):
+        return os_problem(exc, settings.home_dir), EXIT_ENVIRONMENT
+    if "sqlalchemy" in sys.modules:
+        from sqlalchemy.exc import DBAPIError
+
+        if isinstance(exc, DBAPIError):
+            return (
+                f"the accounts database ({_database_name(settings)}) is not usable: "
+                f"{_first_line(exc.orig)}; start it, or fix EQRISK_DATABASE_URL or EQRISK_HOME",
+                EXIT_ENVIRONMENT,
+            )
+    if "redis" in sys.modules:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        if isinstance(exc, RedisConnectionError):
+            return (
+                f"Redis is not reachable ({_first_line(exc)}): start it, or fix or unset "
+                "EQRISK_REDIS_URL",
+                EXIT_ENVIRONMENT,
+            )
+    return None
+
+
+class OperatorErrors(TyperGroup):
+    """Runs every command; a failure the operator can fix ends in one line and a documented
+    exit code instead of a traceback."""
+
+    # Typer always passes its own Context (a subclass of the one TyperGroup.invoke declares).
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            found = _operator_error(exc)
+            if found is None:
+                raise
+            message, code = found
+            say_error(message)
+            raise typer.Exit(code) from None
+
+
+app = typer.Typer(
+    cls=OperatorErrors,
+    help="eqrisk: equity-risk data services computed from daily prices.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _every_command(ctx: typer.Context) -> None:
+    # A home that is a file fails every state-reading command in its own way; say it once.
+    home = get_settings().home_dir
+    if ctx.invoked_subcommand not in ("config", "bench") and home.exists() and not home.is_dir():
+        raise EnvironmentProblem(
+            f"EQRISK_HOME {home} is not a directory: point EQRISK_HOME at a directory"
+        )
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def effective_settings(**overrides: Any) -> Settings:
+    base = get_settings()
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    return base.model_copy(update=clean) if clean else base
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def print_mapping(doc: dict[str, Any], as_json: bool, heading: str) -> None:
+    """A flat mapping as one JSON document, or as a two-column table for people."""
+    if as_json:
+        print_json(doc)
+        return
+    table = Table(heading, "value")
+    for key, value in doc.items():
+        table.add_row(key, str(value))
+    out.print(table)
+
+
+def say_error(message: str) -> None:
+    """One line on stderr, never wrapped (scripts and logs read it whole)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> typer.Exit:
+    say_error(message)
+    return typer.Exit(code)
+
+
+@contextmanager
+def stages(title: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr showing the current stage and the elapsed time."""
+    start = time.perf_counter()
+    with err.status(title) as status:
+
+        def say(message: str) -> None:
+            status.update(f"{title}: {message} [dim]({time.perf_counter() - start:.1f}s)[/]")
+
+        yield say
+    err.print(f"[green]done[/] {title} in {time.perf_counter() - start:.1f}s")
+
+
+def show(doc: Any, as_json: bool, line: str) -> None:
+    if as_json:
+        print_json(doc)
+    else:
+        out.print(line)
+
+
+SUMMARY_KEYS = (
+    "model_version",
+    "data_as_of",
+    "data_source",
+    "universe_size",
+    "sessions",
+    "method",
+)
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    return (
+        f"snapshot [bold]{s['model_version']}[/]: {s['universe_size']} symbols x "
+        f"{s['sessions']} sessions, data as of {s['data_as_of']}, source {s['data_source']}"
+    )
+
+
+@app.command()
+def config(as_json: JsonOpt = False) -> None:
+    """Print the effective settings (secrets masked)."""
+    print_mapping(get_settings().masked(), as_json, "setting")

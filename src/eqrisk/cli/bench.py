@@ -1,0 +1,72 @@
+"""`eqrisk bench`: the benchmarks, each side by side with its alternative."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from eqrisk.cli.app import (
+    JsonOpt,
+    app,
+    err,
+    fail,
+    out,
+    print_json,
+    print_mapping,
+)
+
+bench_app = typer.Typer(help="Benchmarks, each side by side with the alternative, in one run.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("model")
+def bench_model(
+    symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
+    sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
+    baseline: Annotated[int, typer.Option(help="Symbols timed with RollingOLS.")] = 10,
+    as_json: JsonOpt = False,
+) -> None:
+    """The L3 cascade vs statsmodels RollingOLS per stock: speed ratio and max difference."""
+    from eqrisk.bench.model import ModelBench, run
+
+    result = run(
+        ModelBench(symbols=symbols, sessions=sessions, baseline_symbols=baseline),
+        say=lambda m: err.print(m),
+    )
+    print_mapping(result, as_json, "measure")
+
+
+@bench_app.command("serve")
+def bench_serve(
+    seconds: Annotated[float, typer.Option(help="Load duration per target.")] = 5.0,
+    connections: Annotated[int, typer.Option(help="Concurrent connections.")] = 8,
+    generator: Annotated[str, typer.Option(help="auto, wrk or httpx.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Requests/s and p50/p99 of data routes next to /api/health, same server and generator."""
+    from eqrisk.bench.serve import run
+
+    if generator not in ("auto", "wrk", "httpx"):
+        raise fail("--generator must be auto, wrk or httpx", 2)
+    result = run(seconds=seconds, connections=connections, generator=generator, say=err.print)
+    if as_json:
+        print_json(result)
+        return
+    table = Table("target", "cache", "kB", "req/s", "p50 ms", "p99 ms", "req/s vs health")
+    for row in result["results"]:
+        table.add_row(
+            row["target"],
+            row["cache"],
+            f"{row['bytes'] / 1e3:.0f}",
+            f"{row['rps']:.0f}",
+            f"{row['p50_ms']:.2f}",
+            f"{row['p99_ms']:.2f}",
+            f"{row['rps_ratio_to_health']:.2f}",
+        )
+    out.print(table)
+    out.print(
+        f"generator {result['generator']}, {result['connections']} connections, "
+        f"{result['seconds_per_target']:g}s per target, {result['server']}"
+    )

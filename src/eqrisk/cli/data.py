@@ -1,0 +1,227 @@
+"""Data commands: ingest, build, and the demo (generate -> ingest -> build -> serve)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from eqrisk.cli.app import (
+    SUMMARY_KEYS,
+    JsonOpt,
+    app,
+    effective_settings,
+    err,
+    fail,
+    print_json,
+    stages,
+    summary_line,
+)
+from eqrisk.settings import get_settings
+
+# `eqrisk ingest`'s longer options, named so that its signature stays readable.
+ReplaceOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Replace the ingested data set even with a much smaller one, or with mostly "
+        "rejected rows."
+    ),
+]
+SharesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Share counts merged into the master: symbol,shares or symbol,market_cap,price "
+        "(the S&P constituents_financials layout is read as is)."
+    ),
+]
+PricesBasisOpt = Annotated[
+    str,
+    typer.Option(
+        "--prices",
+        help="What the closes are: auto, adjusted, or raw (total returns from split and "
+        "dividend factors; without factors, unadjusted splits are looked for).",
+    ),
+]
+ActionsOpt = Annotated[
+    Path | None,
+    typer.Option(help="Corporate actions (symbol, date, split, dividend, spinoff, factor)."),
+]
+ColumnOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="Map a price column: CANONICAL=SOURCE, e.g. symbol=Name (repeatable)."),
+]
+
+
+@app.command()
+def ingest(
+    prices: Annotated[list[Path], typer.Argument(help="Price files: CSV, CSV.gz or Parquet.")],
+    master: Annotated[
+        Path | None, typer.Option(help="Security master (symbol, name, asset_type, GICS...).")
+    ] = None,
+    merge: Annotated[bool, typer.Option(help="Merge into the ingested data set.")] = False,
+    replace: ReplaceOpt = False,
+    source: Annotated[str | None, typer.Option(help="data_source label.")] = None,
+    max_move: Annotated[
+        float | None, typer.Option(help="Flag one-day |return| above this.")
+    ] = None,
+    shares: SharesOpt = None,
+    prices_basis: PricesBasisOpt = "auto",
+    actions: ActionsOpt = None,
+    keep_split_moves: Annotated[
+        bool, typer.Option(help="Keep suspected unadjusted splits in the model (still reported).")
+    ] = False,
+    column: ColumnOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate and ingest daily prices and a security master. Rejected rows go to the report;
+    the good rows are kept. Exit 1 when any row was rejected. Refuses (exit 1, nothing changed)
+    to replace the data set with one of less than half its symbols or sessions, or when more
+    than half of the rows are rejected, unless --replace."""
+    from eqrisk.data.columns import parse_mapping
+    from eqrisk.data.ingest import ingest as run_ingest
+    from eqrisk.data.ingest_report import IngestError, render_report
+
+    settings = effective_settings(max_move=max_move)
+    optional = [p for p in (master, shares, actions) if p is not None]
+    for path in [*prices, *optional]:
+        if not path.exists():
+            raise fail(f"no such file: {path}", 2)
+    if prices_basis not in ("auto", "adjusted", "raw"):
+        raise fail(f"--prices {prices_basis!r}: accepted are auto, adjusted, raw", 2)
+    try:
+        columns = parse_mapping(column)
+    except ValueError as exc:
+        raise fail(str(exc), 2) from exc
+    try:
+        with stages("ingest") as say:
+            report = run_ingest(
+                prices,
+                master,
+                home=settings.home_dir,
+                max_move=settings.max_move,
+                merge=merge,
+                replace=replace,
+                data_source=source,
+                prices_basis=prices_basis,
+                actions=actions,
+                keep_split_moves=keep_split_moves,
+                columns=columns,
+                progress=say,
+                shares=shares,
+            )
+    except IngestError as exc:
+        raise fail(str(exc)) from exc
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        render_report(report, err)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def build(
+    window: Annotated[int | None, typer.Option(help="Rolling window in sessions.")] = None,
+    min_obs: Annotated[int | None, typer.Option(help="Observations before publishing.")] = None,
+    halflife: Annotated[float | None, typer.Option(help="EWMA half-life (sessions).")] = None,
+    keep: Annotated[
+        int, typer.Option(min=1, help="Newest versions to keep (pinned ones are kept besides).")
+    ] = 3,
+    force: Annotated[
+        bool, typer.Option(help="Publish even when the universe shrank sharply.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the risk model on the ingested data into a new snapshot and make it current.
+    Refuses (exit 1, nothing changed) a universe of less than half the current snapshot's
+    symbols or sessions, unless --force."""
+    from eqrisk.model.run import ModelParams
+    from eqrisk.snapshot.build import build_snapshot
+
+    settings = effective_settings(window=window, min_obs=min_obs, halflife=halflife)
+    try:
+        params = ModelParams(settings.window, settings.min_obs, settings.halflife)
+        with stages("build") as say:
+            manifest = build_snapshot(
+                settings.home_dir,
+                params,
+                market_etf=settings.market_etf,
+                sector_map=settings.sector_map,
+                subsector_map=settings.subsector_map,
+                keep=keep,
+                force=force,
+                progress=say,
+            )
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from exc
+    summary = {k: manifest[k] for k in SUMMARY_KEYS}
+    if as_json:
+        print_json(summary)
+    else:
+        err.print(summary_line(summary))
+
+
+def _demo_may_write(home: Path, demo_source: str) -> None:
+    """Refuse to let the demo overwrite someone's own data set or current snapshot."""
+    from eqrisk.data.panel import ingested_source
+    from eqrisk.snapshot.versions import current_version, snapshots_dir
+
+    found = []
+    source = ingested_source(home)
+    if source not in (None, demo_source):
+        found.append(f"an ingested data set from {source!r}")
+    version = current_version(home)
+    if version is not None:
+        try:
+            manifest = json.loads((snapshots_dir(home) / version / "manifest.json").read_text())
+            snap_source = manifest.get("data_source")
+        except (OSError, ValueError):
+            snap_source = "unknown"
+        if snap_source != demo_source:
+            found.append(f"a current snapshot {version} from {snap_source!r}")
+    if found:
+        raise fail(
+            f"EQRISK_HOME {home} holds {' and '.join(found)}; the demo would replace it. Run "
+            "the demo in a home of its own, e.g. `EQRISK_HOME=/tmp/eqrisk-demo eqrisk demo`"
+        )
+
+
+@app.command()
+def demo(
+    serve: Annotated[bool, typer.Option(help="Serve the demo snapshot once built.")] = True,
+    seed: Annotated[int, typer.Option(help="Generator seed (same seed, same market).")] = 7,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate the synthetic demo market, ingest it, build it, and (by default) serve it."""
+    from eqrisk.data.demo import DATA_SOURCE
+    from eqrisk.model.run import ModelParams
+    from eqrisk.snapshot.build import DemoDataInvalid, build_demo
+
+    settings = get_settings()
+    home = settings.home_dir
+    _demo_may_write(home, DATA_SOURCE)
+    with stages("demo") as say:
+        try:
+            manifest = build_demo(
+                home,
+                seed=seed,
+                params=ModelParams(settings.window, settings.min_obs, settings.halflife),
+                market_etf=settings.market_etf,
+                max_move=settings.max_move,
+                replace=True,  # checked above: only the demo's own data set is replaced
+                force=True,
+                progress=say,
+            )
+        except DemoDataInvalid as exc:
+            raise fail(str(exc)) from None
+    summary = {k: manifest[k] for k in SUMMARY_KEYS}
+    if as_json:
+        print_json(summary)
+    else:
+        err.print(summary_line(summary))
+    if serve:
+        from eqrisk.cli.serve import run_server
+
+        run_server(settings, settings.host, settings.port, 1)

@@ -1,0 +1,179 @@
+"""`eqrisk serve`: preflight checks (home, port, database, snapshot), then uvicorn."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from eqrisk.cli.app import (
+    EnvironmentProblem,
+    app,
+    err,
+    fail,
+    os_problem,
+)
+from eqrisk.settings import Settings, get_settings
+
+
+def _log_config(access_log: bool) -> dict[str, Any]:
+    """Uvicorn's logging setup in every worker process: its own loggers as usual (its access
+    log off), and ours: `eqrisk.access` lines, as they are, on stderr."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config: dict[str, Any] = json.loads(json.dumps(LOGGING_CONFIG))
+    config["formatters"]["eqrisk_access"] = {"format": "%(message)s pid=%(process)d"}
+    config["handlers"]["eqrisk_access"] = {
+        "formatter": "eqrisk_access",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+    }
+    config["loggers"]["eqrisk.access"] = {
+        "handlers": ["eqrisk_access"],
+        "level": "INFO" if access_log else "WARNING",
+        "propagate": False,
+    }
+    return config
+
+
+def _check_home(home: Path) -> None:
+    """The home exists, is a directory and takes a new file (a real write: `os.access` says
+    yes to root on a read-only mount)."""
+    if not home.exists():
+        raise EnvironmentProblem(
+            f"EQRISK_HOME {home} does not exist: build a snapshot there first (`eqrisk ingest` "
+            "and `eqrisk build`, or `eqrisk demo`), or point EQRISK_HOME at your eqrisk home"
+        )
+    if not home.is_dir():
+        raise EnvironmentProblem(
+            f"EQRISK_HOME {home} is not a directory: point EQRISK_HOME at a directory"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=home, prefix=".probe-"):
+            pass
+    except OSError as exc:
+        raise EnvironmentProblem(os_problem(OSError(exc.errno, exc.strerror, home), home)) from None
+
+
+def _check_port(host: str, port: int) -> None:
+    """The port can be bound (with the options uvicorn binds it with)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"cannot listen on {host}:{port} ({exc.strerror}): stop what uses it or choose "
+                "another port with --port or EQRISK_PORT"
+            ) from None
+
+
+def _preflight(settings: Settings, host: str, port: int) -> str:
+    """What `serve` needs, checked before it says it is serving; returns the current version."""
+    from limits import storage
+
+    from eqrisk.accounts.db import make_engine
+    from eqrisk.snapshot.versions import SnapshotStore
+
+    home = settings.home_dir
+    _check_home(home)
+    version = SnapshotStore(home).current().version
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    make_engine(home, url).dispose()
+    if settings.redis_url is not None:
+        redis_url = settings.redis_url.get_secret_value()
+        try:
+            reachable = storage.storage_from_string(redis_url).check()
+        except Exception:
+            reachable = False
+        if not reachable:
+            raise EnvironmentProblem(
+                "Redis at EQRISK_REDIS_URL is not reachable: start it, or fix or unset "
+                "EQRISK_REDIS_URL (limits are then counted per process)"
+            )
+    _check_port(host, port)
+    return version
+
+
+def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
+    import uvicorn
+
+    from eqrisk.api.bounds import head_limit
+
+    limits = "redis" if settings.redis_url else "memory"
+    if workers > 1 and not settings.redis_url:
+        if settings.rate_limit_storage == "memory":
+            raise fail(
+                f"--workers {workers} with EQRISK_RATE_LIMIT_STORAGE=memory would give every "
+                "worker its own rate-limit count; use sqlite (or auto) or set EQRISK_REDIS_URL",
+                2,
+            )
+        limits = "sqlite"
+    elif not settings.redis_url and settings.rate_limit_storage == "sqlite":
+        limits = "sqlite"
+    # Worker processes build the app from the settings, so the choices travel in the environment.
+    os.environ["EQRISK_RATE_LIMIT_STORAGE"] = "sqlite" if limits == "sqlite" else "memory"
+    os.environ["EQRISK_ACCESS_LOG"] = json.dumps(settings.access_log)
+    version = _preflight(settings, host, port)
+    base = f"http://{host}:{port}"
+    err.print(
+        f"serving snapshot {version} at [bold]{base}[/]\n"
+        f"  Service A: {base}/daily ... (header apikey)\n"
+        f"  Service B: {base}/api/... (Authorization: Bearer <key>)\n"
+        f"  dashboard: {base}/\n"
+        f"  docs:      {base}/docs\n"
+        f"  demo key:  {settings.demo_key.get_secret_value()}\n"
+        f"  workers:   {workers}, rate limits in {limits}, "
+        f"access log {'on' if settings.access_log else 'off'}"
+    )
+    # The head of a request (request line and headers) is bounded before the app sees it;
+    # the app answers what fits with 414 / 431 / 413 problem+json (eqrisk.api.bounds).
+    uvicorn.run(
+        "eqrisk.api.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        http="eqrisk.api.protocol:BoundedHttpToolsProtocol",
+        h11_max_incomplete_event_size=head_limit(
+            settings.max_header_bytes, settings.max_query_bytes
+        ),
+        log_level="warning",
+        access_log=False,
+        log_config=_log_config(settings.access_log),
+    )
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port.")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    service: Annotated[
+        str, typer.Option(help="Which services: all, daily (Service A) or risk (Service B).")
+    ] = "all",
+    access_log: Annotated[
+        bool | None,
+        typer.Option(
+            "--access-log/--no-access-log", help="One stderr line per request (default: on)."
+        ),
+    ] = None,
+) -> None:
+    """Serve Service A and/or Service B over the current snapshot (new snapshots are picked up
+    without a restart)."""
+    choices = {"all": ["daily", "risk"], "daily": ["daily"], "risk": ["risk"]}
+    if service not in choices:
+        raise fail(f"--service must be one of {', '.join(choices)}; got {service!r}", 2)
+    # Worker processes build the app from the settings, so the choice travels in the environment.
+    os.environ["EQRISK_SERVICES"] = json.dumps(choices[service])
+    if access_log is not None:
+        os.environ["EQRISK_ACCESS_LOG"] = json.dumps(access_log)
+    get_settings.cache_clear()
+    settings = get_settings()
+    run_server(settings, host or settings.host, port or settings.port, workers)

@@ -1,0 +1,123 @@
+"""`eqrisk snapshots`: list the kept versions, use one, pin or unpin one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from eqrisk.cli.app import (
+    EXIT_USAGE,
+    SUMMARY_KEYS,
+    JsonOpt,
+    app,
+    fail,
+    out,
+    print_json,
+    show,
+)
+from eqrisk.settings import get_settings
+
+snapshots_app = typer.Typer(help="Snapshot versions: list (alone), use one, pin or unpin one.")
+app.add_typer(snapshots_app, name="snapshots")
+
+
+@snapshots_app.callback(invoke_without_command=True)
+def snapshots(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the snapshot versions (the current one and the pinned ones marked)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from eqrisk.snapshot.versions import (
+        Snapshot,
+        SnapshotError,
+        current_version,
+        list_versions,
+        pinned_versions,
+        snapshots_dir,
+    )
+
+    home = get_settings().home_dir
+    current, pinned = current_version(home), set(pinned_versions(home))
+    rows = []
+    for version in list_versions(home):
+        try:
+            manifest = Snapshot.open(snapshots_dir(home) / version).manifest
+            row: dict[str, Any] = {k: manifest[k] for k in SUMMARY_KEYS}
+            row["problem"] = None
+        except SnapshotError as exc:
+            row = {k: None for k in SUMMARY_KEYS} | {"model_version": version}
+            row["problem"] = str(exc)
+        rows.append({**row, "current": version == current, "pinned": version in pinned})
+    if as_json:
+        print_json({"current": current, "pinned": sorted(pinned), "versions": rows})
+        return
+    table = Table(
+        "version", "current", "pinned", "data as of", "source", "symbols", "sessions", "method"
+    )
+    for row in rows:
+        method = row["method"]
+        table.add_row(
+            row["model_version"],
+            "*" if row["current"] else "",
+            "pinned" if row["pinned"] else "",
+            row["data_as_of"] or "",
+            row["data_source"] or "",
+            str(row["universe_size"] or ""),
+            str(row["sessions"] or ""),
+            (
+                f"{method['weighting']} w={method['window']} min={method['min_obs']}"
+                if method
+                else f"damaged: {row['problem']}"
+            ),
+        )
+    out.print(table if rows else "no snapshots yet: run `eqrisk build` or `eqrisk demo`")
+
+
+def _versioned(fn: Callable[[], str]) -> str:
+    """Run a version command; a name that names no kept version is bad usage (exit 2)."""
+    from eqrisk.snapshot.versions import UnknownVersion
+
+    try:
+        return fn()
+    except UnknownVersion as exc:
+        raise fail(str(exc), EXIT_USAGE) from None
+
+
+VersionArg = Annotated[str, typer.Argument(help="A kept version: its full name or vN.")]
+
+
+@snapshots_app.command("use")
+def snapshots_use(version: VersionArg, as_json: JsonOpt = False) -> None:
+    """Make a kept version current (atomically; running servers switch without a restart)."""
+    from eqrisk.snapshot.versions import current_version, use_version
+
+    home = get_settings().home_dir
+    before = current_version(home)
+    chosen = _versioned(lambda: use_version(home, version))
+    show(
+        {"current": chosen, "previous": before},
+        as_json,
+        f"current snapshot: {chosen} (was {before})",
+    )
+
+
+@snapshots_app.command("pin")
+def snapshots_pin(version: VersionArg, as_json: JsonOpt = False) -> None:
+    """Pin a kept version: pruning after a build never removes it."""
+    from eqrisk.snapshot.versions import pinned_versions, set_pinned
+
+    home = get_settings().home_dir
+    chosen = _versioned(lambda: set_pinned(home, version, True))
+    show({"pinned": pinned_versions(home)}, as_json, f"pinned {chosen}")
+
+
+@snapshots_app.command("unpin")
+def snapshots_unpin(version: VersionArg, as_json: JsonOpt = False) -> None:
+    """Unpin a version: it is pruned like any other once older than the kept ones."""
+    from eqrisk.snapshot.versions import pinned_versions, set_pinned
+
+    home = get_settings().home_dir
+    chosen = _versioned(lambda: set_pinned(home, version, False))
+    show({"pinned": pinned_versions(home)}, as_json, f"unpinned {chosen}")

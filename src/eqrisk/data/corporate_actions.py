@@ -1,0 +1,357 @@
+"""Corporate actions: total-return closes from raw closes and their split/dividend/spin-off
+factors, and the detection of unadjusted splits in raw closes that come without factors.
+
+Conventions (those of the shared OHLCV file, whose adjusted closes they reproduce to 1e-11):
+- `split` on the ex-date: new shares per old share (7 for a 7:1 split, 0.1 for a 1:10 reverse
+  split); `dividend` and `spinoff` on the ex-date: cash (or the value of the distributed shares)
+  per share after that day's split; `factor`: a multiplier a vendor applies to the prices before
+  the ex-date, used as given (1 = none).
+- The total return into row t is r_t = (P_t + D_t) k_t / P_{t-1} - 1. The total-return close is
+  P_t C_t with C_T = 1 on the last row and C_{t-1} = C_t f_t / (k_t (1 + D_t / P_t)), so each
+  row's factor depends only on its own values and the returns the model computes from the
+  adjusted closes are exactly these total returns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "FACTOR_COLUMNS",
+    "PRICE_BASES",
+    "SPLIT_RATIOS",
+    "SplitRule",
+    "apply_actions",
+    "read_actions",
+    "resolve_basis",
+    "return_breaks",
+    "suspected_splits",
+    "total_return_close",
+]
+
+ACCEPTED_ACTION_COLUMNS = (
+    "`symbol`, `date`, and any of `split` (new shares per old share, or `7:1` / `1-for-10`), "
+    "`dividend` (cash per share), `spinoff` (value distributed per share), `factor` (multiplier "
+    "of the prices before the ex-date)"
+)
+_ACTION_ALIASES = {
+    "symbol": "symbol",
+    "ticker": "symbol",
+    "name": "symbol",
+    "ticker_symbol": "symbol",
+    "date": "date",
+    "ex_date": "date",
+    "split": "split",
+    "split_coefficient": "split",
+    "split_ratio": "split",
+    "split_factor": "split",
+    "stock_splits": "split",
+    "dividend": "dividend",
+    "dividends": "dividend",
+    "dividend_amount": "dividend",
+    "spinoff": "spinoff",
+    "spin_off": "spinoff",
+    "spinoff_value": "spinoff",
+    "factor": "factor",
+    "adjustment_factor": "factor",
+    "price_factor": "factor",
+}
+
+
+# What the closes of a price file are: `auto` (decided from its columns), `adjusted` (split-
+# and dividend-adjusted already: used as they are) or `raw` (as traded: with factors the model
+# uses total returns, without them unadjusted splits are looked for).
+PRICE_BASES: tuple[str, ...] = ("auto", "adjusted", "raw")
+
+# Long-file columns that carry factors (names compared lower-cased, spaces as underscores).
+FACTOR_COLUMNS: dict[str, str] = {
+    "split_coefficient": "split_coefficient",
+    "split_factor": "split_coefficient",
+    "split_ratio": "split_coefficient",
+    "stock_splits": "split_coefficient",
+    "splits": "split_coefficient",
+    "dividend_amount": "dividend_amount",
+    "dividend": "dividend_amount",
+    "dividends": "dividend_amount",
+}
+
+
+def resolve_basis(basis: str, has_adjusted: bool, has_close: bool, has_factors: bool) -> str:
+    """How a long file's closes are read: `adjusted`, `total_return` or `unknown`.
+
+    auto: an adjusted-close column is used as it is; else raw closes with factor columns give
+    total returns; else the closes may be raw (`unknown`: ingest looks for unadjusted splits).
+    raw: total returns where the file has factors, else `unknown`. adjusted: as given.
+    """
+    if basis == "adjusted":
+        return "adjusted"
+    if basis == "raw" or not has_adjusted:
+        return "total_return" if has_factors and has_close else "unknown"
+    return "adjusted"
+
+
+def total_return_close(
+    symbol: np.ndarray,
+    day: np.ndarray,
+    close: np.ndarray,
+    split: np.ndarray | None = None,
+    dividend: np.ndarray | None = None,
+    factor: np.ndarray | None = None,
+) -> np.ndarray:
+    """Total-return (split- and dividend-adjusted) closes of raw closes, anchored at each
+    symbol's last raw close. Rows may come in any order; missing factors mean none; a row
+    without a usable close keeps its split and factor (the event happened) but no dividend."""
+    n = len(close)
+    close = np.asarray(close, dtype=np.float64)
+
+    def col(values: np.ndarray | None, default: float, positive: bool) -> np.ndarray:
+        if values is None:
+            return np.full(n, default)
+        v = np.asarray(values, dtype=np.float64)
+        usable = np.isfinite(v) & ((v > 0) if positive else (v >= 0))
+        return np.where(usable, v, default)
+
+    k = col(split, 1.0, positive=True)
+    d = col(dividend, 0.0, positive=False)
+    f = col(factor, 1.0, positive=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        div_ratio = np.where(np.isfinite(close) & (close > 0), d / close, 0.0)
+    # The factor each row applies to the rows before it.
+    step = f / (k * (1.0 + div_ratio))
+    order = np.lexsort((np.asarray(day).astype("datetime64[D]").astype(np.int64), symbol))
+    sym_sorted = np.asarray(symbol, dtype=object)[order]
+    step_sorted = pd.Series(step[order])
+    # C of a row: product of the steps of the later rows of its symbol (exclusive).
+    later = step_sorted.groupby(sym_sorted).shift(-1).fillna(1.0)
+    rev = later.iloc[::-1]
+    cum = rev.groupby(sym_sorted[::-1]).cumprod().iloc[::-1].to_numpy()
+    out = np.empty(n)
+    out[order] = close[order] * cum
+    return out
+
+
+def read_actions(path: Path) -> pd.DataFrame:
+    """A corporate-actions file -> `symbol, date, split, dividend, factor` (spin-off values are
+    added to the dividend: value distributed per share). Raises ValueError on unknown layouts."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such corporate-actions file")
+    if path.name.lower().endswith((".parquet", ".pq")):
+        raw = pd.read_parquet(path)
+    else:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    names = {c: _ACTION_ALIASES.get(re.sub(r"[\s\-]+", "_", str(c).strip().lower())) for c in raw}
+    chosen: dict[str, str] = {}
+    for col, canon in names.items():
+        if canon is not None and canon not in chosen:
+            chosen[canon] = str(col)  # read_csv's column names: already text
+    if "symbol" not in chosen or "date" not in chosen or len(chosen) < 3:
+        raise ValueError(
+            f"{path}: columns {list(raw.columns)[:12]} are not a corporate-actions file; "
+            f"accepted: {ACCEPTED_ACTION_COLUMNS}"
+        )
+    out = pd.DataFrame(
+        {
+            "symbol": raw[chosen["symbol"]].astype(str).str.strip().str.upper(),
+            "date": pd.to_datetime(raw[chosen["date"]], errors="coerce", format="mixed"),
+        }
+    )
+    bad_date = out["date"].isna()
+    if bad_date.any():
+        rows = (np.flatnonzero(bad_date) + 2).tolist()[:5]
+        raise ValueError(f"{path}: unparseable dates on lines {rows}")
+    out["split"] = (
+        raw[chosen["split"]].map(parse_split_ratio).astype(float) if "split" in chosen else 1.0
+    )
+    dividend = _numbers(raw, chosen.get("dividend"), 0.0)
+    out["dividend"] = dividend + _numbers(raw, chosen.get("spinoff"), 0.0)
+    out["factor"] = _numbers(raw, chosen.get("factor"), 1.0)
+    if (out["split"] <= 0).any() or (out["factor"] <= 0).any() or (out["dividend"] < 0).any():
+        raise ValueError(f"{path}: splits and factors must be > 0 and dividends >= 0")
+    # Several actions of one symbol on one day combine.
+    return (
+        out.groupby(["symbol", "date"], as_index=False)
+        .agg(split=("split", "prod"), dividend=("dividend", "sum"), factor=("factor", "prod"))
+        .sort_values(["symbol", "date"], ignore_index=True)
+    )
+
+
+def apply_actions(prices: pd.DataFrame, actions: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Total-return closes for the symbols of a corporate-actions table: their `close` becomes
+    the total-return close of their raw close (`close_raw`, else `close`, which is then raw).
+    An action dated on a day without a price row applies to the symbol's next priced row.
+    Returns the new frame and the symbols adjusted."""
+    symbols = sorted(set(actions["symbol"]) & set(prices["symbol"]))
+    if not symbols:
+        return prices, []
+    out = prices.copy()
+    mask = out["symbol"].isin(symbols).to_numpy()
+    sub = out.loc[mask, ["symbol", "date", "close", "close_raw"]].copy()
+    raw = sub["close_raw"].where(sub["close_raw"].notna(), sub["close"]).to_numpy(float)
+    sub["_i"] = np.arange(len(sub))
+    rows = sub.sort_values("date")
+    acts = actions[actions["symbol"].isin(symbols)].sort_values("date")
+    hit = pd.merge_asof(
+        acts.astype({"date": rows["date"].dtype}),
+        rows[["symbol", "date", "_i"]],
+        on="date",
+        by="symbol",
+        direction="forward",
+    ).dropna(subset=["_i"])
+    split = np.ones(len(sub))
+    dividend = np.zeros(len(sub))
+    factor = np.ones(len(sub))
+    for i, k, d, f in zip(
+        hit["_i"].astype(int), hit["split"], hit["dividend"], hit["factor"], strict=True
+    ):
+        split[i] *= k
+        dividend[i] += d
+        factor[i] *= f
+    sub_close = total_return_close(
+        sub["symbol"].to_numpy(), sub["date"].to_numpy(), raw, split, dividend, factor
+    )
+    out.loc[mask, "close"] = sub_close
+    out.loc[mask, "close_raw"] = raw
+    return out, symbols
+
+
+def _numbers(raw: pd.DataFrame, col: str | None, default: float) -> pd.Series:
+    if col is None:
+        return pd.Series(default, index=raw.index)
+    values = pd.to_numeric(raw[col].replace("", np.nan), errors="coerce")
+    return values.fillna(default)
+
+
+def parse_split_ratio(value: object) -> float:
+    """`7`, `7.0`, `7:1`, `7/1`, `7-for-1`, `1 for 10` -> new shares per old share; blank -> 1."""
+    text = str(value).strip().lower()
+    if text in ("", "nan", "none"):
+        return 1.0
+    m = re.fullmatch(r"([\d.]+)\s*(?::|/|-?\s*for\s*-?)\s*([\d.]+)", text)
+    if m:
+        return float(m.group(1)) / float(m.group(2))
+    try:
+        return float(text)
+    except ValueError as exc:
+        raise ValueError(f"split ratio {value!r} is not a number or `a:b`") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Splits without factors
+
+# Common split ratios (new shares per old share); a reverse split is the reciprocal.
+SPLIT_RATIOS: tuple[float, ...] = (
+    1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 15.0, 20.0, 25.0, 30.0, 50.0,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """When a one-day move is taken for an unadjusted split.
+
+    The move is measured against the day's market: its log return less the median log return
+    of all symbols that session (where at least `min_peers` have one), so that a crash day of
+    the whole market is never read as a split. It is a split when that move is within
+    `tolerance` (widened to `tol_sigmas` of the stock's recent daily volatility, at most
+    `max_tolerance`, or `max_tolerance_large` for ratios of 3:1 and more, which no ordinary
+    day comes near) of a split ratio of SPLIT_RATIOS (or its reverse) and at least
+    `min_sigmas` of that volatility; a fractional ratio (3:2, 5:2) must match within
+    `fraction_tolerance`. The volatility is robust (1.4826 x the median absolute log
+    return of the symbol's previous `lookback` rows), so an earlier missing adjustment does not
+    hide the next one.
+    """
+
+    tolerance: float = 0.03
+    tol_sigmas: float = 3.0
+    max_tolerance: float = 0.06
+    max_tolerance_large: float = 0.12
+    min_sigmas: float = 8.0
+    lookback: int = 63
+    default_sigma: float = 0.02
+    min_peers: int = 20
+    fraction_tolerance: float = 0.005
+
+
+def suspected_splits(
+    symbol: np.ndarray,
+    day: np.ndarray,
+    close: np.ndarray,
+    rule: SplitRule | None = None,
+) -> pd.DataFrame:
+    """One-day moves between consecutive rows of a symbol (rows sorted by symbol, then date)
+    that look like a missing split adjustment: `symbol, date, prev_close, close, return,
+    ratio` (the split ratio it matches: 7 for 7:1, 0.1 for 1:10) and `sigma`."""
+    rule = rule or SplitRule()
+    symbol = np.asarray(symbol, dtype=object)
+    days = np.asarray(day).astype("datetime64[D]")
+    close = np.asarray(close, dtype=np.float64)
+    cols = ["symbol", "date", "prev_close", "close", "return", "ratio", "sigma"]
+    if len(close) < 2:
+        return pd.DataFrame(columns=cols)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lr = np.log(close[1:] / close[:-1])
+    same = symbol[1:] == symbol[:-1]
+    lr = np.where(same & np.isfinite(lr), lr, np.nan)
+    # The day's market move: median log return of every symbol that session.
+    frame = pd.DataFrame({"day": days[1:], "lr": lr})
+    by_day = frame.groupby("day")["lr"]
+    market = np.where(by_day.transform("count") >= rule.min_peers, by_day.transform("median"), 0.0)
+    move = lr - np.nan_to_num(market)
+    ratios = np.array(sorted({*SPLIT_RATIOS, *(1.0 / np.array(SPLIT_RATIOS))}))
+    # Log distance of each move to the nearest split ratio (a k:1 split divides the price by k).
+    dist = np.abs(move[:, None] + np.log(ratios)[None, :])
+    dist = np.where(np.isfinite(dist), dist, np.inf)
+    nearest = np.argmin(dist, axis=1)
+    best = dist[np.arange(len(move)), nearest]
+    candidates = np.flatnonzero(best <= max(rule.max_tolerance, rule.max_tolerance_large))
+    rows = []
+    abs_lr = np.abs(lr)
+    run_start = np.maximum.accumulate(np.where(~same, np.arange(len(lr)), 0))
+    for j in candidates.tolist():
+        lo = max(j - rule.lookback, int(run_start[j]))
+        prev = abs_lr[lo:j]
+        prev = prev[np.isfinite(prev)]
+        sigma = 1.4826 * float(np.median(prev)) if len(prev) >= 20 else rule.default_sigma
+        sigma = max(sigma, 1e-4)
+        q = ratios[nearest[j]]
+        size = max(q, 1.0 / q)
+        cap = rule.max_tolerance if size < 2.5 else rule.max_tolerance_large
+        tol = min(max(rule.tolerance, rule.tol_sigmas * sigma), cap)
+        if abs(size - round(size)) > 1e-9:
+            # 3:2 and 5:2 sit where real crashes and rallies of a third or a half fall:
+            # they need a much closer match.
+            tol = rule.fraction_tolerance
+        if best[j] <= tol and abs(move[j]) >= rule.min_sigmas * sigma:
+            rows.append(
+                {
+                    "symbol": symbol[j + 1],
+                    "date": np.datetime_as_string(days[j + 1], unit="D"),
+                    "prev_close": close[j],
+                    "close": close[j + 1],
+                    "return": float(np.expm1(lr[j])),
+                    "ratio": float(ratios[nearest[j]]),
+                    "sigma": sigma,
+                }
+            )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def return_breaks(
+    breaks: list[list[str]] | list[tuple[str, str]], symbols: np.ndarray, sessions: np.ndarray
+) -> np.ndarray:
+    """(n x T) bool mask of the returns kept out of the model: one (symbol, date) per
+    suspected split recorded by ingest (the return INTO that session)."""
+    mask = np.zeros((len(symbols), len(sessions)), dtype=bool)
+    row = {s: i for i, s in enumerate(np.asarray(symbols).tolist())}
+    col = {d: j for j, d in enumerate(np.asarray(sessions).astype("datetime64[D]").tolist())}
+    for sym, date in breaks:
+        i = row.get(sym)
+        j = col.get(np.datetime64(date, "D").astype(object))
+        if i is not None and j is not None:
+            mask[i, j] = True
+    return mask

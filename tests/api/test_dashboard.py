@@ -1,0 +1,496 @@
+"""The dashboard at `/`, in real headless Chromium against `eqrisk serve` on the demo market.
+
+Chromium and its driver are Debian's (`.ci/run` installs them); nothing is downloaded while the
+tests run. Without them these tests fail, unless EQRISK_SKIP_BROWSER=1 says to skip them. They
+also write the README's screenshots (`docs/screenshots/`, or EQRISK_SCREENSHOTS).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from eqrisk.api.dashboard import SECURITY_HEADERS, plotly_bundle
+from eqrisk.data.master import MAG7
+from helpers import REPO_ROOT, TEST_KEY, Server, register_key
+
+CHROMIUM = Path(os.environ.get("EQRISK_CHROMIUM", "/usr/bin/chromium"))
+CHROMEDRIVER = Path(os.environ.get("EQRISK_CHROMEDRIVER", "/usr/bin/chromedriver"))
+SCREENSHOTS = Path(os.environ.get("EQRISK_SCREENSHOTS", REPO_ROOT / "docs/screenshots"))
+DESKTOP = (1366, 900)
+PHONE = (390, 844)
+WAIT_S = 60  # generous: the development machine is small and shared
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def server(demo_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`eqrisk serve` in a child process on a copy of the demo snapshot, with a funded key."""
+    home = tmp_path_factory.mktemp("dashboard-home")
+    shutil.copytree(demo_home / "snapshots", home / "snapshots")
+    register_key(home)
+    with Server(home) as running:
+        yield running.base
+
+
+@pytest.fixture(scope="module")
+def api(server: str) -> Iterator[httpx.Client]:
+    """The same API with the funded key: what the page should show, asked directly."""
+    with httpx.Client(
+        base_url=server, headers={"Authorization": f"Bearer {TEST_KEY}"}, timeout=30
+    ) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        why = f"{', '.join(missing)} not installed (apt-get install chromium chromium-driver)"
+        if os.environ.get("EQRISK_SKIP_BROWSER") == "1":
+            pytest.skip(f"EQRISK_SKIP_BROWSER=1 and {why}")
+        pytest.fail(f"the dashboard tests need Debian's Chromium: {why}")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    downloads = tmp_path_factory.mktemp("downloads")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='eqrisk-chromium-')}",
+        f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
+    ):
+        options.add_argument(arg)
+    options.add_experimental_option(
+        "prefs",
+        {"download.default_directory": str(downloads), "download.prompt_for_download": False},
+    )
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # The driver's path is given, so Selenium Manager has nothing to look up or download.
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.downloads = downloads
+    driver.set_script_timeout(WAIT_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def wait_js(driver: Any, script: str, *args: Any, timeout: float = WAIT_S) -> Any:
+    """Poll `script` (a JS function body returning a value) until it is truthy; return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = driver.execute_script(script, *args)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            logs = [e["message"] for e in driver.get_log("browser")]
+            raise AssertionError(f"timed out waiting for: {script}\nbrowser log: {logs}")
+        time.sleep(0.1)
+
+
+def fresh_visit(driver: Any, base: str, key: str | None, hash_: str = "") -> None:
+    """A first visit: nothing remembered; enter `key` in the key dialog (None: the demo key)."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{base}/")
+    driver.execute_script("localStorage.clear()")
+    driver.get(f"{base}/{hash_}")
+    driver.refresh()
+    wait_js(driver, "return document.getElementById('key-dialog').open")
+    if key is None:
+        driver.find_element(By.ID, "use-demo").click()
+    else:
+        driver.find_element(By.ID, "key-input").send_keys(key)
+        driver.find_element(By.ID, "use-key").click()
+
+
+def plotted(driver: Any, chart_id: str) -> bool:
+    return wait_js(
+        driver,
+        "const g = document.getElementById(arguments[0]); return !!(g && g.data && g.data.length)",
+        chart_id,
+    )
+
+
+def trace_lengths(driver: Any, chart_id: str) -> list[int]:
+    return driver.execute_script(
+        "return document.getElementById(arguments[0]).data.map(t => t.x.length)", chart_id
+    )
+
+
+def treemap_slices(driver: Any) -> list[dict[str, Any]]:
+    """Every rectangle drawn in the treemap: its node id and size in pixels."""
+    return driver.execute_script(
+        """return [...document.querySelectorAll('#treemap g.slice')].map(s => ({
+            id: s.__data__.data.data.id,
+            w: s.__data__.x1 - s.__data__.x0,
+            h: s.__data__.y1 - s.__data__.y0}))"""
+    )
+
+
+def problem_shown(driver: Any, status: int) -> dict[str, str]:
+    return wait_js(
+        driver,
+        """const p = document.querySelector('#view .problem[data-status="' + arguments[0] + '"]');
+        return p && {code: p.dataset.code, text: p.innerText}""",
+        status,
+    )
+
+
+def cumulative(returns: list[float | None]) -> list[float | None]:
+    level, out = 1.0, []
+    for r in returns:
+        if r is None:
+            out.append(None)
+        else:
+            level *= 1 + r
+            out.append(level - 1)
+    return out
+
+
+# ------------------------------------------------------------------------------ serving
+
+
+def test_page_and_plotly_are_served_by_the_app_itself(server: str) -> None:
+    page = httpx.get(f"{server}/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert page.headers["content-security-policy"] == SECURITY_HEADERS["Content-Security-Policy"]
+    assert '<meta name="eqrisk-demo-key" content="eqrisk-demo">' in page.text
+    js = httpx.get(f"{server}/static/vendor/plotly.min.js", headers={"Accept-Encoding": "gzip"})
+    assert js.status_code == 200 and js.headers["content-encoding"] == "gzip"
+    assert js.content == plotly_bundle().read_bytes()  # httpx decompressed it
+    assert js.num_bytes_downloaded < len(js.content) / 2
+    # Outside /api and Service A: no key asked, nothing metered; a missing file is a problem+json.
+    assert "x-api-cost-usd" not in js.headers
+    missing = httpx.get(f"{server}/static/vendor/other.js")
+    assert missing.status_code == 404 and missing.json()["error"] == "NOT_FOUND"
+
+
+def test_every_resource_comes_from_the_server(browser: Any, server: str) -> None:
+    fresh_visit(browser, server, TEST_KEY)
+    plotted(browser, "treemap")
+    urls = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+    )
+    assert any(u.endswith("/static/vendor/plotly.min.js") for u in urls)
+    assert urls and all(u.startswith(server) for u in urls), urls
+
+
+# ------------------------------------------------------------------------------ market
+
+
+def test_market_treemap_has_one_rectangle_per_stock(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    fresh_visit(browser, server, TEST_KEY)
+    plotted(browser, "treemap")
+    doc = api.get("/api/heatmap", params={"limit": 100}).json()
+    rows = doc["data"]
+    slices = treemap_slices(browser)
+    stocks = [s for s in slices if s["id"].startswith("stock/")]
+    assert sorted(s["id"][len("stock/") :] for s in stocks) == sorted(r["ticker"] for r in rows)
+    assert all(s["w"] > 0 and s["h"] > 0 for s in stocks)
+    sectors = {r["sector"] for r in rows}
+    assert len(slices) == len(rows) + len(sectors) + 1  # + one per sector + the market
+    # Area follows market cap: the largest stock has the largest rectangle.
+    largest = max(stocks, key=lambda s: s["w"] * s["h"])
+    assert largest["id"] == f"stock/{rows[0]['ticker']}"
+    meta = doc["_metadata"]
+    assert (
+        browser.execute_script("return document.getElementById('data-as-of').textContent")
+        == (meta["data_as_of"])
+    )
+    assert (
+        browser.execute_script("return document.getElementById('model-version').textContent")
+        == (meta["model_version"])
+    )
+    # The colour of a stock is its latest return.
+    colours = browser.execute_script(
+        "const t = document.getElementById('treemap').data[0];"
+        "return Object.fromEntries(t.ids.map((id, i) => [id, t.marker.colors[i]]))"
+    )
+    for r in rows[:10]:
+        assert colours[f"stock/{r['ticker']}"] == pytest.approx(r["return_1d"] or 0, abs=0)
+
+
+def test_clicking_a_stock_in_the_treemap_opens_it(browser: Any, server: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    fresh_visit(browser, server, TEST_KEY)
+    plotted(browser, "treemap")
+    target = None
+    for element in browser.find_elements(By.CSS_SELECTOR, "#treemap g.slice"):
+        if browser.execute_script("return arguments[0].__data__.data.data.id", element) == (
+            "stock/MSFT"
+        ):
+            target = element
+    assert target is not None
+    ActionChains(browser).move_to_element(target).click().perform()
+    wait_js(browser, "return location.hash.startsWith('#/stock/MSFT')")
+    plotted(browser, "chart-shares")
+
+
+# ------------------------------------------------------------------------------ stock
+
+
+def test_searching_nvda_opens_its_page_with_every_row_plotted(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    fresh_visit(browser, server, TEST_KEY)
+    plotted(browser, "treemap")
+    browser.find_element(By.ID, "search-input").send_keys("nvd")
+    wait_js(browser, "return document.querySelector('#suggestions li[data-ticker=\"NVDA\"]')")
+    suggested = browser.execute_script(
+        "return [...document.querySelectorAll('#suggestions li[data-ticker]')]"
+        ".map(li => li.dataset.ticker)"
+    )
+    found = api.get("/api/tickers", params={"search": "nvd"}).json()["results"]
+    assert suggested == [r["ticker"] for r in found]
+    browser.find_element(By.CSS_SELECTOR, '#suggestions li[data-ticker="NVDA"]').click()
+    wait_js(browser, "return location.hash === '#/stock/NVDA'")
+    for chart in ("chart-shares", "chart-hedges", "chart-returns"):
+        plotted(browser, chart)
+
+    doc = api.get("/api/ticker-returns", params={"ticker": "NVDA", "years": 3}).json()
+    rows = doc["data"]
+    assert len(rows) == doc["meta"]["rows"] > 700
+    assert trace_lengths(browser, "chart-shares") == [len(rows)] * 4  # market..residual
+    assert trace_lengths(browser, "chart-hedges") == [len(rows)] * 3  # market, sector, sub
+    assert trace_lengths(browser, "chart-returns") == [len(rows)] * 2  # stock, hedged
+    ys = browser.execute_script(
+        "return document.getElementById('chart-returns').data.map(t => t.y)"
+    )
+    for got, column in zip(ys, ("returns_gross", "l3_rr"), strict=True):
+        want = cumulative([r[column] for r in rows])
+        assert [g is None for g in got] == [w is None for w in want]
+        assert [g for g in got if g is not None] == pytest.approx(
+            [w for w in want if w is not None], rel=1e-12
+        )
+    shares = browser.execute_script(
+        "return document.getElementById('chart-shares').data.map(t => t.y.slice(-1)[0])"
+    )
+    last = rows[-1]
+    assert shares == [last["l3_mkt_er"], last["l3_sec_er"], last["l3_sub_er"], last["l3_res_er"]]
+
+    # The latest snapshot is the metrics route's, every level.
+    metrics = api.get("/api/metrics/NVDA").json()["metrics"]
+    cells = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#snapshot td[data-metric]')]"
+        ".map(td => [td.dataset.metric, td.dataset.value]))"
+    )
+    assert len(cells) == 6 + 9  # hedge ratios 1+2+3, shares 2+3+4
+    for name, value in cells.items():
+        assert float(value) == metrics[name], name
+    assert "NVIDIA" in browser.find_element(By.ID, "stock-title").text
+
+
+def test_stock_page_level_switch_and_csv_download(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    fresh_visit(browser, server, TEST_KEY, "#/stock/AAPL?years=2&level=1")
+    plotted(browser, "chart-hedges")
+    rows = api.get("/api/ticker-returns", params={"ticker": "AAPL", "years": 2}).json()["data"]
+    assert trace_lengths(browser, "chart-shares") == [len(rows)] * 2  # L1: market, residual
+    assert trace_lengths(browser, "chart-hedges") == [len(rows)]
+    hedges = browser.execute_script("return document.getElementById('chart-hedges').data[0].y")
+    assert hedges == [r["l1_mkt_hr"] for r in rows]
+
+    Select(browser.find_element(By.ID, "download-format")).select_by_value("csv")
+    browser.find_element(By.ID, "download").click()
+    path = browser.downloads / "AAPL_ticker-returns_2y.csv"
+    deadline = time.monotonic() + WAIT_S
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    expected = api.get(
+        "/api/ticker-returns", params={"ticker": "AAPL", "years": 2, "format": "csv"}
+    )
+    assert path.read_bytes() == expected.content
+
+
+# ------------------------------------------------------------------------------ portfolio
+
+
+def test_portfolio_of_three_tickers_shows_its_hedge(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    weights = {"NVDA": 50.0, "FLR": 30.0, "MSFT": 20.0}
+    spec = ",".join(f"{t}:{w:g}" for t, w in weights.items())
+    fresh_visit(browser, server, TEST_KEY, f"#/portfolio?p={spec}&value=2000000")
+    wait_js(browser, "return document.querySelector('#hedge-notional tbody tr')")
+    expected: dict[tuple[str, str], float] = {}
+    for ticker, weight in weights.items():
+        doc = api.get(f"/api/metrics/{ticker}").json()
+        m, meta = doc["metrics"], doc["meta"]
+        for layer, column, etf in (
+            ("market", "l3_mkt_hr", meta["market_etf"]),
+            ("sector", "l3_sec_hr", meta["sector_etf"]),
+            ("subsector", "l3_sub_hr", meta["subsector_etf"]),
+        ):
+            if etf and m[column] is not None and not math.isnan(m[column]):
+                expected[(layer, etf)] = expected.get((layer, etf), 0.0) + weight / 100 * m[column]
+    shown = browser.execute_script(
+        "return [...document.querySelectorAll('#hedge-notional tbody tr')]"
+        ".map(tr => [tr.dataset.layer, tr.dataset.etf, Number(tr.dataset.notional), tr.innerText])"
+    )
+    assert {(layer, etf) for layer, etf, _, _ in shown} == set(expected)
+    assert ("market", "SPY") in expected and len(expected) >= 4  # SPY, XLK, XLV, SMH, XBI, IGV
+    for layer, etf, notional, text in shown:
+        assert notional == pytest.approx(expected[(layer, etf)], rel=1e-12)
+        side = "Sell" if notional >= 0 else "Buy"
+        assert text.startswith(f"{etf}\t{side} $"), text
+    assert trace_lengths(browser, "chart-portfolio-hedge") == [len(expected)]
+    positions = browser.execute_script(
+        "return [...document.querySelectorAll('#position-table tbody tr')]"
+        ".map(tr => tr.dataset.ticker)"
+    )
+    assert positions == list(weights)
+
+
+# ------------------------------------------------------------------------------ keys, errors
+
+
+def test_demo_key_first_visit_shows_its_view_then_403_and_429(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    """The demo key's five requests a minute: heatmap, a stock (snapshot + history), a
+    portfolio; then a non-demo ticker (403) and one request too many (429)."""
+    from selenium.webdriver.common.by import By
+
+    fresh_visit(browser, server, None)
+    plotted(browser, "treemap")
+    market = api.get("/api/heatmap", params={"limit": 500}).json()["data"]
+    demo_rows = [r for r in market if r["ticker"] in MAG7]
+    stocks = [s for s in treemap_slices(browser) if s["id"].startswith("stock/")]
+    assert sorted(s["id"][len("stock/") :] for s in stocks) == sorted(MAG7)
+    assert len(stocks) == len(demo_rows) == 7
+    assert "demo" in browser.find_element(By.ID, "market-note").text.lower()
+    strip = browser.find_element(By.ID, "account").text
+    assert "demo key" in strip and "not charged" in strip
+
+    browser.execute_script("location.hash = '#/stock/NVDA?years=1'")  # requests 2 and 3
+    for chart in ("chart-shares", "chart-hedges", "chart-returns"):
+        plotted(browser, chart)
+    rows = api.get("/api/ticker-returns", params={"ticker": "NVDA", "years": 1}).json()["data"]
+    assert trace_lengths(browser, "chart-returns") == [len(rows)] * 2
+
+    browser.execute_script("location.hash = '#/portfolio?p=AAPL:40,MSFT:30,NVDA:30'")  # 4
+    wait_js(browser, "return document.querySelector('#hedge-notional tbody tr[data-etf=\"SPY\"]')")
+
+    browser.execute_script(
+        "location.hash = '#/stock/FLR'"
+    )  # 5: not a demo ticker: refused, not a blank chart
+    shown = problem_shown(browser, 403)
+    assert shown["code"] == "DEMO_RESTRICTED"
+    assert "Not available with the demo key" in shown["text"] and "FLR" in shown["text"]
+    assert browser.execute_script("return document.querySelectorAll('#view .chart').length") == 0
+
+    browser.execute_script("location.hash = '#/stock/TSLA'")  # 6: over the limit
+    shown = problem_shown(browser, 429)
+    assert shown["code"] == "RATE_LIMIT_EXCEEDED" and "Too many requests" in shown["text"]
+    wait = browser.find_element(By.CSS_SELECTOR, "#view .retry-wait").text
+    assert 1 <= int(wait.removesuffix(" s")) <= 60
+    assert browser.find_element(By.CSS_SELECTOR, "#view button.retry").get_attribute("disabled")
+
+
+def test_a_bad_key_shows_the_401_message(browser: Any, server: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    fresh_visit(browser, server, "not-a-real-key")
+    shown = problem_shown(browser, 401)
+    assert shown["code"] == "INVALID_API_KEY"
+    assert "Your API key was not accepted (401)" in shown["text"]
+    assert "unknown or revoked" in shown["text"]
+    assert browser.execute_script("return document.querySelectorAll('#view .chart').length") == 0
+    # the account strip asks /api/balance on its own: wait for its answer, then read it
+    wait_js(browser, "return document.getElementById('account').textContent.includes('accepted')")
+    assert "not accepted" in browser.find_element(By.ID, "account").text
+
+
+# ------------------------------------------------------------------------------ screenshots
+
+
+def _screenshot(driver: Any, name: str, width: int, height: int, mobile: bool) -> Path:
+    """The whole page at a given width (device emulation: the viewport is made as tall as the
+    page, since content scrolled out of view in an overflow box is not painted), a small PNG."""
+    import base64
+
+    def emulate(h: int) -> None:
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": h, "deviceScaleFactor": 1, "mobile": mobile},
+        )
+        time.sleep(0.5)  # plotly's responsive resize
+
+    emulate(height)
+    full = min(driver.execute_script("return document.documentElement.scrollHeight"), 2400)
+    emulate(max(full, height))
+    # No hover label left over from an earlier test's mouse.
+    driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 0, "y": 0})
+    driver.execute_script(
+        "document.querySelectorAll('.chart').forEach(g => g.data && Plotly.Fx.unhover(g))"
+    )
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    emulate(height)
+    return path
+
+
+@pytest.mark.parametrize(("form", "size"), [("desktop", DESKTOP), ("phone", PHONE)])
+def test_screenshots_of_each_page(browser: Any, server: str, form: str, size: tuple) -> None:
+    pages = {
+        "market": ("#/market", "treemap"),
+        "stock": ("#/stock/NVDA?years=3", "chart-returns"),
+        "portfolio": ("#/portfolio?p=NVDA:40,MSFT:30,FLR:30", "chart-position-shares"),
+    }
+    fresh_visit(browser, server, TEST_KEY)
+    plotted(browser, "treemap")
+    try:
+        for page, (hash_, chart) in pages.items():
+            browser.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False},
+            )
+            browser.execute_script("location.hash = arguments[0]", hash_)
+            plotted(browser, chart)
+            path = _screenshot(browser, f"{page}-{form}", *size, mobile=form == "phone")
+            data = path.read_bytes()
+            assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 500_000, len(data)
+            width = int.from_bytes(data[16:20], "big")
+            assert width == size[0]
+            # Nothing wider than the screen: no sideways scrolling at a phone's width.
+            assert browser.execute_script(
+                "return document.documentElement.scrollWidth <= window.innerWidth"
+            ), page
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -1,0 +1,73 @@
+"""The endpoint registry: the gate's routing, the estimate's names and the price table derive
+from it, and they agree with the routes the app actually serves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eqrisk.accounts.pricing import DEFAULT_PRICES
+from eqrisk.api.app import create_app
+from eqrisk.api.endpoints import ENDPOINTS, ESTIMATED, check_prices, find, route_of
+from eqrisk.api.estimate import endpoint_name
+from eqrisk.settings import Settings
+
+
+def test_every_price_key_meters_an_endpoint_and_every_endpoint_is_priced() -> None:
+    check_prices(DEFAULT_PRICES)  # raises on a difference
+    with pytest.raises(ValueError, match="endpoints without a price: heatmap"):
+        check_prices(set(DEFAULT_PRICES) - {"heatmap"})
+    with pytest.raises(ValueError, match="prices without an endpoint: portfolio"):
+        check_prices({*DEFAULT_PRICES, "portfolio"})
+
+
+def test_the_registry_lists_exactly_the_routes_the_app_serves(tmp_path: Path) -> None:
+    app = create_app(Settings(home=tmp_path, _env_file=None), services=("daily", "risk"))
+    served = set(app.openapi()["paths"])
+    assert served == {e.path for e in ENDPOINTS}
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/api/metrics/NVDA", ("risk", "metrics")),
+        ("/api/metrics/NVDA/", ("risk", "metrics")),
+        ("/api/ticker-returns", ("risk", "ticker-returns")),
+        ("/api/batch/analyze", ("risk", "batch/analyze")),
+        ("/api/balance", ("risk", "balance")),
+        ("/daily", ("daily", "daily")),
+        ("/symbol_list/", ("daily", "symbol_list")),
+        ("/api/health", None),  # open
+        ("/api/webhooks/payment", None),  # open, signed instead
+        ("/api/metrics", None),  # the ticker is in the path
+        ("/api/nope", None),
+        ("/nope", None),
+    ],
+)
+def test_route_of_reads_the_registry(path: str, expected: tuple[str, str] | None) -> None:
+    assert route_of(path) == expected
+
+
+def test_the_metrics_ticker_comes_from_the_path() -> None:
+    hit = find("/api/metrics/AAPL")
+    assert hit is not None and hit[1] == {"ticker": "AAPL"}
+    assert endpoint_name("/api/metrics/AAPL", {}) == ("metrics", {"ticker": "AAPL"})
+    assert endpoint_name("METRICS/aapl", {"years": 1}) == (
+        "metrics",
+        {"years": 1, "ticker": "aapl"},
+    )
+    assert endpoint_name("batch/analyze", {}) == ("batch/analyze", {})
+
+
+def test_the_estimate_offers_the_sized_endpoints_in_registry_order() -> None:
+    assert list(ESTIMATED) == [
+        "ticker-returns",
+        "returns",
+        "etf-returns",
+        "metrics",
+        "l3-decomposition",
+        "batch/analyze",
+        "heatmap",
+        "tickers",
+    ]

@@ -1,0 +1,190 @@
+"""What several test modules share: the one problem+json assertion, a real `eqrisk serve` in a
+child process, free ports, and funded accounts with keys. Imported as `helpers` (tests/ is on
+sys.path: the root conftest lives there); fixtures stay in the conftest files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from eqrisk.accounts.book import Accounts
+from eqrisk.accounts.db import make_engine
+from eqrisk.api.app import create_app
+from eqrisk.settings import Settings
+
+TEST_KEY = "test-key-1-not-secret"
+WEBHOOK_SECRET = "whsec-test-secret"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"  # the real data sets, beside the checkout
+PROBLEM_TYPE = "application/problem+json"
+PROBLEM_KEYS = {"type", "title", "status", "detail", "error", "request_id"}
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def assert_problem(resp: Any, status: int, code: str) -> dict[str, Any]:
+    """`resp` is the one error shape: problem+json with this status and machine code, a
+    sentence for the caller, an error type URN and the request id of its response header."""
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == PROBLEM_TYPE
+    body: dict[str, Any] = resp.json()
+    assert set(body) >= PROBLEM_KEYS
+    assert body["status"] == status and body["error"] == code
+    assert body["detail"]
+    assert body["type"].startswith("urn:eqrisk:error:")
+    assert body["request_id"] == resp.headers["x-request-id"]
+    return body
+
+
+# ------------------------------------------------------------------------------ values
+
+
+def shared_file(name: str) -> Path:
+    """A file of the real data sets; the test skips where this clone has none (the answer keys
+    in tests/resources keep the model's equality tests running there)."""
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"real data file {path} is not available")
+    return path
+
+
+def nan_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Exact equality where NaN equals NaN."""
+    return bool(np.array_equal(a, b, equal_nan=True))
+
+
+# ------------------------------------------------------------------------------ accounts
+
+
+def register_key(home: Path, key: str = TEST_KEY, *, rate_limit: str = "1000000/minute") -> str:
+    """A verified, well-funded account in `home`'s accounts database, with `key` imported as
+    its key; returns the account id. Tests call the real gate with it."""
+    accounts = Accounts(make_engine(home))
+    account_id = accounts.create_account("tests")["account_id"]
+    accounts.verify_card(account_id, provider="tests")
+    accounts.credit(account_id, 10**12, "test credit")
+    accounts.create_key(account_id, key=key, rate_limit=rate_limit)
+    return account_id
+
+
+def new_key(
+    accounts: Accounts, *, verified: bool = True, rate_limit: str = "1000/minute"
+) -> tuple[str, str]:
+    """A new account (with the starting credit only) and a key generated for it."""
+    account_id = accounts.create_account("someone")["account_id"]
+    if verified:
+        accounts.verify_card(account_id, provider="operator")
+    key = accounts.create_key(account_id, rate_limit=rate_limit)["key"]
+    return account_id, key
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def client_for(home: Path, **settings: Any) -> TestClient:
+    """The real app in process over `home`, with settings overridden by keyword."""
+    return TestClient(create_app(Settings(home=home, _env_file=None, **settings)))
+
+
+# ------------------------------------------------------------------------------ real servers
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def children_of(pid: int) -> list[int]:
+    """Live child processes of `pid` (from /proc/<pid>/task/*/children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return sorted(set(found))
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def is_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as dead)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return fields[0] != "Z"
+
+
+class Server:
+    """`eqrisk serve` in a child process, stopped on exit. Its stderr goes to an unnamed file
+    (`log()`): a pipe nobody reads would block a chatty server once it fills."""
+
+    def __init__(
+        self, home: Path, *, workers: int = 1, args: tuple[str, ...] = (), **env: str
+    ) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
+        command = ["serve", "--port", str(self.port), "--workers", str(workers), *args]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "eqrisk.cli", *command],
+            env={**os.environ, "EQRISK_HOME": str(home), **env},
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
+
+    def log(self) -> str:
+        """What the server wrote on stderr so far (pread: the server shares the file offset)."""
+        fd = self._log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+    def workers(self) -> list[int]:
+        """Process ids of the live uvicorn workers (spawned children of the serve process;
+        multiprocessing's resource tracker is not one)."""
+        return [
+            pid
+            for pid in children_of(self.proc.pid)
+            if "spawn_main" in cmdline(pid) and is_alive(pid)
+        ]
+
+    def kill_worker(self, pid: int) -> None:
+        os.kill(pid, signal.SIGKILL)
+
+    def __enter__(self) -> Server:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log()
+            try:
+                if httpx.get(f"{self.base}/api/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError(f"eqrisk serve did not start:\n{self.log()}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self._log.close()
