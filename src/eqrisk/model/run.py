@@ -1,6 +1,11 @@
 """The whole risk model over a panel: returns, volatility, the L3 cascade, combined factor and
 residual returns per level, and Service A's flat market + sector factor model. Pure: arrays in,
 arrays out, no I/O.
+
+A run has two halves: `plan_model` does what needs the whole universe (returns, the factor
+layout, the flat model's factors: small series every row is hedged with), and `run_block` does
+the per-symbol work on a block of rows, given those series. The local build runs the blocks in
+this process; the Dask build (eqrisk.snapshot.distributed) runs the same function on workers.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.panel import Panel
-from eqrisk.model.cascade import rolling_cascade, rolling_std
+from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
 from eqrisk.model.layout import FactorLayout, factor_layout
 from eqrisk.model.quality import hedge_quality
 from eqrisk.model.returns import log_returns, simple_returns
@@ -73,103 +78,229 @@ class ModelResult:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def run_model(
+@dataclass(frozen=True)
+class SharedFactors:
+    """What every block of rows needs, computed once for the universe and broadcast to the
+    blocks: the published factor rows (ETF series, group portfolios) and the flat model's
+    factor returns. Small (F x T and K x T), whatever the number of symbols."""
+
+    factors: np.ndarray  # (F x T) published factor rows
+    market: np.ndarray  # (T,) the flat model's Mkt factor
+    flat_returns: np.ndarray  # (K x T) the flat model's factor returns
+    params: ModelParams
+
+
+@dataclass(frozen=True)
+class BlockInput:
+    """One block of rows [start, stop): its returns, its own leave-one-out factor rows and its
+    indexes into them; nothing of any other row, so a block's work is bounded by its size."""
+
+    start: int
+    stop: int
+    returns: np.ndarray  # (b x T)
+    own_factors: np.ndarray  # (L_b x T) leave-one-out rows of this block's stocks
+    model_fidx: np.ndarray  # (b x 3) into [SharedFactors.factors; own_factors], -1 = none
+    exposure: np.ndarray  # (b,) flat-model sector factor of each row, -1 = Mkt only
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """The universe-wide part of a model run (returns, factor layout, flat factors), from which
+    blocks of rows are cut and to which their results are joined."""
+
+    symbols: np.ndarray
+    sessions: np.ndarray
+    returns: np.ndarray  # (n x T) with the excluded returns null
+    layout: FactorLayout
+    flat: FlatFactors
+    shared: SharedFactors
+    is_stock: np.ndarray  # (n,)
+    returns_excluded: int
+
+    @property
+    def size(self) -> int:
+        return len(self.symbols)
+
+    def block(self, start: int, stop: int) -> BlockInput:
+        """Rows [start, stop) with only the leave-one-out rows they regress on (renumbered)."""
+        published = self.shared.factors.shape[0]
+        fidx = self.layout.model_fidx[start:stop]
+        own = np.unique(fidx[fidx >= published])
+        if own.size and own[-1] - own[0] + 1 == own.size:
+            own_rows = self.layout.model_factors[own[0] : own[-1] + 1]  # a view, no copy
+        else:
+            own_rows = self.layout.model_factors[own]
+        local = fidx.copy()
+        loo = local >= published
+        local[loo] = published + np.searchsorted(own, local[loo])
+        return BlockInput(
+            start=start,
+            stop=stop,
+            returns=self.returns[start:stop],
+            own_factors=own_rows,
+            model_fidx=local,
+            exposure=self.flat.exposure[start:stop],
+        )
+
+    def blocks(self, rows: int) -> list[tuple[int, int]]:
+        """The [start, stop) bounds of consecutive blocks of at most `rows` rows."""
+        if rows < 1:
+            raise ValueError(f"a block needs at least one row; got {rows}")
+        return [(a, min(a + rows, self.size)) for a in range(0, self.size, rows)]
+
+
+def plan_model(
     panel: Panel,
     master: pd.DataFrame,
     params: ModelParams,
     *,
     exclude: np.ndarray | None = None,
-) -> ModelResult:
-    """Build every published metric from a panel and a classified security master.
+) -> ModelPlan:
+    """Returns, the factor layout and the flat model's factors: what needs the whole universe.
 
     `exclude` (n x T bool) marks returns that are no returns (an unadjusted split found at
     ingest): they are null everywhere, as a missing price's are, so that one missing adjustment
     reaches neither the stock's hedge ratios nor its peers' group factors.
     """
-    symbols = panel.symbols
-    info = master.set_index("symbol").reindex(symbols)
+    info = master.set_index("symbol").reindex(panel.symbols)
     r = simple_returns(panel.close)
     if exclude is not None:
         r[exclude] = np.nan
     layout = factor_layout(panel, info, r)
-    factors, fidx = layout.factors, layout.fidx
-    is_stock = info["asset_type"].fillna("stock").to_numpy() == "stock"
-    sectors = info["gics_sector"].to_numpy(dtype=object)
+    flat = flat_factors(
+        layout.factors,
+        layout.fidx,
+        info["gics_sector"].to_numpy(dtype=object),
+        info["factor_name"].to_numpy(dtype=object),
+        params,
+    )
+    return ModelPlan(
+        symbols=panel.symbols,
+        sessions=panel.sessions,
+        returns=r,
+        layout=layout,
+        flat=flat,
+        shared=SharedFactors(
+            factors=layout.factors, market=flat.market, flat_returns=flat.returns, params=params
+        ),
+        is_stock=info["asset_type"].fillna("stock").to_numpy() == "stock",
+        returns_excluded=int(exclude.sum()) if exclude is not None else 0,
+    )
 
-    metrics = rolling_cascade(
+
+def run_block(shared: SharedFactors, block: BlockInput) -> dict[str, np.ndarray]:
+    """The per-symbol work on one block of rows: the cascade, volatility, level metrics and the
+    flat model's betas and residuals. Every row depends on its own returns and the factor rows
+    it is hedged with only, so blocks give the same numbers, bit for bit, as one whole run."""
+    params = shared.params
+    r = block.returns
+    model_factors = (
+        np.vstack([shared.factors, block.own_factors]) if len(block.own_factors) else shared.factors
+    )
+    out = rolling_cascade(
         r,
-        layout.model_factors,
-        layout.model_fidx,
+        model_factors,
+        block.model_fidx,
         window=params.window,
         min_obs=params.min_obs,
         halflife=params.halflife,
     )
-    _add_price_metrics(metrics, panel, r, is_stock, params)
-    _add_level_metrics(metrics, r, layout, params)
-    hierarchy = _hierarchy(symbols, layout)
-    flat = flat_factor_model(
-        r, factors, fidx, metrics, sectors, info["factor_name"].to_numpy(dtype=object), params
+    out["vol_23d"] = rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * (
+        ANNUALIZATION
     )
-    metrics["beta_mkt"] = flat.beta_mkt
-    metrics["beta_sec"] = flat.beta_sec
-    metrics["resid_return"] = flat.resid_return
+    out["vol_252d_ann"] = rolling_std(r, window=params.window, min_obs=params.min_obs) * (
+        ANNUALIZATION
+    )
+    for level, hr_names in LEVEL_HR.items():
+        cfr = combined_factor_returns(
+            [out[h] for h in hr_names], model_factors, block.model_fidx[:, : len(hr_names)]
+        )
+        out[f"l{level}_cfr"] = cfr
+        out[f"l{level}_rr"] = r - cfr
+        out[f"l{level}_hq"] = hedge_quality(
+            r, out[f"l{level}_rr"], window=params.window, min_obs=params.min_obs
+        )
+    out["beta_mkt"], out["beta_sec"], out["resid_return"] = flat_betas(
+        r, out["l1_mkt_hr"], out["l2_sec_hr"], block.exposure, shared.market, shared.flat_returns
+    )
+    return out
+
+
+def finish_model(
+    plan: ModelPlan, panel: Panel, blocks: list[tuple[int, dict[str, np.ndarray]]]
+) -> ModelResult:
+    """Join the blocks' arrays (in any order; together they cover every row once) with the
+    metrics read straight off prices, which need the whole universe (the cap rank)."""
+    n, n_t = plan.returns.shape
+    covered = np.zeros(n, dtype=np.int64)
+    for start, arrays in blocks:
+        covered[start : start + len(next(iter(arrays.values())))] += 1
+    if not (covered == 1).all():
+        raise ValueError("the blocks must cover every row exactly once")
+    if len(blocks) == 1:
+        joined = dict(blocks[0][1])
+    else:
+        joined = {name: np.empty((n, n_t)) for name in blocks[0][1]}
+        for start, arrays in blocks:
+            for name, arr in arrays.items():
+                joined[name][start : start + len(arr)] = arr
+    r = plan.returns
+    traded = np.where(np.isnan(panel.close_raw), panel.close, panel.close_raw)
+    price = {
+        "return": r,
+        "log_return": log_returns(r),
+        "price_close": panel.close,
+        "market_cap": panel.market_cap,
+        "mktcap_rank": cap_rank(panel.market_cap, plan.is_stock),
+        "turnover": traded * panel.volume,
+    }
+    metrics = {name: joined.pop(name) for name in CASCADE_FIELDS}
+    metrics.update(price)
+    metrics.update(joined)  # volatility, level metrics, then the flat model's, in block order
+    layout = plan.layout
+    flat = plan.flat
     return ModelResult(
-        symbols=symbols,
-        sessions=panel.sessions,
+        symbols=plan.symbols,
+        sessions=plan.sessions,
         metrics=metrics,
-        hierarchy=hierarchy,
-        flat=flat,
+        hierarchy=_hierarchy(plan.symbols, layout),
+        flat=FlatModel(
+            names=flat.names,
+            returns=flat.returns,
+            sources=flat.sources,
+            sector_market_beta=flat.sector_market_beta,
+            exposure=flat.exposure,
+            beta_mkt=metrics["beta_mkt"],
+            beta_sec=metrics["beta_sec"],
+            resid_return=metrics["resid_return"],
+        ),
         factor_keys=layout.keys,
-        params=params,
+        params=plan.shared.params,
         notes={
-            "returns_excluded": int(exclude.sum()) if exclude is not None else 0,
-            "leave_one_out_rows": int(layout.model_factors.shape[0] - factors.shape[0]),
+            "returns_excluded": plan.returns_excluded,
+            "leave_one_out_rows": int(layout.model_factors.shape[0] - layout.factors.shape[0]),
             "caps_imputed": len(layout.caps_imputed),
             "caps_imputed_symbols": layout.caps_imputed,
         },
     )
 
 
-def _add_price_metrics(
-    metrics: dict[str, np.ndarray],
+def run_model(
     panel: Panel,
-    r: np.ndarray,
-    is_stock: np.ndarray,
+    master: pd.DataFrame,
     params: ModelParams,
-) -> None:
-    """The metrics read straight off prices and returns: returns, close, cap and its rank,
-    turnover, short and long volatility."""
-    metrics["return"] = r
-    metrics["log_return"] = log_returns(r)
-    metrics["price_close"] = panel.close
-    metrics["market_cap"] = panel.market_cap
-    metrics["mktcap_rank"] = cap_rank(panel.market_cap, is_stock)
-    traded = np.where(np.isnan(panel.close_raw), panel.close, panel.close_raw)
-    metrics["turnover"] = traded * panel.volume
-    metrics["vol_23d"] = (
-        rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * ANNUALIZATION
+    *,
+    exclude: np.ndarray | None = None,
+    block_rows: int | None = None,
+) -> ModelResult:
+    """Build every published metric from a panel and a classified security master, in this
+    process: the plan, then `run_block` on blocks of `block_rows` rows (default: one block of
+    every row), joined. A distributed build runs the same `run_block` on the same blocks."""
+    plan = plan_model(panel, master, params, exclude=exclude)
+    bounds = plan.blocks(block_rows or max(plan.size, 1))
+    return finish_model(
+        plan, panel, [(a, run_block(plan.shared, plan.block(a, b))) for a, b in bounds]
     )
-    metrics["vol_252d_ann"] = (
-        rolling_std(r, window=params.window, min_obs=params.min_obs) * ANNUALIZATION
-    )
-
-
-def _add_level_metrics(
-    metrics: dict[str, np.ndarray], r: np.ndarray, layout: FactorLayout, params: ModelParams
-) -> None:
-    """Per level, the combined factor return of its hedge ratios, the residual return and the
-    hedge quality."""
-    for level, hr_names in LEVEL_HR.items():
-        cfr = combined_factor_returns(
-            [metrics[h] for h in hr_names],
-            layout.model_factors,
-            layout.model_fidx[:, : len(hr_names)],
-        )
-        metrics[f"l{level}_cfr"] = cfr
-        metrics[f"l{level}_rr"] = r - cfr
-        metrics[f"l{level}_hq"] = hedge_quality(
-            r, metrics[f"l{level}_rr"], window=params.window, min_obs=params.min_obs
-        )
 
 
 def _hierarchy(symbols: np.ndarray, layout: FactorLayout) -> pd.DataFrame:
@@ -237,23 +368,30 @@ class FlatModel:
     resid_return: np.ndarray  # (n x T)
 
 
-def flat_factor_model(
-    r: np.ndarray,
+@dataclass(frozen=True)
+class FlatFactors:
+    """The universe-wide half of Service A's factor model: the factors and who is exposed."""
+
+    names: list[str]  # "Mkt", then sector factor names
+    returns: np.ndarray  # (K x T)
+    sources: list[int]  # factor row behind each factor
+    sector_market_beta: np.ndarray  # (K-1 x T) g_t of each sector series on the market
+    exposure: np.ndarray  # (n,) index of the stock's sector factor, -1 = Mkt only
+    market: np.ndarray  # (T,) the market factor (NaN where the data has none)
+
+
+def flat_factors(
     factors: np.ndarray,
     fidx: np.ndarray,
-    metrics: dict[str, np.ndarray],
     sectors: np.ndarray,
     factor_names: np.ndarray,
     params: ModelParams,
-) -> FlatModel:
+) -> FlatFactors:
     """Service A: factor Mkt = the market return; one factor per GICS sector, the sector series
     cleaned of the market with the link beta known the day before: f_sec,t = s_t - g_{t-1} m_t.
-
-    A stock's betas are its L2 cascade coefficients (b_Mkt = b_m, b_sec = b_s: the regression
-    of the stock on the market and the market-cleaned sector); its residual uses the previous
-    session's betas: e_t = r_t - b_Mkt,t-1 f_Mkt,t - b_sec,t-1 f_sec,t.
     """
-    n, n_t = r.shape
+    n = fidx.shape[0]
+    n_t = factors.shape[1]
     has_market = fidx[:, 0] >= 0
     market_idx = int(fidx[has_market, 0][0]) if has_market.any() else -1
     m = factors[market_idx] if market_idx >= 0 else np.full(n_t, np.nan)
@@ -281,26 +419,41 @@ def flat_factor_model(
     link_prev[:, 1:] = link[:, :-1]
     returns = np.vstack([m[None, :], factors[rows] - link_prev * m[None, :]])
     position = {sec: 1 + j for j, (sec, _) in enumerate(ordered)}
-
     exposure = np.full(n, -1, dtype=np.int64)
     for i in range(n):
         if fidx[i, 1] >= 0 and sectors[i] in position:
             exposure[i] = position[sectors[i]]
-    exposed = exposure >= 0
-    beta_mkt = metrics["l1_mkt_hr"].copy()
-    beta_sec = np.full((n, n_t), np.nan)
-    beta_sec[exposed] = metrics["l2_sec_hr"][exposed]
-    systematic = beta_mkt[:, :-1] * m[None, 1:]
-    systematic[exposed] += beta_sec[exposed, :-1] * returns[exposure[exposed], 1:]
-    resid = np.full((n, n_t), np.nan)
-    resid[:, 1:] = r[:, 1:] - systematic
-    return FlatModel(
+    return FlatFactors(
         names=[MARKET_FACTOR] + [name for _, (_, name) in ordered],
         returns=returns,
         sources=[market_idx, *rows.tolist()],
         sector_market_beta=link,
         exposure=exposure,
-        beta_mkt=beta_mkt,
-        beta_sec=beta_sec,
-        resid_return=resid,
+        market=m,
     )
+
+
+def flat_betas(
+    r: np.ndarray,
+    l1_mkt_hr: np.ndarray,
+    l2_sec_hr: np.ndarray,
+    exposure: np.ndarray,
+    market: np.ndarray,
+    flat_returns: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-stock half: betas and residuals (b_Mkt, b_sec, e), row by row.
+
+    A stock's betas are its L2 cascade coefficients (b_Mkt = b_m, b_sec = b_s: the regression
+    of the stock on the market and the market-cleaned sector); its residual uses the previous
+    session's betas: e_t = r_t - b_Mkt,t-1 f_Mkt,t - b_sec,t-1 f_sec,t.
+    """
+    n, n_t = r.shape
+    exposed = exposure >= 0
+    beta_mkt = l1_mkt_hr.copy()
+    beta_sec = np.full((n, n_t), np.nan)
+    beta_sec[exposed] = l2_sec_hr[exposed]
+    systematic = beta_mkt[:, :-1] * market[None, 1:]
+    systematic[exposed] += beta_sec[exposed, :-1] * flat_returns[exposure[exposed], 1:]
+    resid = np.full((n, n_t), np.nan)
+    resid[:, 1:] = r[:, 1:] - systematic
+    return beta_mkt, beta_sec, resid
