@@ -28,6 +28,24 @@ class Settings(BaseSettings):
     home: Path = Field(default=Path("~/.eqrisk"), description="State directory.")
     database_url: SecretStr | None = Field(default=None, description="PostgreSQL URL (at scale).")
     redis_url: SecretStr | None = Field(default=None, description="Redis URL for shared limits.")
+    snapshots: Path | None = Field(
+        default=None,
+        description="Snapshot store (a path every server host mounts); None = <home>/snapshots.",
+    )
+    snapshot_check_ms: int = Field(
+        default=0,
+        ge=0,
+        le=60_000,
+        description="Servers look at the CURRENT pointer at most this often (0 = every request).",
+    )
+    dask: str | None = Field(
+        default=None,
+        description="Where `eqrisk build` runs the model: None = in process, 'local' = a Dask "
+        "LocalCluster, or a scheduler address (tcp://host:8786).",
+    )
+    block_rows: int = Field(
+        default=500, ge=1, description="Symbols per block of a Dask build (its memory bound)."
+    )
 
     # Model defaults (DESIGN section 2); every value is reported in `_metadata.method`.
     window: int = Field(default=252, ge=20, le=5000, description="Rolling window in sessions.")
@@ -97,6 +115,11 @@ class Settings(BaseSettings):
         """`home` with `~` expanded (created on first use by the writers, not here)."""
         return self.home.expanduser()
 
+    @property
+    def snapshots_dir(self) -> Path:
+        """Where the versions live: `snapshots` (shared by several servers), else under home."""
+        return (self.snapshots or self.home / "snapshots").expanduser()
+
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
         out = self.model_dump(mode="json")
@@ -104,6 +127,7 @@ class Settings(BaseSettings):
             if out.get(key):
                 out[key] = "**********"
         out["home"] = str(self.home_dir)
+        out["snapshots"] = str(self.snapshots_dir)
         return out
 
 

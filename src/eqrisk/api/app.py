@@ -154,7 +154,9 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         ),
     )
     app.state.settings = settings
-    app.state.snapshots = SnapshotStore(settings.home_dir)
+    app.state.snapshots = SnapshotStore(
+        settings.home_dir, root=settings.snapshots_dir, check_ms=settings.snapshot_check_ms
+    )
     app.state.prices = PriceTable.load(settings.pricing_file)
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from eqrisk.cli.app import (
+    EXIT_ENVIRONMENT,
     SUMMARY_KEYS,
     JsonOpt,
     app,
@@ -132,6 +133,19 @@ def build(
     force: Annotated[
         bool, typer.Option(help="Publish even when the universe shrank sharply.")
     ] = False,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the model on Dask: 'local' (a LocalCluster) or a scheduler address "
+            "(tcp://host:8786); default EQRISK_DASK, else in this process."
+        ),
+    ] = None,
+    dask_workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes of --dask local (default: cores).")
+    ] = None,
+    block_rows: Annotated[
+        int | None, typer.Option(min=1, help="Symbols per Dask block (default EQRISK_BLOCK_ROWS).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the risk model on the ingested data into a new snapshot and make it current.
@@ -139,8 +153,11 @@ def build(
     symbols or sessions, unless --force."""
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.build import build_snapshot
+    from eqrisk.snapshot.distributed import DaskUnavailable
 
-    settings = effective_settings(window=window, min_obs=min_obs, halflife=halflife)
+    settings = effective_settings(
+        window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
+    )
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
         with stages("build") as say:
@@ -152,8 +169,13 @@ def build(
                 subsector_map=settings.subsector_map,
                 keep=keep,
                 force=force,
+                dask=settings.dask,
+                dask_workers=dask_workers,
+                block_rows=settings.block_rows,
                 progress=say,
             )
+    except DaskUnavailable as exc:
+        raise fail(str(exc), EXIT_ENVIRONMENT) from None
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from exc
     summary = {k: manifest[k] for k in SUMMARY_KEYS}

@@ -83,7 +83,7 @@ def _preflight(settings: Settings, host: str, port: int) -> str:
 
     home = settings.home_dir
     _check_home(home)
-    version = SnapshotStore(home).current().version
+    version = SnapshotStore(home, root=settings.snapshots_dir).current().version
     url = settings.database_url.get_secret_value() if settings.database_url else None
     make_engine(home, url).dispose()
     if settings.redis_url is not None:
@@ -123,7 +123,7 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
     version = _preflight(settings, host, port)
     base = f"http://{host}:{port}"
     err.print(
-        f"serving snapshot {version} at [bold]{base}[/]\n"
+        f"serving snapshot {version} (of {settings.snapshots_dir}) at [bold]{base}[/]\n"
         f"  Service A: {base}/daily ... (header apikey)\n"
         f"  Service B: {base}/api/... (Authorization: Bearer <key>)\n"
         f"  dashboard: {base}/\n"

@@ -58,9 +58,16 @@ def build_snapshot(
     subsector_map: Path | None = None,
     keep: int = 3,
     force: bool = False,
+    dask: str | None = None,
+    dask_workers: int | None = None,
+    block_rows: int = 500,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot.
+
+    `dask` runs the model's per-symbol work on a Dask cluster in blocks of `block_rows`
+    symbols ('local' = a LocalCluster of `dask_workers` processes, or a scheduler address);
+    the published numbers are the same as a local build's.
 
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
@@ -84,7 +91,22 @@ def build_snapshot(
         _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
-    result = run_model(panel, master, params, exclude=breaks)
+    if dask is None:
+        result = run_model(panel, master, params, exclude=breaks)
+    else:
+        from eqrisk.snapshot.distributed import dask_client, run_model_dask
+
+        say(f"starting Dask ({dask})")
+        with dask_client(dask, workers=dask_workers) as client:
+            result = run_model_dask(
+                panel,
+                master,
+                params,
+                client,
+                exclude=breaks,
+                block_rows=block_rows,
+                progress=say,
+            )
     if result.notes.get("caps_imputed"):
         say(
             f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "

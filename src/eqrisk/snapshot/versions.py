@@ -1,6 +1,7 @@
 """Immutable, versioned model snapshots in the embedded store, and the atomic "current" pointer.
 
-Layout under `<home>/snapshots/`:
+Layout of the snapshot store, `<home>/snapshots/` or the shared path the `snapshots` setting
+names (EQRISK_SNAPSHOTS: several servers with their own homes serve one store):
 
     CURRENT                       name of the served version (replaced atomically)
     PINNED                        versions pruning never removes, one a line (replaced atomically)
@@ -28,6 +29,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from eqrisk.settings import get_settings
 from eqrisk.snapshot import tables
 from eqrisk.snapshot.index import SymbolIndex
 
@@ -58,7 +61,10 @@ class UnknownVersion(SnapshotError):
 
 
 def snapshots_dir(home: Path) -> Path:
-    return home / "snapshots"
+    """The snapshot store of `home`: the configured store (`snapshots`, EQRISK_SNAPSHOTS) when
+    `home` is the configured home, else `<home>/snapshots`."""
+    settings = get_settings()
+    return settings.snapshots_dir if home == settings.home_dir else home / "snapshots"
 
 
 def list_versions(home: Path) -> list[str]:
@@ -80,7 +86,8 @@ def current_version(home: Path) -> str | None:
 
 @contextmanager
 def _build_lock(root: Path) -> Iterator[None]:
-    """One build at a time per home (a second waits), across processes."""
+    """One build at a time per store (a second waits), across processes and, on a mount with
+    working flock (local, NFSv4), across hosts."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".build.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -371,22 +378,31 @@ class SnapshotStore:
     version yet it raises SnapshotError (the services answer 503).
     """
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, root: Path | None = None, check_ms: int = 0) -> None:
         self.home = home
-        self._pointer = snapshots_dir(home) / CURRENT
+        self.root = root if root is not None else snapshots_dir(home)
+        self._pointer = self.root / CURRENT
+        # A good version is re-checked against the pointer at most every `check_ms` (one stat;
+        # 0 = on every call): a bound on the cost where a stat is a round trip (NFS, noac).
+        self._check_s = check_ms / 1000.0
+        self._next_check = 0.0
         self._stamp: tuple[int, int] | None = None
         self._snapshot: Snapshot | None = None
         self._bad: tuple[tuple[int, int], str] | None = None  # (pointer stamp, problem)
 
     def current(self) -> Snapshot:
+        if self._check_s and self._snapshot is not None and self._bad is None:
+            now = time.monotonic()
+            if now < self._next_check:
+                return self._snapshot
+            self._next_check = now + self._check_s
         try:
             st = self._pointer.stat()
         except FileNotFoundError as exc:
             if self._snapshot is not None:
                 return self._kept((0, 0), f"{self._pointer} was removed")
             raise SnapshotError(
-                f"no snapshot built under {snapshots_dir(self.home)}: run `eqrisk build` "
-                "(or `eqrisk demo`)"
+                f"no snapshot built under {self.root}: run `eqrisk build` (or `eqrisk demo`)"
             ) from exc
         stamp = (st.st_mtime_ns, st.st_ino)
         if self._snapshot is not None and stamp == self._stamp:
@@ -394,10 +410,13 @@ class SnapshotStore:
         if self._bad is not None and self._bad[0] == stamp:
             return self._kept(stamp, self._bad[1])
         try:
-            version = current_version(self.home)
-            if version is None:
+            try:
+                version = self._pointer.read_text().strip()
+            except FileNotFoundError:
+                version = ""  # replaced or removed between the stat and the read
+            if not version:
                 raise SnapshotError(f"the pointer {self._pointer} is empty")
-            snapshot = Snapshot.open(snapshots_dir(self.home) / version)
+            snapshot = Snapshot.open(self.root / version)
         except SnapshotError as exc:
             return self._kept(stamp, str(exc))
         self._snapshot, self._stamp, self._bad = snapshot, stamp, None
