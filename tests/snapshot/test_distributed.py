@@ -116,9 +116,9 @@ def test_build_dask_local_publishes_the_local_build(demo_home: Path, tmp_path: P
     home = tmp_path / "home"
     shutil.copytree(ingested_dir(demo_home), ingested_dir(home))
     env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
+    args = ["build", "--json", "--dask", "local", "--dask-workers", "2", "--block-rows", "60"]
     proc = subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", "build", "--json"]
-        + ["--dask", "local", "--dask-workers", "2", "--block-rows", "60"],
+        [sys.executable, "-m", "eqrisk.cli", *args],
         env={**env, "EQRISK_HOME": str(home)},
         capture_output=True,
         text=True,
