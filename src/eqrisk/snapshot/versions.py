@@ -391,11 +391,10 @@ class SnapshotStore:
         self._bad: tuple[tuple[int, int], str] | None = None  # (pointer stamp, problem)
 
     def current(self) -> Snapshot:
-        if self._check_s and self._snapshot is not None and self._bad is None:
-            now = time.monotonic()
-            if now < self._next_check:
-                return self._snapshot
-            self._next_check = now + self._check_s
+        now = time.monotonic()
+        if self._snapshot is not None and self._bad is None and now < self._next_check:
+            return self._snapshot
+        self._next_check = now + self._check_s
         try:
             st = self._pointer.stat()
         except FileNotFoundError as exc:
