@@ -57,7 +57,8 @@ def _block_task(
 
     with _KERNEL_LOCK:
         if threads:
-            numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+            ceiling = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
+            numba.set_num_threads(max(1, min(threads, ceiling)))
         return run_block(shared, block)
 
 
@@ -129,7 +130,7 @@ def run_model_dask(
     workers, threads = _worker_threads(client)
     shared = client.scatter(plan.shared, broadcast=True, hash=False)
     run_id = uuid.uuid4().hex[:8]
-    start_of: dict[str, int] = {}
+    start_of: dict[object, int] = {}
     queue = iter(bounds)
     running = as_completed()
 
