@@ -18,7 +18,14 @@ import pytest
 
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, ingested_dir, read_ingested, to_panel
-from eqrisk.model.run import ModelParams, ModelResult, plan_model, run_model
+from eqrisk.model.run import (
+    ModelParams,
+    ModelResult,
+    finish_model,
+    plan_model,
+    run_block,
+    run_model,
+)
 from eqrisk.snapshot.distributed import run_model_dask
 from eqrisk.snapshot.versions import Snapshot, current_version, snapshots_dir
 from helpers import nan_equal
@@ -65,6 +72,10 @@ def test_blocks_give_the_whole_run_bit_for_bit(
     blocks = run_model(panel, master, PARAMS, block_rows=37)  # 192 rows: 5 of 37, then 7
     assert_same_result(whole, blocks)
     assert np.isfinite(blocks.metrics["l3_sub_hr"]).sum() > 0
+    # Blocks that carry their own leave-one-out rows, as a Dask worker gets them.
+    plan = plan_model(panel, master, PARAMS)
+    parts = [(a, run_block(plan.shared, plan.block(a, b))) for a, b in plan.blocks(37)]
+    assert_same_result(whole, finish_model(plan, parts[::-1]))  # any order
 
 
 def test_a_block_carries_its_own_rows_only(stocks_only: tuple[Panel, pd.DataFrame]) -> None:

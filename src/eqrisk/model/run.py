@@ -10,7 +10,7 @@ this process; the Dask build (eqrisk.snapshot.distributed) runs the same functio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -114,22 +114,34 @@ class ModelPlan:
     layout: FactorLayout
     flat: FlatFactors
     shared: SharedFactors
-    is_stock: np.ndarray  # (n,)
+    price_metrics: dict[str, np.ndarray]  # read straight off prices (the cap rank: universe-wide)
     returns_excluded: int
 
     @property
     def size(self) -> int:
         return len(self.symbols)
 
-    def block(self, start: int, stop: int) -> BlockInput:
-        """Rows [start, stop) with only the leave-one-out rows they regress on (renumbered)."""
+    def in_process(self) -> SharedFactors:
+        """The shared series for blocks run in this process: every factor row of the layout,
+        leave-one-out rows included, as they are (blocks from `block(..., own_rows=False)`
+        index into them without a copy)."""
+        return replace(self.shared, factors=self.layout.model_factors)
+
+    def block(self, start: int, stop: int, *, own_rows: bool = True) -> BlockInput:
+        """Rows [start, stop) with only the leave-one-out rows they regress on (renumbered);
+        without `own_rows`, indexes into `in_process()`'s rows instead."""
         published = self.shared.factors.shape[0]
         fidx = self.layout.model_fidx[start:stop]
+        if not own_rows:
+            return BlockInput(
+                start=start,
+                stop=stop,
+                returns=self.returns[start:stop],
+                own_factors=np.empty((0, self.returns.shape[1])),
+                model_fidx=fidx,
+                exposure=self.flat.exposure[start:stop],
+            )
         own = np.unique(fidx[fidx >= published])
-        if own.size and own[-1] - own[0] + 1 == own.size:
-            own_rows = self.layout.model_factors[own[0] : own[-1] + 1]  # a view, no copy
-        else:
-            own_rows = self.layout.model_factors[own]
         local = fidx.copy()
         loo = local >= published
         local[loo] = published + np.searchsorted(own, local[loo])
@@ -137,7 +149,7 @@ class ModelPlan:
             start=start,
             stop=stop,
             returns=self.returns[start:stop],
-            own_factors=own_rows,
+            own_factors=self.layout.model_factors[own],
             model_fidx=local,
             exposure=self.flat.exposure[start:stop],
         )
@@ -163,6 +175,7 @@ def plan_model(
     reaches neither the stock's hedge ratios nor its peers' group factors.
     """
     info = master.set_index("symbol").reindex(panel.symbols)
+    is_stock = info["asset_type"].fillna("stock").to_numpy() == "stock"
     r = simple_returns(panel.close)
     if exclude is not None:
         r[exclude] = np.nan
@@ -183,9 +196,23 @@ def plan_model(
         shared=SharedFactors(
             factors=layout.factors, market=flat.market, flat_returns=flat.returns, params=params
         ),
-        is_stock=info["asset_type"].fillna("stock").to_numpy() == "stock",
+        price_metrics=_price_metrics(panel, r, is_stock),
         returns_excluded=int(exclude.sum()) if exclude is not None else 0,
     )
+
+
+def _price_metrics(panel: Panel, r: np.ndarray, is_stock: np.ndarray) -> dict[str, np.ndarray]:
+    """The metrics read straight off prices and returns: returns, close, cap and its rank
+    (across the universe, so never in a block), turnover."""
+    traded = np.where(np.isnan(panel.close_raw), panel.close, panel.close_raw)
+    return {
+        "return": r,
+        "log_return": log_returns(r),
+        "price_close": panel.close,
+        "market_cap": panel.market_cap,
+        "mktcap_rank": cap_rank(panel.market_cap, is_stock),
+        "turnover": traded * panel.volume,
+    }
 
 
 def run_block(shared: SharedFactors, block: BlockInput) -> dict[str, np.ndarray]:
@@ -226,9 +253,7 @@ def run_block(shared: SharedFactors, block: BlockInput) -> dict[str, np.ndarray]
     return out
 
 
-def finish_model(
-    plan: ModelPlan, panel: Panel, blocks: list[tuple[int, dict[str, np.ndarray]]]
-) -> ModelResult:
+def finish_model(plan: ModelPlan, blocks: list[tuple[int, dict[str, np.ndarray]]]) -> ModelResult:
     """Join the blocks' arrays (in any order; together they cover every row once) with the
     metrics read straight off prices, which need the whole universe (the cap rank)."""
     n, n_t = plan.returns.shape
@@ -244,18 +269,8 @@ def finish_model(
         for start, arrays in blocks:
             for name, arr in arrays.items():
                 joined[name][start : start + len(arr)] = arr
-    r = plan.returns
-    traded = np.where(np.isnan(panel.close_raw), panel.close, panel.close_raw)
-    price = {
-        "return": r,
-        "log_return": log_returns(r),
-        "price_close": panel.close,
-        "market_cap": panel.market_cap,
-        "mktcap_rank": cap_rank(panel.market_cap, plan.is_stock),
-        "turnover": traded * panel.volume,
-    }
     metrics = {name: joined.pop(name) for name in CASCADE_FIELDS}
-    metrics.update(price)
+    metrics.update(plan.price_metrics)
     metrics.update(joined)  # volatility, level metrics, then the flat model's, in block order
     layout = plan.layout
     flat = plan.flat
@@ -297,9 +312,10 @@ def run_model(
     process: the plan, then `run_block` on blocks of `block_rows` rows (default: one block of
     every row), joined. A distributed build runs the same `run_block` on the same blocks."""
     plan = plan_model(panel, master, params, exclude=exclude)
+    shared = plan.in_process()
     bounds = plan.blocks(block_rows or max(plan.size, 1))
     return finish_model(
-        plan, panel, [(a, run_block(plan.shared, plan.block(a, b))) for a, b in bounds]
+        plan, [(a, run_block(shared, plan.block(a, b, own_rows=False))) for a, b in bounds]
     )
 
 

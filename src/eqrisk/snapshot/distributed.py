@@ -161,4 +161,4 @@ def run_model_dask(
                 joined[name] = np.empty((n, n_t), dtype=arr.dtype)
             joined[name][start : start + len(arr)] = arr
         say(f"blocks {done}/{len(bounds)} done")
-    return finish_model(plan, panel, [(0, joined)])
+    return finish_model(plan, [(0, joined)])
