@@ -147,3 +147,24 @@ def test_build_dask_local_publishes_the_local_build(demo_home: Path, tmp_path: P
     assert nan_equal(np.asarray(dask.factor_returns), np.asarray(local.factor_returns))
     for table in ("symbols.parquet", "security_history.parquet"):
         assert pq.read_table(dask.path / table).equals(pq.read_table(local.path / table)), table
+
+
+def test_an_unreachable_scheduler_is_one_line_and_changes_nothing(
+    demo_home: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(ingested_dir(demo_home), ingested_dir(home))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "eqrisk.cli", "build", "--dask", "tcp://127.0.0.1:9"],
+        # Dask's own setting: how long a client tries to reach the scheduler (30 s by default).
+        env={**env, "EQRISK_HOME": str(home), "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert lines[0].startswith("error: no Dask scheduler at tcp://127.0.0.1:9")
+    assert current_version(home) is None and not list(snapshots_dir(home).glob("v*"))

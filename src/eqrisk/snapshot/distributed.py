@@ -85,7 +85,7 @@ def dask_client(address: str, *, workers: int | None = None) -> Iterator[Client]
             cluster.close()
         return
     try:
-        client = Client(address, timeout="20s")
+        client = Client(address)  # waits distributed.comm.timeouts.connect (30 s by default)
     except OSError as exc:
         raise DaskUnavailable(
             f"no Dask scheduler at {address} ({exc}): start one (`dask scheduler`, then "
