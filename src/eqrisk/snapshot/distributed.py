@@ -18,7 +18,8 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
@@ -99,15 +100,23 @@ def dask_client(address: str, *, workers: int | None = None) -> Iterator[Client]
 
 
 def _worker_threads(client: Client) -> tuple[int, int | None]:
-    """(workers, numba threads per block): the cores of a LocalCluster's host shared among its
-    workers; a remote cluster's workers keep numba's default (all of their host's cores)."""
-    info: dict[str, Any] = client.scheduler_info()["workers"]
-    if not info:
-        client.wait_for_workers(1, timeout=60)
-        info = client.scheduler_info()["workers"]
-    local = all(w["host"] in ("127.0.0.1", "localhost") for w in info.values())
-    threads = max(1, (os.cpu_count() or 1) // len(info)) if local else None
-    return len(info), threads
+    """(workers, numba threads per block): the cores of this host shared among the worker
+    processes of a LocalCluster; workers elsewhere (or threads of this process) keep numba's
+    default, all of their host's cores."""
+    workers: dict[str, int] = client.nthreads()
+    if not workers:
+        try:
+            client.wait_for_workers(1, timeout=60)
+        except TimeoutError:
+            raise DaskUnavailable(
+                "the Dask scheduler has no worker after 60 s: start some "
+                "(`dask worker SCHEDULER_ADDRESS` on each worker host)"
+            ) from None
+        workers = client.nthreads()
+    hosts = {urlsplit(address).hostname for address in workers}
+    local = hosts <= {"127.0.0.1", "localhost", "::1"}
+    threads = max(1, (os.cpu_count() or 1) // len(workers)) if local else None
+    return len(workers), threads
 
 
 def run_model_dask(
