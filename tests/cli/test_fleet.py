@@ -157,6 +157,9 @@ def test_the_store_setting_names_where_versions_live(tmp_path: Path) -> None:
     # A home that is not the configured one keeps its versions under itself.
     assert snapshots_dir(home) == home / "snapshots"
     assert list_versions(home) == [] and current_version(home) is None
+    proc = eqrisk(home, shared, "config", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["snapshots"] == str(shared)
 
 
 def test_a_pointer_check_interval_bounds_how_often_servers_look(
