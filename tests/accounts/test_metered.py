@@ -115,8 +115,7 @@ def test_usage_table_equals_the_ledger_after_concurrent_charges(accounts: Accoun
 
     async def through_writer() -> list[bool]:
         calls = [
-            writer.charge(_charge(*funded[n % 3], cost, 5000 + n, routes[n % 3]))
-            for n in range(90)
+            writer.charge(_charge(*funded[n % 3], cost, 5000 + n, routes[n % 3])) for n in range(90)
         ]
         return [c.ok for c in await asyncio.gather(*calls)]
 

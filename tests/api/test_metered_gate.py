@@ -129,7 +129,9 @@ def test_balance_reports_the_usage_table_equal_to_the_ledger_after_concurrent_ca
         usage = doc["usage_this_month"]
         assert usage["by_route"] == by_route
         assert usage["requests"] == len(ledger) == 30
-        assert usage["tokens"] == -sum(e["tokens"] for e in ledger) == 10 * 250 + 10 * 250 + 10 * 500
+        assert (
+            usage["tokens"] == -sum(e["tokens"] for e in ledger) == 10 * 250 + 10 * 250 + 10 * 500
+        )
         assert doc["balance_tokens"] == accounts.balance(account_id)
         assert doc["balance_tokens"] == STARTING_CREDIT_TOKENS - usage["tokens"]
         assert {k: v for (a, m, k), v in table.items() if a == account_id and m == month} == {

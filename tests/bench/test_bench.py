@@ -55,6 +55,13 @@ def test_bench_metered_quick_mode_is_consistent(demo_home, tmp_path) -> None:
         assert row["rps"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
         assert row["server_cpu_us_per_request"] >= 0
         assert row["rps_ratio_to_health"] == row["rps"] / rows["health"]["rps"]
+    unpriced = {r["target"]: r for r in result["unpriced"]}
+    assert list(unpriced) == ["health (unpriced server)", "metrics/NVDA, same key, price 0"]
+    assert all(r["rps"] > 0 for r in unpriced.values())
+    assert result["charge_cpu_us_per_request"] == (
+        rows["metrics/NVDA, metered key"]["server_cpu_us_per_request"]
+        - unpriced["metrics/NVDA, same key, price 0"]["server_cpu_us_per_request"]
+    )
     latency = result["balance_latency"]
     assert latency["ledger_rows"] == 2_500
     for account in ("new_account", "large_ledger"):

@@ -411,7 +411,7 @@ class Accounts:
         return result
 
     def charge_many(
-        self, requests: Sequence[ChargeRequest], *, conn: Connection | None = None
+        self, requests: Sequence[ChargeRequest], *, conn: PoolProxiedConnection | None = None
     ) -> list[Charge]:
         """Several charges in one transaction (the per-process writer's group commit), each
         decided in order as if alone: debited if its account is verified and its balance covers
@@ -500,7 +500,9 @@ class Accounts:
         month = db.charge_month(self.engine.dialect.name, db.ledger.c.created_at)
         route = func.coalesce(db.ledger.c.route, "")
         query = (
-            select(db.ledger.c.account_id, month, route, func.count(), func.sum(-db.ledger.c.tokens))
+            select(
+                db.ledger.c.account_id, month, route, func.count(), func.sum(-db.ledger.c.tokens)
+            )
             .where(db.ledger.c.kind == "charge")
             .group_by(db.ledger.c.account_id, month, route)
         )

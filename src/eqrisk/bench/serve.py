@@ -10,6 +10,7 @@ the ratios are meaningful even where absolute numbers are not.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -18,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,6 +278,31 @@ def _server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@contextmanager
+def _bench_server(home: Path, pricing_file: Path | None = None) -> Iterator[tuple[str, int]]:
+    """`eqrisk serve` (one worker, the embedded database, in-memory limits) over `home`:
+    yields its base URL and process id, stops it on exit."""
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "EQRISK_HOME": str(home)}
+    for name in ("EQRISK_REDIS_URL", "EQRISK_DATABASE_URL", "EQRISK_PRICING_FILE"):
+        env.pop(name, None)
+    if pricing_file is not None:
+        env["EQRISK_PRICING_FILE"] = str(pricing_file)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eqrisk.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_ready(base, proc)
+        yield base, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def _balance_latency(base: str, key: str, calls: int) -> dict[str, float]:
     """Sequential `/api/balance` calls on one connection: p50 and p99 in ms."""
     times = []
@@ -310,50 +337,44 @@ def measure_metered(
     keys = prepare_metered(home, ledger_rows, say)
     accounts = Accounts(make_engine(home))
     before = accounts.balance(keys.metered_account)
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "EQRISK_HOME": str(home)}
-    for name in ("EQRISK_REDIS_URL", "EQRISK_DATABASE_URL", "EQRISK_PRICING_FILE"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eqrisk.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    targets = [
-        ("health", "/api/health", {}),
-        ("metrics/NVDA, metered key", "/api/metrics/NVDA", keys.metered),
-        ("balance, large-ledger key", "/api/balance", keys.large_ledger),
-    ]
-    rows: list[dict[str, Any]] = []
-    try:
-        _wait_ready(base, proc)
-        for name, path, key in targets:
-            headers = {"Authorization": f"Bearer {key}"} if key else {}
-            httpx.get(base + path, headers=headers, timeout=30).raise_for_status()
-            say(f"metered path: {name}, {connections} connections")
-            cpu0 = _server_cpu_s(proc.pid)
-            if use_wrk:
-                stats = _wrk(base + path, headers, seconds, connections)
-                done = stats["rps"] * seconds
-            else:
-                stats = asyncio.run(_httpx_load(base + path, headers, seconds, connections))
-                done = stats["rps"] * seconds
-            cpu = _server_cpu_s(proc.pid) - cpu0
-            rows.append({"target": name, **stats, "server_cpu_us_per_request": cpu / done * 1e6})
+
+    def load(base: str, pid: int, name: str, path: str, key: str | None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        httpx.get(base + path, headers=headers, timeout=30).raise_for_status()
+        say(f"metered path: {name}, {connections} connections")
+        cpu0 = _server_cpu_s(pid)
+        if use_wrk:
+            stats = _wrk(base + path, headers, seconds, connections)
+        else:
+            stats = asyncio.run(_httpx_load(base + path, headers, seconds, connections))
+        cpu = _server_cpu_s(pid) - cpu0
+        per_request = cpu / (stats["rps"] * seconds) * 1e6
+        return {"target": name, **stats, "server_cpu_us_per_request": per_request}
+
+    with _bench_server(home) as (base, pid):
+        rows = [
+            load(base, pid, "health", "/api/health", None),
+            load(base, pid, "metrics/NVDA, metered key", "/api/metrics/NVDA", keys.metered),
+            load(base, pid, "balance, large-ledger key", "/api/balance", keys.large_ledger),
+        ]
         say(f"/api/balance latency: new account vs {ledger_rows:,} ledger rows")
         new = _balance_latency(base, keys.new_account, balance_calls)
         large = _balance_latency(base, keys.large_ledger, balance_calls)
         usage = httpx.get(
             f"{base}/api/balance", headers={"Authorization": f"Bearer {keys.large_ledger}"}
         ).json()["usage_this_month"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    health = rows[0]
-    for row in rows:
-        row["rps_ratio_to_health"] = row["rps"] / health["rps"]
+    # The same call on a server where it is free (the key is still looked up and counted):
+    # what the route costs without its charge, so the charge's own share is visible.
+    unpriced_file = home / "bench-unpriced-prices.json"
+    unpriced_file.write_text(json.dumps({"metrics": {"usd": 0}}))
+    with _bench_server(home, unpriced_file) as (base, pid):
+        unpriced = [
+            load(base, pid, "health (unpriced server)", "/api/health", None),
+            load(base, pid, "metrics/NVDA, same key, price 0", "/api/metrics/NVDA", keys.metered),
+        ]
+    for group in (rows, unpriced):
+        for row in group:
+            row["rps_ratio_to_health"] = row["rps"] / group[0]["rps"]
     charges = [e for e in accounts.ledger(keys.metered_account) if e["kind"] == "charge"]
     spent = before - accounts.balance(keys.metered_account)
     return {
@@ -361,6 +382,9 @@ def measure_metered(
         "connections": connections,
         "seconds_per_target": seconds,
         "results": rows,
+        "unpriced": unpriced,
+        "charge_cpu_us_per_request": rows[1]["server_cpu_us_per_request"]
+        - unpriced[1]["server_cpu_us_per_request"],
         "balance_latency": {
             "ledger_rows": ledger_rows,
             "new_account": new,
