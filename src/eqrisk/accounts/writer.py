@@ -17,6 +17,7 @@ dropped (tests build many) leaves no thread behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import weakref
@@ -80,7 +81,9 @@ class ChargeWriter:
         state.in_flight = True
 
         def done(outcome: list[Charge] | BaseException) -> None:  # runs in the writer thread
-            loop.call_soon_threadsafe(self._resolve, loop, state, group, outcome)
+            # A loop closed meanwhile has nobody waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._resolve, loop, state, group, outcome)
 
         self.submit([r for r, _ in group], done)
 
@@ -139,6 +142,10 @@ class ChargeWriter:
                 if not self._commit(groups, conn) and conn is not None:
                     conn.invalidate()  # a failed group may have broken it: open anew next time
                     conn = None
+        except BaseException:
+            with self._lock:  # an unexpected end: the next submit starts a new thread
+                self._thread = None
+            raise
         finally:
             if conn is not None:
                 conn.close()
