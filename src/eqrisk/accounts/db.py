@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,14 @@ from sqlalchemy import (
     String,
     Table,
     create_engine,
+    delete,
     event,
+    func,
+    insert,
+    select,
 )
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData()
 
@@ -75,6 +81,32 @@ ledger = Table(
     Index("ledger_account_time", "account_id", "created_at"),
 )
 
+# This month's charges per account and route, kept by the charge itself (same transaction as its
+# ledger row), so that `/api/balance` reads a few rows whatever the ledger's size. `month` is
+# the UTC month of the charge, "YYYY-MM". Always equal to the ledger's charges grouped the same
+# way (a test checks it on both databases).
+monthly_usage = Table(
+    "monthly_usage",
+    metadata,
+    Column("account_id", String(32), ForeignKey("accounts.account_id"), primary_key=True),
+    Column("month", String(7), primary_key=True),
+    Column("route", String(64), primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+)
+
+# One row per one-time data step done on this database (e.g. filling `monthly_usage` from the
+# ledger of a database made before it existed); the primary key makes each step run once even
+# when several workers start together.
+schema_steps = Table(
+    "schema_steps",
+    metadata,
+    Column("step", String(64), primary_key=True),
+    Column("done_at", DateTime(timezone=True), nullable=False),
+)
+
+USAGE_FILLED = "monthly_usage filled from the ledger"
+
 card_verifications = Table(
     "card_verifications",
     metadata,
@@ -112,7 +144,47 @@ def make_engine(home: Path, database_url: str | None = None) -> Engine:
         # Several server workers start at once: another one may have created the tables
         # between our check and our CREATE. Checking again settles it.
         metadata.create_all(engine)
+    fill_monthly_usage(engine)
     return engine
+
+
+def charge_month(dialect: str, created_at: ColumnElement[Any]) -> ColumnElement[str]:
+    """SQL for the UTC month ("YYYY-MM") of a ledger time, as the charge writes it."""
+    if dialect == "postgresql":
+        return func.to_char(func.timezone("UTC", created_at), "YYYY-MM")
+    # SQLite stores the UTC time as text ("YYYY-MM-DD HH:MM:SS.ffffff"): its first 7 characters.
+    return func.substr(created_at, 1, 7)
+
+
+def fill_monthly_usage(engine: Engine) -> bool:
+    """Once per database: rebuild `monthly_usage` from the ledger's charges (a database made
+    before the table existed has charges but no usage rows). Returns True where this call did
+    it; a second worker starting at the same moment collides on the step's key and skips."""
+    month = charge_month(engine.dialect.name, ledger.c.created_at)
+    route = func.coalesce(ledger.c.route, "")
+    totals = (
+        select(
+            ledger.c.account_id,
+            month,
+            route,
+            func.count(),
+            func.sum(-ledger.c.tokens),
+        )
+        .where(ledger.c.kind == "charge")
+        .group_by(ledger.c.account_id, month, route)
+    )
+    try:
+        with transaction(engine) as conn:
+            conn.execute(insert(schema_steps).values(step=USAGE_FILLED, done_at=datetime.now(UTC)))
+            conn.execute(delete(monthly_usage))
+            conn.execute(
+                insert(monthly_usage).from_select(
+                    ["account_id", "month", "route", "requests", "tokens"], totals
+                )
+            )
+    except IntegrityError:
+        return False
+    return True
 
 
 def _sqlite_transactions(engine: Engine) -> None:

@@ -193,6 +193,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         prices=app.state.prices,
         estimate=estimate,
         services=services,
+        version=lambda: served_snapshot(app.state.snapshots).version,
     )
     app.add_middleware(
         Bounds,

@@ -21,9 +21,11 @@ import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from eqrisk.accounts.book import Accounts, KeyRecord
+from eqrisk.accounts.book import Accounts, Charge, ChargeRequest, KeyRecord
+from eqrisk.accounts.key_cache import KeyCache
 from eqrisk.accounts.limits import RateLimiter
 from eqrisk.accounts.pricing import PriceTable, tokens_to_usd
+from eqrisk.accounts.writer import ChargeWriter
 from eqrisk.api.bounds import read_body
 from eqrisk.api.bounds import send_problem as _send_problem
 from eqrisk.api.endpoints import Endpoint, find
@@ -32,6 +34,7 @@ from eqrisk.api.plans import CLASS_TWINS
 from eqrisk.data.master import MAG7
 
 DEMO_MAX_TOKENS = 250
+MAX_REMEMBERED_PRICES = 4096  # distinct (call, snapshot) prices kept before the memo starts over
 # Routes the demo key may not call at all (route -> why). Empty today: the heatmap answers the demo
 # key with its seven tickers only (api/routes/risk_metrics.py), so a first visit to the dashboard shows data.
 DEMO_REFUSED_ROUTES: dict[str, str] = {}
@@ -90,6 +93,9 @@ class Gate:
         prices: PriceTable,
         estimate: Callable[[str, dict[str, Any]], dict[str, Any]],
         services: tuple[str, ...] = ("daily", "risk"),
+        writer: ChargeWriter | None = None,
+        keys: KeyCache | None = None,
+        version: Callable[[], str] | None = None,
     ) -> None:
         self.app = app
         self.services = services
@@ -97,6 +103,14 @@ class Gate:
         self.limiter = limiter
         self.prices = prices
         self.estimate = estimate
+        # One writer per process commits the charges of concurrent requests together; keys
+        # are remembered for at most a second (both in `accounts/`).
+        self.writer = writer or ChargeWriter(accounts)
+        self.keys = keys or KeyCache(accounts)
+        # The served snapshot's version: a call's price is remembered per version (the
+        # estimate reads the snapshot, e.g. which tickers of a batch exist).
+        self.version = version
+        self._prices_seen: dict[tuple[str, bytes, bytes, str], int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hit = find(scope["path"]) if scope["type"] == "http" else None
@@ -107,14 +121,27 @@ class Gate:
         service, price_key = endpoint.service, str(endpoint.price_key)
         request_id = scope.get("state", {}).get("request_id")
         extra: dict[str, str] = {}
+        key = presented_key(scope, service)
         try:
-            record = await self._authenticate(scope, service, extra)
+            record = await self._authenticate(key, service, extra)
             body, receive = await read_body(scope, receive)
             params = _params_of(scope, body, hit[1])
-            tokens = self._admit(record, service, price_key, params)
+            tokens = self._tokens(service, price_key, params, scope, body)
+            try:
+                self._admit(record, price_key, params, tokens)
+            except ApiError as exc:
+                if exc.code != "INSUFFICIENT_BALANCE" or key is None:
+                    raise
+                # The remembered balance is short: read the account again before refusing
+                # (a credit made since counts at once).
+                record = self._usable(await anyio.to_thread.run_sync(self.keys.load, key))
+                self._admit(record, price_key, params, tokens)
+            if record.is_demo:
+                tokens = 0  # the demo key is not charged
         except ApiError as exc:
             await _send_problem(send, exc, request_id, extra)
             return
+        assert key is not None  # an authenticated call presented a key
         caller = Caller(
             record.key_id,
             record.account_id,
@@ -127,7 +154,7 @@ class Gate:
             scope["path"].encode() + scope.get("query_string", b"") + body
         ).hexdigest()
         await self._forward(
-            scope, receive, send, caller, price_key, tokens, digest, request_id, extra
+            scope, receive, send, caller, key, price_key, tokens, digest, request_id, extra
         )
 
     def _gated(self, endpoint: Endpoint) -> bool:
@@ -138,10 +165,12 @@ class Gate:
             and endpoint.price_key in self.prices.prices
         )
 
-    async def _authenticate(self, scope: Scope, service: str, extra: dict[str, str]) -> KeyRecord:
-        """The key's record, within its rate limit (the limit's headers go into `extra`) and on
-        an account that is not suspended; else the ApiError that says why."""
-        key = presented_key(scope, service)
+    async def _authenticate(
+        self, key: str | None, service: str, extra: dict[str, str]
+    ) -> KeyRecord:
+        """The key's record (remembered up to a second, else read), within its rate limit
+        (the limit's headers go into `extra`) and on an account that is not suspended; else
+        the ApiError that says why."""
         if key is None:
             how = (
                 "in the 'apikey' header"
@@ -149,7 +178,9 @@ class Gate:
                 else "as 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
             )
             raise ApiError("AUTHENTICATION_REQUIRED", f"send your API key {how}")
-        record: KeyRecord | None = await anyio.to_thread.run_sync(self.accounts.authenticate, key)
+        record = self.keys.cached(key)
+        if record is None:
+            record = await anyio.to_thread.run_sync(self.keys.load, key)
         if record is None:
             raise ApiError("INVALID_API_KEY", "the API key is unknown or revoked")
         if self.limiter.blocking:
@@ -166,19 +197,25 @@ class Gate:
                 headers={"Retry-After": str(decision.retry_after)},
                 limit=record.rate_limit,
             )
+        return self._usable(record)
+
+    @staticmethod
+    def _usable(record: KeyRecord | None) -> KeyRecord:
+        """The record of a key that is still active, on an account that is not suspended."""
+        if record is None:
+            raise ApiError("INVALID_API_KEY", "the API key is unknown or revoked")
         if record.account_state == "suspended":
             raise ApiError("ACCOUNT_INACTIVE", "the account is suspended")
         return record
 
     def _admit(
-        self, record: KeyRecord, service: str, price_key: str, params: dict[str, Any]
-    ) -> int:
-        """The tokens this call will be charged, after the demo rules and the account's state
-        and balance allow it."""
-        tokens = self._tokens(service, price_key, params)
+        self, record: KeyRecord, price_key: str, params: dict[str, Any], tokens: int
+    ) -> None:
+        """Refuse the call unless the demo rules, or the account's state and balance, allow
+        one that costs `tokens` (the demo key is never charged)."""
         if record.is_demo:
             _demo_rules(price_key, params, self._demo_tokens(price_key, tokens))
-            return 0  # the demo key is not charged
+            return
         if tokens > 0 and record.account_state != "verified":
             raise ApiError(
                 "ACCOUNT_INACTIVE",
@@ -187,16 +224,28 @@ class Gate:
             )
         if tokens > record.balance_tokens:
             raise _short(tokens, record.balance_tokens)
-        return tokens
 
-    def _tokens(self, service: str, price_key: str, params: dict[str, Any]) -> int:
+    def _tokens(
+        self, service: str, price_key: str, params: dict[str, Any], scope: Scope, body: bytes
+    ) -> int:
+        """The price of this call, remembered per call and snapshot version: the same path,
+        query and body on the same snapshot cost the same (the estimate is pure)."""
         price = self.prices[price_key]
         if service == "daily" or (price.tokens == 0 and price.minimum_tokens == 0):
             return price.cost(1)
         try:
-            return int(self.estimate(price_key, params)["estimated_tokens"])
+            version = self.version() if self.version is not None else None
+            seen = (scope["path"], scope.get("query_string", b""), body, version or "")
+            if version is not None and (tokens := self._prices_seen.get(seen)) is not None:
+                return tokens
+            tokens = int(self.estimate(price_key, params)["estimated_tokens"])
         except ApiError:
             return 0  # the route itself will refuse the call (and an error is free)
+        if version is not None:
+            if len(self._prices_seen) >= MAX_REMEMBERED_PRICES:
+                self._prices_seen.clear()
+            self._prices_seen[seen] = tokens
+        return tokens
 
     def _demo_tokens(self, price_key: str, tokens: int) -> int:
         """What the demo key's per-request cap is compared with: the price of the call, or for a
@@ -211,6 +260,7 @@ class Gate:
         receive: Receive,
         send: Send,
         caller: Caller,
+        key: str,
         price_key: str,
         tokens: int,
         digest: str,
@@ -228,22 +278,22 @@ class Gate:
                 charged = 0
                 balance = caller.balance_tokens
                 if 200 <= status < 300 and tokens > 0:
-                    result = await anyio.to_thread.run_sync(
-                        lambda: self.accounts.charge(
+                    result = await self.writer.charge(
+                        ChargeRequest(
                             caller.account_id,
                             tokens,
-                            key_id=caller.key_id,
-                            route=price_key,
-                            params_digest=digest,
-                            request_id=request_id or "",
+                            caller.key_id,
+                            price_key,
+                            digest,
+                            request_id or "",
                         )
                     )
                     if not result.ok:
                         swallow = True
-                        await _send_problem(
-                            send, _short(tokens, result.balance_tokens), request_id, extra
-                        )
+                        refusal = _refusal(result, tokens)
+                        await _send_problem(send, refusal, request_id, extra)
                         return
+                    self.keys.note_balance(key, result.balance_tokens)
                     charged, balance = tokens, result.balance_tokens
                 headers = list(message.get("headers", []))
                 for name, value in {
@@ -276,6 +326,17 @@ def _params_of(scope: Scope, body: bytes, path_params: dict[str, str]) -> dict[s
 
 def _usd(tokens: int) -> str:
     return f"{tokens_to_usd(tokens):.5f}"
+
+
+def _refusal(result: Charge, tokens: int) -> ApiError:
+    """Why a 2xx was not charged (and so not sent): most often a concurrent request spent the
+    credit (402); else the key was revoked or the account left the verified state since the
+    request was let in."""
+    if result.key_revoked:
+        return ApiError("INVALID_API_KEY", "the API key is unknown or revoked")
+    if result.account_state != "verified":
+        return ApiError("ACCOUNT_INACTIVE", "the account is not active")
+    return _short(tokens, result.balance_tokens)
 
 
 def _short(tokens: int, balance: int) -> ApiError:

@@ -10,6 +10,7 @@ the ratios are meaningful even where absolute numbers are not.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -18,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,7 @@ def run(
         # Once with the per-process render cache off (every answer rendered), once on.
         for cache_mb in (0, 256):
             results += _load_server(home, key, cache_mb, seconds, connections, use_wrk, say)
+        metered = measure_metered(home, seconds=seconds, generator=generator, say=say)
     for row in results:
         floor = next(
             r["rps"] for r in results if r["cache"] == row["cache"] and r["target"] == "health"
@@ -208,4 +211,192 @@ def run(
         "connections": connections,
         "server": "eqrisk serve, 1 worker (uvicorn)",
         "results": results,
+        "metered": metered,
+    }
+
+
+# ------------------------------------------------------------------------------ metered path
+# Issue 9: every paid request is authenticated, counted against its key's limit, charged (a
+# transaction with its ledger row and the month's usage) and answered. Measured with ordinary
+# verified, funded accounts (not a free or operator key), next to /api/health at the same
+# concurrency on the same server, and `/api/balance` on a new account next to one whose ledger
+# holds `ledger_rows` charges.
+
+METERED_CONNECTIONS = 16
+LARGE_LEDGER_ROWS = 100_000
+BALANCE_CALLS = 300  # sequential /api/balance calls per account for the latency comparison
+
+
+@dataclass(frozen=True)
+class MeteredKeys:
+    """Keys of three ordinary accounts (verified card, so the starting credit), limits high
+    enough that the limiter counts every request but refuses none during a run."""
+
+    metered: str  # funded for the load: charged for every answer
+    new_account: str  # a handful of ledger rows
+    large_ledger: str  # `ledger_rows` charges in its ledger, all this month
+    metered_account: str
+    large_account: str
+    ledger_rows: int
+
+
+def prepare_metered(home: Path, ledger_rows: int, say: Callable[[str], None]) -> MeteredKeys:
+    """The bench's accounts in `home`'s accounts database; the large ledger is written by the
+    charge itself (`charge_many`, in groups), so its usage rows are the real ones."""
+    from eqrisk.accounts.book import Accounts, ChargeRequest
+    from eqrisk.accounts.db import make_engine
+
+    accounts = Accounts(make_engine(home))
+
+    def account(name: str, credit: int) -> tuple[str, str, str]:
+        account_id = accounts.create_account(name)["account_id"]
+        accounts.verify_card(account_id, provider="bench")
+        if credit:
+            accounts.credit(account_id, credit, "bench credit")
+        made = accounts.create_key(account_id, rate_limit="100000000/minute")
+        return account_id, made["key"], made["key_id"]
+
+    metered_id, metered, _ = account("bench metered", 10**10)
+    _, new, _ = account("bench new account", 0)
+    large_id, large, large_key_id = account("bench large ledger", ledger_rows)
+    say(f"writing {ledger_rows:,} charges into one account's ledger")
+    for start in range(0, ledger_rows, 1000):
+        group = [
+            ChargeRequest(large_id, 1, large_key_id, "metrics", "bench", f"bench-{n}")
+            for n in range(start, min(start + 1000, ledger_rows))
+        ]
+        assert all(c.ok for c in accounts.charge_many(group))
+    return MeteredKeys(metered, new, large, metered_id, large_id, ledger_rows)
+
+
+def _server_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; 0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def _bench_server(home: Path, pricing_file: Path | None = None) -> Iterator[tuple[str, int]]:
+    """`eqrisk serve` (one worker, the embedded database, in-memory limits) over `home`:
+    yields its base URL and process id, stops it on exit."""
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "EQRISK_HOME": str(home)}
+    for name in ("EQRISK_REDIS_URL", "EQRISK_DATABASE_URL", "EQRISK_PRICING_FILE"):
+        env.pop(name, None)
+    if pricing_file is not None:
+        env["EQRISK_PRICING_FILE"] = str(pricing_file)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eqrisk.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_ready(base, proc)
+        yield base, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _balance_latency(base: str, key: str, calls: int) -> dict[str, float]:
+    """Sequential `/api/balance` calls on one connection: p50 and p99 in ms."""
+    times = []
+    with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            client.get(f"{base}/api/balance").raise_for_status()
+            times.append((time.perf_counter() - t0) * 1e3)
+    lat = np.array(times)
+    return {"p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99))}
+
+
+def measure_metered(
+    home: Path,
+    *,
+    seconds: float = 5.0,
+    ledger_rows: int = LARGE_LEDGER_ROWS,
+    balance_calls: int = BALANCE_CALLS,
+    connections: int = METERED_CONNECTIONS,
+    generator: str = "auto",
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The metered figures on a home with a built snapshot: req/s, p50/p99 and the server's
+    CPU per request of /api/health, /api/metrics/NVDA (metered key) and /api/balance (the
+    large ledger's key), each with its ratio to health; then /api/balance's latency on a new
+    account next to the large ledger; and the money checked afterwards (every answered charge
+    is one ledger row, the usage table equals the ledger)."""
+    from eqrisk.accounts.book import Accounts
+    from eqrisk.accounts.db import make_engine
+
+    use_wrk = generator == "wrk" or (generator == "auto" and shutil.which("wrk") is not None)
+    keys = prepare_metered(home, ledger_rows, say)
+    accounts = Accounts(make_engine(home))
+    before = accounts.balance(keys.metered_account)
+
+    def load(base: str, pid: int, name: str, path: str, key: str | None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        httpx.get(base + path, headers=headers, timeout=30).raise_for_status()
+        say(f"metered path: {name}, {connections} connections")
+        cpu0 = _server_cpu_s(pid)
+        if use_wrk:
+            stats = _wrk(base + path, headers, seconds, connections)
+        else:
+            stats = asyncio.run(_httpx_load(base + path, headers, seconds, connections))
+        cpu = _server_cpu_s(pid) - cpu0
+        per_request = cpu / (stats["rps"] * seconds) * 1e6
+        return {"target": name, **stats, "server_cpu_us_per_request": per_request}
+
+    with _bench_server(home) as (base, pid):
+        rows = [
+            load(base, pid, "health", "/api/health", None),
+            load(base, pid, "metrics/NVDA, metered key", "/api/metrics/NVDA", keys.metered),
+            load(base, pid, "balance, large-ledger key", "/api/balance", keys.large_ledger),
+        ]
+        say(f"/api/balance latency: new account vs {ledger_rows:,} ledger rows")
+        new = _balance_latency(base, keys.new_account, balance_calls)
+        large = _balance_latency(base, keys.large_ledger, balance_calls)
+        usage = httpx.get(
+            f"{base}/api/balance", headers={"Authorization": f"Bearer {keys.large_ledger}"}
+        ).json()["usage_this_month"]
+    # The same call on a server where it is free (the key is still looked up and counted):
+    # what the route costs without its charge, so the charge's own share is visible.
+    unpriced_file = home / "bench-unpriced-prices.json"
+    unpriced_file.write_text(json.dumps({"metrics": {"usd": 0}}))
+    with _bench_server(home, unpriced_file) as (base, pid):
+        unpriced = [
+            load(base, pid, "health (unpriced server)", "/api/health", None),
+            load(base, pid, "metrics/NVDA, same key, price 0", "/api/metrics/NVDA", keys.metered),
+        ]
+    for group in (rows, unpriced):
+        for row in group:
+            row["rps_ratio_to_health"] = row["rps"] / group[0]["rps"]
+    charges = [e for e in accounts.ledger(keys.metered_account) if e["kind"] == "charge"]
+    spent = before - accounts.balance(keys.metered_account)
+    return {
+        "generator": "wrk" if use_wrk else "httpx-asyncio",
+        "connections": connections,
+        "seconds_per_target": seconds,
+        "results": rows,
+        "unpriced": unpriced,
+        "charge_cpu_us_per_request": rows[1]["server_cpu_us_per_request"]
+        - unpriced[1]["server_cpu_us_per_request"],
+        "balance_latency": {
+            "ledger_rows": ledger_rows,
+            "new_account": new,
+            "large_ledger": large,
+            "p50_ratio_large_to_new": large["p50_ms"] / new["p50_ms"],
+        },
+        "checks": {
+            "metered_charges": len(charges),
+            "metered_tokens_spent": spent,
+            "ledger_tokens_charged": -sum(e["tokens"] for e in charges),
+            "large_ledger_usage_requests": usage["requests"],
+            "usage_table_equals_ledger": accounts.month_usage_rows()
+            == accounts.ledger_month_totals(),
+        },
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -69,4 +69,35 @@ def bench_serve(
     out.print(
         f"generator {result['generator']}, {result['connections']} connections, "
         f"{result['seconds_per_target']:g}s per target, {result['server']}"
+    )
+    _print_metered(result["metered"])
+
+
+def _print_metered(metered: dict[str, Any]) -> None:
+    """Issue 9's figures: metered calls next to /api/health at the same concurrency."""
+    table = Table(
+        f"metered path, {metered['connections']} connections",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "req/s vs health",
+        "server CPU us/req",
+    )
+    for row in [*metered["results"], *metered["unpriced"]]:
+        table.add_row(
+            row["target"],
+            f"{row['rps']:.0f}",
+            f"{row['p50_ms']:.2f}",
+            f"{row['p99_ms']:.2f}",
+            f"{row['rps_ratio_to_health']:.2f}",
+            f"{row['server_cpu_us_per_request']:.0f}",
+        )
+    out.print(table)
+    lat = metered["balance_latency"]
+    out.print(
+        f"/api/balance, one connection: p50 {lat['new_account']['p50_ms']:.2f} ms on a new "
+        f"account, {lat['large_ledger']['p50_ms']:.2f} ms with {lat['ledger_rows']:,} ledger "
+        f"rows (ratio {lat['p50_ratio_large_to_new']:.2f}); the charge's share of a metered "
+        f"call: {metered['charge_cpu_us_per_request']:.0f} us of server CPU; "
+        f"checks {metered['checks']}"
     )

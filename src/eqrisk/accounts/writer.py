@@ -1,0 +1,185 @@
+"""One charge writer per process: the charges of concurrent requests commit together.
+
+A request's charge used to be its own write transaction; under load they queued on SQLite's one
+write lock (with back-off sleeps) or on PostgreSQL's row lock, each paying a commit. Here the
+event loop gathers the charges of its requests: while one group is being committed, the next
+one gathers, and it is handed over, whole, the moment the first is done. One thread writes the
+groups (`Accounts.charge_many`: one transaction, each charge decided in order as if alone, never
+below zero) and hands each group's outcomes back to its loop in one call. So a group grows with
+the load, a lone request waits for nobody, and each group costs one thread wake-up each way,
+not one per charge (thread hand-offs were most of the cost once the SQL was cheap).
+
+The thread keeps one database connection while it lives (no pool checkout per group), starts on
+the first group and ends, closing it, after `idle_s` without one, so an application built and
+dropped (tests build many) leaves no thread behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy.pool import PoolProxiedConnection
+
+from eqrisk.accounts.book import Accounts, Charge, ChargeRequest
+
+MAX_GROUP = 512  # charges per transaction at most (a bound on one commit's work and latency)
+
+# A group handed to the thread, and where its outcomes (or its error) go.
+Done = Callable[[list[Charge] | BaseException], None]
+
+
+@dataclass
+class _LoopGroups:
+    """One event loop's charges: those waiting for the next group, and whether a group of
+    this loop is being committed now."""
+
+    waiting: list[tuple[ChargeRequest, asyncio.Future[Charge]]] = field(default_factory=list)
+    in_flight: bool = False
+    scheduled: bool = False
+
+
+class ChargeWriter:
+    def __init__(self, accounts: Accounts, *, idle_s: float = 5.0) -> None:
+        self.accounts = accounts
+        self.idle_s = idle_s
+        self._queue: queue.SimpleQueue[tuple[list[ChargeRequest], Done]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopGroups] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.groups = 0  # transactions committed (or failed): for the bench and the tests
+        self.charges = 0
+
+    # -- the event loop's side --------------------------------------------------------------
+    async def charge(self, request: ChargeRequest) -> Charge:
+        """The charge's outcome, once the group it joined has committed."""
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopGroups()
+        future: asyncio.Future[Charge] = loop.create_future()
+        state.waiting.append((request, future))
+        if not state.in_flight and not state.scheduled:
+            # After this turn of the loop: the requests it is running may charge too.
+            state.scheduled = True
+            loop.call_soon(self._hand_over, loop, state)
+        return await future
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop, state: _LoopGroups) -> None:
+        state.scheduled = False
+        group = [(r, f) for r, f in state.waiting if not f.cancelled()]  # gone: not charged
+        state.waiting = []
+        if not group:
+            return
+        state.in_flight = True
+
+        def done(outcome: list[Charge] | BaseException) -> None:  # runs in the writer thread
+            # A loop closed meanwhile has nobody waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._resolve, loop, state, group, outcome)
+
+        self.submit([r for r, _ in group], done)
+
+    def _resolve(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        state: _LoopGroups,
+        group: list[tuple[ChargeRequest, asyncio.Future[Charge]]],
+        outcome: list[Charge] | BaseException,
+    ) -> None:
+        for n, (_, future) in enumerate(group):
+            if future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome[n])
+        state.in_flight = False
+        if state.waiting:  # what gathered meanwhile goes at once
+            self._hand_over(loop, state)
+
+    # -- the writer thread ------------------------------------------------------------------
+    def submit(self, requests: Sequence[ChargeRequest], done: Done) -> None:
+        """Queue a group; `done` is called from the writer thread with its outcomes, in order
+        (or with the error that failed it)."""
+        self._queue.put((list(requests), done))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="eqrisk-charge-writer", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        conn: PoolProxiedConnection | None = None
+        try:
+            while True:
+                try:
+                    first = self._queue.get(timeout=self.idle_s)
+                except queue.Empty:
+                    with self._lock:  # submit() puts before it reads _thread: nothing is lost
+                        if self._queue.empty():
+                            self._thread = None
+                            return
+                    continue
+                groups = [first]  # groups of several loops (or that queued up) commit together
+                size = len(first[0])
+                while size < MAX_GROUP:
+                    try:
+                        groups.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                    size += len(groups[-1][0])
+                if conn is None:
+                    conn = self._connect()
+                if not self._commit(groups, conn) and conn is not None:
+                    conn.invalidate()  # a failed group may have broken it: open anew next time
+                    conn = None
+        except BaseException:
+            with self._lock:  # an unexpected end: the next submit starts a new thread
+                self._thread = None
+            raise
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _connect(self) -> PoolProxiedConnection | None:
+        try:
+            return self.accounts.write_connection()
+        except Exception:  # the group then fails on a connection of its own, with its error
+            return None
+
+    def _commit(
+        self, groups: list[tuple[list[ChargeRequest], Done]], conn: PoolProxiedConnection | None
+    ) -> bool:
+        """Charge the groups in one transaction and hand each its outcomes; False when that
+        failed (each group is then tried alone, so one bad charge fails only its own group)."""
+        requests = [r for rs, _ in groups for r in rs]
+        self.groups += 1
+        self.charges += len(requests)
+        try:
+            outcomes = self.accounts.charge_many(requests, conn=conn)
+        except Exception as exc:
+            if len(groups) == 1:
+                groups[0][1](exc)
+                return False
+            for rs, done in groups:
+                try:
+                    alone = self.accounts.charge_many(rs)
+                except Exception as error:
+                    done(error)
+                else:
+                    done(alone)
+            return False
+        start = 0
+        for rs, done in groups:
+            done(outcomes[start : start + len(rs)])
+            start += len(rs)
+        return True
