@@ -21,6 +21,8 @@ def test_bench_model_quick_mode_figures_are_consistent() -> None:
     assert r["rewrite_equals_first_run"] is True
     assert r["kernel_page_faults"] == 0  # the rewrite into existing outputs maps no new page
     assert r["peak_rss_mb"] > 0
+    cpu = (r["kernel_user_s"] + r["kernel_system_s"]) / r["threads"]
+    assert r["kernel_cpu_per_thread_s"] == pytest.approx(cpu, abs=2e-3)
     # RollingOLS: every one of the >= 50 symbols timed, its spread and extrapolation consistent.
     assert r["rollingols_symbols_measured"] == 50
     q1, q2, q3 = r["rollingols_per_symbol_ms_q1_median_q3"]

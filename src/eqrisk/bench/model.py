@@ -10,6 +10,7 @@ memory-mapped files, a reused block buffer), which is the kernel's own cost.
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
@@ -185,6 +187,7 @@ def run(b: ModelBench, say: Callable[[str], Any] = print) -> dict[str, Any]:
         out, vol = run_kernel(b, returns, factors, fidx)
     say("eqrisk cascade: the same into the existing outputs ...")
     kept = {name: out[name][::97].copy() for name in ("l3_sub_hr", "n_obs")}
+    load = os.getloadavg()[0]
     with timed() as kernel:
         out, vol = run_kernel(b, returns, factors, fidx, out, vol)
     rewritten_equal = all(np.array_equal(out[k][::97], v, equal_nan=True) for k, v in kept.items())
@@ -211,12 +214,18 @@ def run(b: ModelBench, say: Callable[[str], Any] = print) -> dict[str, Any]:
     polars_same_pub = bool(np.array_equal(np.isfinite(beta), np.isfinite(ours)))
 
     wall = kernel.wall
+    threads = numba.get_num_threads()
     return {
         "symbols": b.symbols,
         "sessions": b.sessions,
         "window": b.window,
         "min_obs": b.min_obs,
         **kernel.figures("kernel"),
+        # On a shared machine the wall waits for cores: CPU seconds per kernel thread is the
+        # wall the same work takes with that many free cores (at best), next to the load.
+        "threads": threads,
+        "kernel_cpu_per_thread_s": round((kernel.user + kernel.system) / threads, 3),
+        "load_average_1m": round(load, 2),
         **fresh.figures("fresh_outputs"),
         "rewrite_equals_first_run": rewritten_equal,
         "peak_rss_mb": round(peak_rss_mb(), 1),
