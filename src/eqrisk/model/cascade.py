@@ -17,7 +17,9 @@ files or a reused buffer), each output value written once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 import numba
 import numpy as np
@@ -318,6 +320,23 @@ def _cascade_all(returns, factors, fidx, window, min_obs, lam, start, n_blocks, 
             _stock_cascade(z, valid, first, i, k, window, min_obs, lam, start, outs)
 
 
+@contextmanager
+def _slp_vectorized() -> Iterator[None]:
+    """Compile the kernels with LLVM's SLP vectorizer, which numba leaves off by default: it packs
+    the moment updates of the four variables into vector instructions (about 20% less CPU time
+    for the cascade). Vectorizing independent lanes keeps IEEE arithmetic as written (no
+    reassociation without fastmath), so the numbers are the same bit for bit (tested). numba
+    reads the setting when it compiles, which happens on the first call (or never, from the
+    on-disk cache), so it is set around the calls only."""
+    config: Any = numba.config  # its settings are set at import, unknown to type checkers
+    before = config.SLP_VECTORIZE
+    config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        config.SLP_VECTORIZE = before
+
+
 def ewma_lambda(halflife: float | None) -> float:
     """Per-session decay of the weights: 1 for equal weights, 0.5**(1/halflife) for EWMA."""
     return 1.0 if halflife is None else float(0.5 ** (1.0 / halflife))
@@ -378,7 +397,8 @@ def rolling_cascade(
     outs = tuple(arrays[name] for name in CASCADE_FIELDS)
     lam = ewma_lambda(halflife)
     args = (int(window), int(min_obs), lam, start, _blocks(returns.shape[0]), outs)
-    _cascade_all(returns, factors, fidx, *args)
+    with _slp_vectorized():
+        _cascade_all(returns, factors, fidx, *args)
     return arrays
 
 
@@ -449,5 +469,6 @@ def rolling_std(
     returns = np.ascontiguousarray(returns, dtype=np.float64)
     start = _check_start(start, returns.shape[1], out)
     out = np.empty_like(returns) if out is None else _check_out("std", out, returns.shape)
-    _rolling_std_all(returns, int(window), int(min_obs), start, out)
+    with _slp_vectorized():
+        _rolling_std_all(returns, int(window), int(min_obs), start, out)
     return out
