@@ -3,6 +3,11 @@ read from `eqrisk bench`, not from tests."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from eqrisk.bench import model, serve
@@ -37,6 +42,23 @@ def test_bench_model_quick_mode_figures_are_consistent() -> None:
     assert r["polars_same_publication"] is True
     assert r["max_abs_diff_vs_polars_market_beta"] < 1e-10
     assert r["polars_market_beta_s"] > 0
+
+
+def test_eqrisk_bench_model_quick_json_prints_the_figures(tmp_path) -> None:
+    """The command as a user runs it: one JSON document on stdout, progress on stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "eqrisk.cli", "bench", "model", "--quick", "--json"],
+        env={**os.environ, "EQRISK_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["symbols"], doc["sessions"]) == (model.QUICK.symbols, model.QUICK.sessions)
+    assert doc["rollingols_symbols_measured"] == 50
+    assert doc["floor_s"] > 0 and doc["peak_rss_mb"] > 0
+    assert "RollingOLS" in proc.stderr
 
 
 @pytest.mark.slow
