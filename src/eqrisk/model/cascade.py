@@ -381,7 +381,8 @@ def rolling_cascade(
     Returns one (n x T) array per name of CASCADE_FIELDS: the arrays of `out` when given (float64,
     C-contiguous, e.g. memory-mapped files), written in place, else new ones. With `start`, only
     sessions t >= start are computed (earlier values in `out` are left as they are); they equal
-    a full run's bitwise.
+    a full run's bitwise. Outputs that all start at the same offset modulo 4 kB (separate
+    page-aligned arrays or files) run about 40% slower: their 16 store streams share one L1 set.
     """
     returns = np.ascontiguousarray(returns, dtype=np.float64)
     factors = np.ascontiguousarray(factors, dtype=np.float64)
