@@ -3,18 +3,62 @@ read from `eqrisk bench`, not from tests."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from eqrisk.bench import model, serve
 
 
-def test_bench_model_matches_rollingols() -> None:
-    result = model.run(
-        model.ModelBench(symbols=40, sessions=600, baseline_symbols=3), say=lambda _m: None
+def test_bench_model_quick_mode_figures_are_consistent() -> None:
+    """The quick mode runs every part of `eqrisk bench model`; its figures agree with each
+    other and the answers with RollingOLS and polars."""
+    b = model.QUICK
+    r = model.run(b, say=lambda _m: None)
+    assert r["symbols"] == b.symbols and r["sessions"] == b.sessions
+    assert r["output_arrays"] == 17
+    assert r["bytes_written"] == 17 * b.symbols * b.sessions * 8
+    floor = r["bytes_written"] / (r["copy_bandwidth_gb_s"] * 1e9)
+    assert r["floor_s"] == pytest.approx(floor, rel=0.01, abs=1e-4)
+    assert r["rewrite_equals_first_run"] is True
+    assert r["kernel_page_faults"] == 0  # the rewrite into existing outputs maps no new page
+    assert r["peak_rss_mb"] > 0
+    cpu = (r["kernel_user_s"] + r["kernel_system_s"]) / r["threads"]
+    assert r["kernel_cpu_per_thread_s"] == pytest.approx(cpu, abs=2e-3)
+    # RollingOLS: every one of the >= 50 symbols timed, its spread and extrapolation consistent.
+    assert r["rollingols_symbols_measured"] == 50
+    q1, q2, q3 = r["rollingols_per_symbol_ms_q1_median_q3"]
+    assert 0 < q1 <= q2 <= q3
+    lo, hi = r["rollingols_seconds_extrapolated_q1_q3"]
+    assert lo <= r["rollingols_seconds_extrapolated"] <= hi
+    assert r["rollingols_seconds_extrapolated"] == pytest.approx(q2 / 1e3 * b.symbols, rel=0.02)
+    s_lo, s_hi = r["speedup_vs_rollingols_q1_q3"]
+    assert s_lo <= r["speedup_vs_rollingols"] <= s_hi
+    assert r["max_abs_diff_vs_rollingols"] < 1e-10
+    # polars' rolling covariance gives the same market betas on the same sessions.
+    assert r["polars_same_publication"] is True
+    assert r["max_abs_diff_vs_polars_market_beta"] < 1e-10
+    assert r["polars_market_beta_s"] > 0
+
+
+def test_eqrisk_bench_model_quick_json_prints_the_figures(tmp_path) -> None:
+    """The command as a user runs it: one JSON document on stdout, progress on stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "eqrisk.cli", "bench", "model", "--quick", "--json"],
+        env={**os.environ, "EQRISK_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert result["max_abs_diff_vs_rollingols"] < 1e-10
-    assert result["rollingols_symbols_measured"] == 3
-    assert result["speedup"] > 0
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["symbols"], doc["sessions"]) == (model.QUICK.symbols, model.QUICK.sessions)
+    assert doc["rollingols_symbols_measured"] == 50
+    assert doc["floor_s"] > 0 and doc["peak_rss_mb"] > 0
+    assert "RollingOLS" in proc.stderr
 
 
 @pytest.mark.slow

@@ -25,16 +25,18 @@ app.add_typer(bench_app, name="bench")
 def bench_model(
     symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
     sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
-    baseline: Annotated[int, typer.Option(help="Symbols timed with RollingOLS.")] = 10,
+    baseline: Annotated[int, typer.Option(help="Symbols timed with RollingOLS.")] = 50,
+    quick: Annotated[
+        bool, typer.Option(help="Small sizes: checks the bench, times nothing.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The L3 cascade vs statsmodels RollingOLS per stock: speed ratio and max difference."""
-    from eqrisk.bench.model import ModelBench, run
+    """The L3 cascade next to the bandwidth floor, RollingOLS per stock and polars' rolling
+    market beta: times, ratios with their spread, peak memory and max differences."""
+    from eqrisk.bench.model import QUICK, ModelBench, run
 
-    result = run(
-        ModelBench(symbols=symbols, sessions=sessions, baseline_symbols=baseline),
-        say=lambda m: err.print(m),
-    )
+    bench = QUICK if quick else ModelBench(symbols, sessions, baseline_symbols=baseline)
+    result = run(bench, say=lambda m: err.print(m))
     print_mapping(result, as_json, "measure")
 
 

@@ -7,10 +7,21 @@ One numba kernel does it all per stock, in one pass over time:
 - float64 accumulators on inputs centred by a reference mean that is re-anchored every `window`
   steps (from data up to t only, so nothing looks ahead); the sums are recomputed from scratch at
   each anchor, which also bounds the drift of the add/drop updates.
+
+Because every anchor starts from scratch, sessions t >= s need only the data from the anchor at or
+before s, less one window (`start=`): a one-session update costs O(window) per stock, not O(T),
+and equals a full run bitwise. The threads fill blocks of consecutive stocks, each block with its
+own scratch (no allocation per stock), straight into the caller's outputs (`out=`: memory-mapped
+files or a reused buffer), each output value written once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -43,199 +54,313 @@ _TINY_VAR = 1e-20
 NV = 4  # variables of the cascade: the stock, market, sector and subsector returns
 
 
+_NAN = np.nan
+# Blocks of consecutive stocks per thread: enough to balance the threads, few enough that the
+# per-block scratch (one stock's inputs in the (session, variable) layout) is allocated rarely.
+BLOCKS_PER_THREAD = 4
+
+
+_ZERO14 = (0.0,) * 14
+
+
 @njit(cache=True, inline="always")
-def _window_sums(z, valid, lo, hi, lam, ref, sums, cross):
-    """From-scratch weighted sums over sessions lo..hi (inclusive) of the centred inputs."""
+def _add(acc, w, d0, d1, d2, d3):
+    """The accumulators (4 sums, then the lower triangle of the cross sums, row by row) plus one
+    session of centred inputs d weighted w. Scalars, not arrays, so that they live in registers."""
+    m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
+    w0 = w * d0
+    w1 = w * d1
+    w2 = w * d2
+    w3 = w * d3
+    return (
+        m0 + w0, m1 + w1, m2 + w2, m3 + w3,
+        c00 + w0 * d0,
+        c10 + w1 * d0, c11 + w1 * d1,
+        c20 + w2 * d0, c21 + w2 * d1, c22 + w2 * d2,
+        c30 + w3 * d0, c31 + w3 * d1, c32 + w3 * d2, c33 + w3 * d3,
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _sub(acc, w, d0, d1, d2, d3):
+    """The accumulators less one session of centred inputs d weighted w."""
+    m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
+    w0 = w * d0
+    w1 = w * d1
+    w2 = w * d2
+    w3 = w * d3
+    return (
+        m0 - w0, m1 - w1, m2 - w2, m3 - w3,
+        c00 - w0 * d0,
+        c10 - w1 * d0, c11 - w1 * d1,
+        c20 - w2 * d0, c21 - w2 * d1, c22 - w2 * d2,
+        c30 - w3 * d0, c31 - w3 * d1, c32 - w3 * d2, c33 - w3 * d3,
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _scale(acc, lam):
+    m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
+    return (
+        m0 * lam, m1 * lam, m2 * lam, m3 * lam,
+        c00 * lam, c10 * lam, c11 * lam, c20 * lam, c21 * lam, c22 * lam,
+        c30 * lam, c31 * lam, c32 * lam, c33 * lam,
+    )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def _window_sums(z, valid, lo, hi, lam, r0, r1, r2, r3):
+    """From-scratch weighted sums over scratch rows lo..hi (inclusive) of the inputs centred on
+    the reference r, newest first (weight 1, then lam, lam**2, ...)."""
     s0 = 0.0
     cnt = 0
-    for a in range(NV):
-        sums[a] = 0.0
-        for b in range(NV):
-            cross[a, b] = 0.0
+    acc = _ZERO14
     w = 1.0
     for t in range(hi, lo - 1, -1):
         if valid[t]:
             cnt += 1
             s0 += w
-            for a in range(NV):
-                za = z[t, a] - ref[a]
-                sums[a] += w * za
-                for b in range(a + 1):
-                    cross[a, b] += w * za * (z[t, b] - ref[b])
+            acc = _add(acc, w, z[t, 0] - r0, z[t, 1] - r1, z[t, 2] - r2, z[t, 3] - r3)
         w *= lam
-    return s0, cnt
-
-
-@njit(cache=True)
-def _stock_cascade(y, xs, k, window, min_obs, lam, out):
-    """Cascade of one stock. `xs` holds k-1 factor rows (market, sector, subsector).
-
-    The inputs are laid out (session, variable) with NV = 4 variables whatever k is (absent
-    levels are zeros), so that every inner loop has a fixed trip count the compiler unrolls.
-    """
-    n_t = y.shape[0]
-    z = np.zeros((n_t, NV))
-    valid = np.ones(n_t, dtype=np.bool_)
-    for t in range(n_t):
-        z[t, 0] = y[t]
-        ok = np.isfinite(y[t])
-        for a in range(1, k):
-            z[t, a] = xs[a - 1, t]
-            ok = ok and np.isfinite(xs[a - 1, t])
-        valid[t] = ok
-    ref = np.zeros(NV)
-    sums = np.zeros(NV)
-    cross = np.zeros((NV, NV))
-    cov = np.zeros((NV, NV))
-    mean = np.zeros(NV)
-    s0 = 0.0
-    cnt = 0
-    lam_w = lam**window
-    for t in range(n_t):
-        lo = max(0, t - window + 1)
-        if t % window == 0:
-            # Re-anchor: reference mean of the window (data <= t), then exact sums.
-            m_cnt = 0
-            for a in range(NV):
-                ref[a] = 0.0
-            for s in range(lo, t + 1):
-                if valid[s]:
-                    m_cnt += 1
-                    for a in range(NV):
-                        ref[a] += z[s, a]
-            if m_cnt > 0:
-                for a in range(NV):
-                    ref[a] /= m_cnt
-            s0, cnt = _window_sums(z, valid, lo, t, lam, ref, sums, cross)
-        else:
-            if lam != 1.0:
-                s0 *= lam
-                for a in range(NV):
-                    sums[a] *= lam
-                    for b in range(a + 1):
-                        cross[a, b] *= lam
-            if valid[t]:
-                cnt += 1
-                s0 += 1.0
-                for a in range(NV):
-                    za = z[t, a] - ref[a]
-                    sums[a] += za
-                    for b in range(a + 1):
-                        cross[a, b] += za * (z[t, b] - ref[b])
-            old = t - window
-            if old >= 0 and valid[old]:
-                cnt -= 1
-                s0 -= lam_w
-                for a in range(NV):
-                    za = z[old, a] - ref[a]
-                    sums[a] -= lam_w * za
-                    for b in range(a + 1):
-                        cross[a, b] -= lam_w * za * (z[old, b] - ref[b])
-        for f in range(out.shape[0]):
-            out[f, t] = np.nan
-        out[N_OBS, t] = cnt
-        if cnt < min_obs or s0 <= 0.0:
-            continue
-        inv = 1.0 / s0  # one division per session; the rest are multiplications
-        for a in range(NV):
-            mean[a] = sums[a] * inv
-        for a in range(NV):
-            for b in range(a + 1):
-                c = cross[a, b] * inv - mean[a] * mean[b]
-                cov[a, b] = c
-                cov[b, a] = c
-        _cascade_from_cov(cov, k, out, t)
+    return s0, cnt, acc
 
 
 @njit(cache=True, inline="always")
-def _cascade_from_cov(c, k, out, t):
-    """Hedge ratios and risk shares from the covariance of (r, m, s, u) (first k of them)."""
-    v_r = c[0, 0]
-    v_m = c[1, 1]
+def _load_stock(returns, factors, fidx, i, k, first, z, valid):
+    """Stock i's returns and its k-1 factor rows from session `first` on into the scratch, laid
+    out (session - first, variable) with NV = 4 variables whatever k is (absent levels are zeros),
+    so that every inner loop has a fixed trip count the compiler unrolls."""
+    n_t = returns.shape[1]
+    for t in range(first, n_t):
+        s = t - first
+        y = returns[i, t]
+        z[s, 0] = y
+        ok = np.isfinite(y)
+        for a in range(1, NV):
+            if a < k:
+                x = factors[fidx[i, a - 1], t]
+                z[s, a] = x
+                ok = ok and np.isfinite(x)
+            else:
+                z[s, a] = 0.0
+        valid[s] = ok
+
+
+@njit(cache=True, inline="always")
+def _store(outs, i, t, v, cnt):
+    """The 16 fields of stock i at session t, each written once."""
+    outs[0][i, t] = v[0]
+    outs[1][i, t] = v[1]
+    outs[2][i, t] = v[2]
+    outs[3][i, t] = v[3]
+    outs[4][i, t] = v[4]
+    outs[5][i, t] = v[5]
+    outs[6][i, t] = v[6]
+    outs[7][i, t] = v[7]
+    outs[8][i, t] = v[8]
+    outs[9][i, t] = v[9]
+    outs[10][i, t] = v[10]
+    outs[11][i, t] = v[11]
+    outs[12][i, t] = v[12]
+    outs[13][i, t] = v[13]
+    outs[14][i, t] = v[14]
+    outs[N_OBS][i, t] = cnt
+
+
+_ALL_NAN = (_NAN,) * 15
+
+
+@njit(cache=True)
+def _stock_cascade(z, valid, first, i, k, window, min_obs, lam, start, outs):
+    """Cascade of stock i for sessions start..T-1 from its scratch inputs (rows from `first`, the
+    session one window before the anchor at or before `start`)."""
+    n_t = outs[0].shape[1]
+    r0 = r1 = r2 = r3 = 0.0
+    s0 = 0.0
+    cnt = 0
+    acc = _ZERO14
+    lam_w = lam**window
+    since_anchor = window  # sessions since the last anchor (t % window, without a division)
+    for t in range(start - start % window, n_t):
+        if since_anchor == window:
+            since_anchor = 0
+            # Re-anchor: reference mean of the window (data <= t), then exact sums.
+            lo = max(0, t - window + 1) - first
+            m_cnt = 0
+            r0 = r1 = r2 = r3 = 0.0
+            for s in range(lo, t + 1 - first):
+                if valid[s]:
+                    m_cnt += 1
+                    r0 += z[s, 0]
+                    r1 += z[s, 1]
+                    r2 += z[s, 2]
+                    r3 += z[s, 3]
+            if m_cnt > 0:
+                r0 /= m_cnt
+                r1 /= m_cnt
+                r2 /= m_cnt
+                r3 /= m_cnt
+            s0, cnt, acc = _window_sums(z, valid, lo, t - first, lam, r0, r1, r2, r3)
+        else:
+            if lam != 1.0:
+                s0 *= lam
+                acc = _scale(acc, lam)
+            s = t - first
+            if valid[s]:
+                cnt += 1
+                s0 += 1.0
+                acc = _add(acc, 1.0, z[s, 0] - r0, z[s, 1] - r1, z[s, 2] - r2, z[s, 3] - r3)
+            old = t - window
+            if old >= 0 and valid[old - first]:
+                s = old - first
+                cnt -= 1
+                s0 -= lam_w
+                acc = _sub(acc, lam_w, z[s, 0] - r0, z[s, 1] - r1, z[s, 2] - r2, z[s, 3] - r3)
+        since_anchor += 1
+        if t < start:
+            continue
+        if cnt < min_obs or s0 <= 0.0:
+            _store(outs, i, t, _ALL_NAN, cnt)
+            continue
+        _store(outs, i, t, _cascade_from_sums(acc, s0, k), cnt)
+
+
+@njit(cache=True, inline="always")
+def _cascade_from_sums(acc, s0, k):
+    """Hedge ratios and risk shares (the first 15 fields) from the weighted sums: the covariance
+    of (r, m, s, u) (first k of them), then the cascade; NaN where a level is not published."""
+    m0, m1, m2, m3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33 = acc
+    inv = 1.0 / s0  # one division per session; the rest are multiplications
+    u0 = m0 * inv
+    u1 = m1 * inv
+    u2 = m2 * inv
+    u3 = m3 * inv
+    v_r = x00 * inv - u0 * u0
+    c_rm = x10 * inv - u1 * u0
+    v_m = x11 * inv - u1 * u1
+    c_rs0 = x20 * inv - u2 * u0
+    c_sm = x21 * inv - u2 * u1
+    c_ss = x22 * inv - u2 * u2
+    c_ru0 = x30 * inv - u3 * u0
+    c_um = x31 * inv - u3 * u1
+    c_us0 = x32 * inv - u3 * u2
+    c_uu = x33 * inv - u3 * u3
+    return _cascade(v_r, c_rm, v_m, c_rs0, c_sm, c_ss, c_ru0, c_um, c_us0, c_uu, k)
+
+
+@njit(cache=True, inline="always")
+def _cascade(v_r, c_rm, v_m, c_rs0, c_sm, c_ss, c_ru0, c_um, c_us0, c_uu, k):
+    """Hedge ratios and risk shares from the covariance of (r, m, s, u): c_xy is cov(x, y)."""
+    nan = _NAN
     if v_r <= _TINY_VAR or v_m <= _TINY_VAR:
-        return
+        return _ALL_NAN
     inv_r = 1.0 / v_r
     inv_m = 1.0 / v_m
-    b_m = c[0, 1] * inv_m
+    b_m = c_rm * inv_m
     er_m = b_m * b_m * v_m * inv_r
-    out[L1_MKT_HR, t] = b_m
-    out[L1_MKT_ER, t] = er_m
-    out[L1_RES_ER, t] = 1.0 - er_m
+    res_1 = 1.0 - er_m
     if k == 2:
         # A row hedged by the market only (an ETF, an unclassified stock) carries its L1 hedge
         # in the L2 and L3 columns, sector and subsector fields null.
-        out[L2_MKT_HR, t] = b_m
-        out[L2_MKT_ER, t] = er_m
-        out[L2_RES_ER, t] = 1.0 - er_m
-        out[L3_MKT_HR, t] = b_m
-        out[L3_MKT_ER, t] = er_m
-        out[L3_RES_ER, t] = 1.0 - er_m
-        return
+        return (b_m, er_m, res_1, b_m, nan, er_m, nan, res_1, b_m, nan, nan, er_m, nan, nan, res_1)
     # L2: the sector ETF cleaned of the market.
-    g = c[2, 1] * inv_m
-    v_s = c[2, 2] - g * c[2, 1]
-    if v_s <= COLLINEAR_RTOL * c[2, 2] or v_s <= _TINY_VAR:
-        return
+    g = c_sm * inv_m
+    v_s = c_ss - g * c_sm
+    if v_s <= COLLINEAR_RTOL * c_ss or v_s <= _TINY_VAR:
+        return (b_m, er_m, res_1, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan)
     inv_s = 1.0 / v_s
-    c_rs = c[0, 2] - g * c[0, 1]
+    c_rs = c_rs0 - g * c_rm
     b_s = c_rs * inv_s
     er_s = b_s * b_s * v_s * inv_r
-    out[L2_MKT_HR, t] = b_m - b_s * g
-    out[L2_SEC_HR, t] = b_s
-    out[L2_MKT_ER, t] = er_m
-    out[L2_SEC_ER, t] = er_s
-    out[L2_RES_ER, t] = 1.0 - er_m - er_s
+    m_2 = b_m - b_s * g
+    res_2 = 1.0 - er_m - er_s
     if k == 3:
-        out[L3_MKT_HR, t] = b_m - b_s * g
-        out[L3_SEC_HR, t] = b_s
-        out[L3_MKT_ER, t] = er_m
-        out[L3_SEC_ER, t] = er_s
-        out[L3_RES_ER, t] = 1.0 - er_m - er_s
-        return
+        return (
+            b_m, er_m, res_1, m_2, b_s, er_m, er_s, res_2,
+            m_2, b_s, nan, er_m, er_s, nan, res_2,
+        )  # fmt: skip
     # L3: the subsector ETF cleaned of the market and of the cleaned sector.
-    d_m = c[3, 1] * inv_m
-    c_us = c[3, 2] - g * c[3, 1]
+    d_m = c_um * inv_m
+    c_us = c_us0 - g * c_um
     d_s = c_us * inv_s
-    v_u = c[3, 3] - d_m * c[3, 1] - d_s * c_us
-    if v_u <= COLLINEAR_RTOL * c[3, 3] or v_u <= _TINY_VAR:
-        return
-    c_ru = c[0, 3] - d_m * c[0, 1] - d_s * c_rs
+    v_u = c_uu - d_m * c_um - d_s * c_us
+    if v_u <= COLLINEAR_RTOL * c_uu or v_u <= _TINY_VAR:
+        return (b_m, er_m, res_1, m_2, b_s, er_m, er_s, res_2, nan, nan, nan, nan, nan, nan, nan)
+    c_ru = c_ru0 - d_m * c_rm - d_s * c_rs
     b_u = c_ru / v_u
     er_u = b_u * b_u * v_u * inv_r
-    out[L3_SUB_HR, t] = b_u
-    out[L3_SEC_HR, t] = b_s - b_u * d_s
-    out[L3_MKT_HR, t] = b_m - b_s * g - b_u * d_m + b_u * d_s * g
-    out[L3_MKT_ER, t] = er_m
-    out[L3_SEC_ER, t] = er_s
-    out[L3_SUB_ER, t] = er_u
-    out[L3_RES_ER, t] = 1.0 - er_m - er_s - er_u
+    m_3 = b_m - b_s * g - b_u * d_m + b_u * d_s * g
+    return (
+        b_m, er_m, res_1, m_2, b_s, er_m, er_s, res_2,
+        m_3, b_s - b_u * d_s, b_u, er_m, er_s, er_u, 1.0 - er_m - er_s - er_u,
+    )  # fmt: skip
 
 
 @njit(parallel=True, cache=True)
-def _cascade_all(returns, factors, fidx, window, min_obs, lam, out):
+def _cascade_all(returns, factors, fidx, window, min_obs, lam, start, n_blocks, outs):
     n = returns.shape[0]
     n_t = returns.shape[1]
-    for i in prange(n):
-        k = 1
-        for j in range(3):
-            if fidx[i, j] >= 0:
-                k += 1
-            else:
-                break
-        if k == 1:
-            for f in range(out.shape[0]):
-                for t in range(n_t):
-                    out[f, i, t] = np.nan
-            continue
-        xs = np.empty((k - 1, n_t))
-        for j in range(k - 1):
-            xs[j] = factors[fidx[i, j]]
-        _stock_cascade(returns[i], xs, k, window, min_obs, lam, out[:, i, :])
+    first = max(0, start - start % window - window + 1)
+    for blk in prange(n_blocks):
+        # Scratch of this block, reused by each of its stocks.
+        z = np.empty((n_t - first, NV))
+        valid = np.empty(n_t - first, dtype=np.bool_)
+        for i in range(blk * n // n_blocks, (blk + 1) * n // n_blocks):
+            k = 1
+            for j in range(3):
+                if fidx[i, j] >= 0:
+                    k += 1
+                else:
+                    break
+            if k == 1:
+                for t in range(start, n_t):
+                    _store(outs, i, t, _ALL_NAN, _NAN)
+                continue
+            _load_stock(returns, factors, fidx, i, k, first, z, valid)
+            _stock_cascade(z, valid, first, i, k, window, min_obs, lam, start, outs)
+
+
+@contextmanager
+def _slp_vectorized() -> Iterator[None]:
+    """Compile the kernels with LLVM's SLP vectorizer, which numba leaves off by default: it packs
+    the moment updates of the four variables into vector instructions (about 20% less CPU time
+    for the cascade). Vectorizing independent lanes keeps IEEE arithmetic as written (no
+    reassociation without fastmath), so the numbers are the same bit for bit (tested). numba
+    reads the setting when it compiles, which happens on the first call (or never, from the
+    on-disk cache), so it is set around the calls only."""
+    config: Any = numba.config  # its settings are set at import, unknown to type checkers
+    before = config.SLP_VECTORIZE
+    config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        config.SLP_VECTORIZE = before
 
 
 def ewma_lambda(halflife: float | None) -> float:
     """Per-session decay of the weights: 1 for equal weights, 0.5**(1/halflife) for EWMA."""
     return 1.0 if halflife is None else float(0.5 ** (1.0 / halflife))
+
+
+def _blocks(n: int) -> int:
+    return max(1, min(n, BLOCKS_PER_THREAD * numba.get_num_threads()))
+
+
+def _check_start(start: int, n_t: int, out: object) -> int:
+    if not 0 <= start <= n_t:
+        raise ValueError(f"start must be within 0..{n_t}, got {start}")
+    if start > 0 and out is None:
+        raise ValueError("start > 0 updates outputs in place: pass them as out=")
+    return int(start)
+
+
+def _check_out(name: str, arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """An output the kernel may write in place: float64, C-contiguous, writable, this shape."""
+    if not isinstance(arr, np.ndarray) or arr.shape != shape or arr.dtype != np.float64:
+        raise ValueError(f"out[{name!r}] must be a float64 array of shape {shape}")
+    if not arr.flags.c_contiguous or not arr.flags.writeable:
+        raise ValueError(f"out[{name!r}] must be C-contiguous and writable")
+    return arr
 
 
 def rolling_cascade(
@@ -246,26 +371,40 @@ def rolling_cascade(
     window: int,
     min_obs: int,
     halflife: float | None = None,
-    out_dtype: type = np.float64,
+    out: Mapping[str, np.ndarray] | None = None,
+    start: int = 0,
 ) -> dict[str, np.ndarray]:
     """The cascade for every row of `returns` (n x T).
 
     `factors` (F x T) holds factor return rows; `factor_index` (n x 3) names, for each row, its
     market, sector and subsector factor rows (-1 = none; a level needs the ones above it).
-    Returns one (n x T) array per name of CASCADE_FIELDS.
+    Returns one (n x T) array per name of CASCADE_FIELDS: the arrays of `out` when given (float64,
+    C-contiguous, e.g. memory-mapped files), written in place, else new ones. With `start`, only
+    sessions t >= start are computed (earlier values in `out` are left as they are); they equal
+    a full run's bitwise. Outputs that all start at the same offset modulo 4 kB (separate
+    page-aligned arrays or files) run about 40% slower: their 16 store streams share one L1 set.
     """
     returns = np.ascontiguousarray(returns, dtype=np.float64)
     factors = np.ascontiguousarray(factors, dtype=np.float64)
     fidx = np.ascontiguousarray(factor_index, dtype=np.int64)
     if window < 2 or min_obs < 2:
         raise ValueError("window and min_obs must be at least 2")
-    out = np.empty((len(CASCADE_FIELDS), *returns.shape), dtype=out_dtype)
-    _cascade_all(returns, factors, fidx, int(window), int(min_obs), ewma_lambda(halflife), out)
-    return {name: out[i] for i, name in enumerate(CASCADE_FIELDS)}
+    start = _check_start(start, returns.shape[1], out)
+    if out is None:
+        block = np.empty((len(CASCADE_FIELDS), *returns.shape))
+        arrays = {name: block[f] for f, name in enumerate(CASCADE_FIELDS)}
+    else:
+        arrays = {name: _check_out(name, out[name], returns.shape) for name in CASCADE_FIELDS}
+    outs = tuple(arrays[name] for name in CASCADE_FIELDS)
+    lam = ewma_lambda(halflife)
+    args = (int(window), int(min_obs), lam, start, _blocks(returns.shape[0]), outs)
+    with _slp_vectorized():
+        _cascade_all(returns, factors, fidx, *args)
+    return arrays
 
 
 @njit(parallel=True, cache=True)
-def _rolling_std_all(returns, window, min_obs, out):
+def _rolling_std_all(returns, window, min_obs, start, out):
     n, n_t = returns.shape
     for i in prange(n):
         y = returns[i]
@@ -273,9 +412,11 @@ def _rolling_std_all(returns, window, min_obs, out):
         s1 = 0.0
         s2 = 0.0
         cnt = 0
-        for t in range(n_t):
-            lo = max(0, t - window + 1)
-            if t % window == 0:
+        since_anchor = window
+        for t in range(start - start % window, n_t):
+            if since_anchor == window:
+                since_anchor = 0
+                lo = max(0, t - window + 1)
                 ref = 0.0
                 m = 0
                 for s in range(lo, t + 1):
@@ -304,6 +445,9 @@ def _rolling_std_all(returns, window, min_obs, out):
                     s1 -= d
                     s2 -= d * d
                     cnt -= 1
+            since_anchor += 1
+            if t < start:
+                continue
             if cnt >= min_obs and cnt > 1:
                 var = (s2 - s1 * s1 / cnt) / (cnt - 1)
                 out[i, t] = np.sqrt(var) if var > 0.0 else 0.0
@@ -311,9 +455,21 @@ def _rolling_std_all(returns, window, min_obs, out):
                 out[i, t] = np.nan
 
 
-def rolling_std(returns: np.ndarray, *, window: int, min_obs: int) -> np.ndarray:
-    """Sample standard deviation (ddof=1) over the last `window` sessions, NaN below `min_obs`."""
+def rolling_std(
+    returns: np.ndarray,
+    *,
+    window: int,
+    min_obs: int,
+    out: np.ndarray | None = None,
+    start: int = 0,
+) -> np.ndarray:
+    """Sample standard deviation (ddof=1) over the last `window` sessions, NaN below `min_obs`.
+
+    `out` and `start` as in `rolling_cascade`: written in place, sessions t >= start only.
+    """
     returns = np.ascontiguousarray(returns, dtype=np.float64)
-    out = np.empty_like(returns)
-    _rolling_std_all(returns, int(window), int(min_obs), out)
+    start = _check_start(start, returns.shape[1], out)
+    out = np.empty_like(returns) if out is None else _check_out("std", out, returns.shape)
+    with _slp_vectorized():
+        _rolling_std_all(returns, int(window), int(min_obs), start, out)
     return out

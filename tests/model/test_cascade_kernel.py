@@ -1,0 +1,193 @@
+"""The cascade kernel's mechanics (issue 9 and 10): outputs written in place (`out=`, e.g.
+memory-mapped files, or a block buffer reused across symbol blocks) and partial runs from a
+session (`start=`) give exactly the numbers of the kernel as it was before (kept verbatim in
+cascade_reference.py), bit for bit, NaN positions included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
+from model.cascade_reference import reference_cascade, reference_std
+
+WINDOW, MIN_OBS = 60, 30
+HALFLIFE = 20.0
+LAM = 0.5 ** (1.0 / HALFLIFE)
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The float64 bit patterns: equal bits is the strictest equality (signed zeros, NaN)."""
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.uint64)
+
+
+@pytest.fixture(scope="module")
+def panel() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stocks with every level count (none, market, +sector, +subsector), late listings,
+    halts, missing factor days, and a subsector ETF collinear with its sector."""
+    rng = np.random.default_rng(9)
+    n, n_t = 40, 400
+    m = rng.standard_t(4, n_t) * 0.01
+    sec = 0.8 * m + rng.normal(0, 0.006, (3, n_t))
+    sub = 0.4 * m + 0.5 * sec[[0, 1, 2, 0]] + rng.normal(0, 0.007, (4, n_t))
+    sub[3] = sec[0]  # collinear: the "subsector" is the sector
+    factors = np.vstack([m, sec, sub])
+    factors[2, 150:155] = np.nan  # a sector ETF with missing days
+    fidx = np.full((n, 3), -1, dtype=np.int64)
+    fidx[:, 0] = 0
+    fidx[:, 1] = 1 + rng.integers(0, 3, n)
+    fidx[:, 2] = 4 + rng.integers(0, 4, n)
+    fidx[0] = -1  # no market: nothing published
+    fidx[1:4, 1:] = -1  # market only
+    fidx[4:8, 2] = -1  # market and sector
+    fidx[8:10, 1:] = [1, 7]  # a subsector collinear with its sector
+    returns = 0.9 * m + rng.normal(0, 0.012, (n, n_t))
+    returns[10:13, :90] = np.nan  # listed late
+    returns[13:16, 200:215] = np.nan  # halted
+    returns[16, ::7] = np.nan  # sparse gaps
+    return returns, factors, fidx
+
+
+def expected(panel: tuple[np.ndarray, np.ndarray, np.ndarray], lam: float) -> np.ndarray:
+    returns, factors, fidx = panel
+    return reference_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, lam=lam)
+
+
+@pytest.mark.parametrize("halflife", [None, HALFLIFE])
+def test_full_run_equals_the_reference_kernel_bitwise(panel, halflife) -> None:
+    returns, factors, fidx = panel
+    got = rolling_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife)
+    want = expected(panel, 1.0 if halflife is None else LAM)
+    for f, name in enumerate(CASCADE_FIELDS):
+        assert np.array_equal(bits(got[name]), bits(want[f])), name
+    # The panel reaches every branch: unpublished rows, each level's publication, collinearity.
+    assert np.isnan(got["n_obs"][0]).all()
+    assert np.isfinite(got["l3_sub_hr"][20:]).any() and np.isnan(got["l3_sub_hr"][8:10]).all()
+    assert np.isfinite(got["l2_sec_hr"][8:10]).any()
+
+
+def test_rolling_std_equals_the_reference_bitwise(panel) -> None:
+    returns = panel[0]
+    for window, min_obs in ((WINDOW, MIN_OBS), (23, 16)):
+        got = rolling_std(returns, window=window, min_obs=min_obs)
+        assert np.array_equal(
+            bits(got), bits(reference_std(returns, window=window, min_obs=min_obs))
+        )
+
+
+def test_outputs_are_written_into_memory_mapped_files(panel, tmp_path: Path) -> None:
+    returns, factors, fidx = panel
+    files = {
+        name: np.lib.format.open_memmap(tmp_path / f"{name}.npy", "w+", np.float64, returns.shape)
+        for name in CASCADE_FIELDS
+    }
+    got = rolling_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, out=files)
+    assert all(got[name] is files[name] for name in CASCADE_FIELDS)
+    for array in files.values():
+        array.flush()
+    want = expected(panel, 1.0)
+    for f, name in enumerate(CASCADE_FIELDS):
+        assert np.array_equal(bits(np.load(tmp_path / f"{name}.npy")), bits(want[f])), name
+    vol_file = np.lib.format.open_memmap(tmp_path / "vol.npy", "w+", np.float64, returns.shape)
+    assert rolling_std(returns, window=WINDOW, min_obs=MIN_OBS, out=vol_file) is vol_file
+    assert np.array_equal(
+        bits(vol_file), bits(reference_std(returns, window=WINDOW, min_obs=MIN_OBS))
+    )
+
+
+def test_symbol_blocks_through_one_reused_buffer_equal_the_full_run(panel) -> None:
+    """A caller that writes blocks of symbols through one small buffer (then to disk) gets the
+    same numbers as one call over every symbol."""
+    returns, factors, fidx = panel
+    want = expected(panel, LAM)
+    block = 7
+    buffer = {name: np.full((block, returns.shape[1]), -1.0) for name in CASCADE_FIELDS}
+    for lo in range(0, len(returns), block):
+        hi = min(lo + block, len(returns))
+        view = {name: buf[: hi - lo] for name, buf in buffer.items()}
+        rolling_cascade(
+            returns[lo:hi], factors, fidx[lo:hi],
+            window=WINDOW, min_obs=MIN_OBS, halflife=HALFLIFE, out=view,
+        )  # fmt: skip
+        for f, name in enumerate(CASCADE_FIELDS):
+            assert np.array_equal(bits(view[name]), bits(want[f][lo:hi])), (name, lo)
+
+
+def _start_points(n_t: int) -> list[int]:
+    """Sessions on anchors and next to them, the first and the last, and random ones."""
+    rng = np.random.default_rng(10)
+    anchors = [a + d for a in range(0, n_t, WINDOW) for d in (-1, 0, 1)]
+    picks = [0, 1, n_t - 1, *anchors, *rng.integers(0, n_t, 6).tolist()]
+    return sorted({s for s in picks if 0 <= s < n_t})
+
+
+@pytest.mark.parametrize("halflife", [None, HALFLIFE])
+def test_a_run_from_start_equals_the_full_run_and_leaves_earlier_sessions(panel, halflife) -> None:
+    returns, factors, fidx = panel
+    want = expected(panel, 1.0 if halflife is None else LAM)
+    sentinel = 12345.0
+    for start in _start_points(returns.shape[1]):
+        out = {name: np.full(returns.shape, sentinel) for name in CASCADE_FIELDS}
+        rolling_cascade(
+            returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife,
+            out=out, start=start,
+        )  # fmt: skip
+        for f, name in enumerate(CASCADE_FIELDS):
+            assert (out[name][:, :start] == sentinel).all(), (name, start)
+            assert np.array_equal(bits(out[name][:, start:]), bits(want[f][:, start:])), (
+                name,
+                start,
+            )
+
+
+@pytest.mark.parametrize("halflife", [None, HALFLIFE])
+def test_a_run_from_start_reads_one_window_before_its_anchor_only(panel, halflife) -> None:
+    """Issue 10's incremental update: data older than (anchor at or before start) - window + 1
+    is never read, so a one-session update costs O(window) per stock, not O(T)."""
+    returns, factors, fidx = panel
+    want = expected(panel, 1.0 if halflife is None else LAM)
+    n_t = returns.shape[1]
+    for start in (n_t - 1, 3 * WINDOW, 3 * WINDOW + 1, 5 * WINDOW - 1):
+        first = start - start % WINDOW - WINDOW + 1
+        garbage_r, garbage_f = returns.copy(), factors.copy()
+        garbage_r[:, :first] = 1e6  # anything read from here would change the answer
+        garbage_f[:, :first] = -1e6
+        out = {name: np.zeros(returns.shape) for name in CASCADE_FIELDS}
+        rolling_cascade(
+            garbage_r, garbage_f, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife,
+            out=out, start=start,
+        )  # fmt: skip
+        for f, name in enumerate(CASCADE_FIELDS):
+            assert np.array_equal(bits(out[name][:, start:]), bits(want[f][:, start:])), name
+        vol = np.zeros(returns.shape)
+        rolling_std(garbage_r, window=WINDOW, min_obs=MIN_OBS, out=vol, start=start)
+        full = reference_std(returns, window=WINDOW, min_obs=MIN_OBS)
+        assert np.array_equal(bits(vol[:, start:]), bits(full[:, start:]))
+
+
+def test_rolling_std_from_start_equals_the_full_run(panel) -> None:
+    returns = panel[0]
+    for window, min_obs in ((WINDOW, MIN_OBS), (23, 16)):
+        full = reference_std(returns, window=window, min_obs=min_obs)
+        for start in (0, 1, window - 1, window, window + 1, 200, returns.shape[1] - 1):
+            out = np.full(returns.shape, 7.0)
+            rolling_std(returns, window=window, min_obs=min_obs, out=out, start=start)
+            assert (out[:, :start] == 7.0).all()
+            assert np.array_equal(bits(out[:, start:]), bits(full[:, start:])), (window, start)
+
+
+def test_outputs_the_kernel_cannot_write_in_place_are_refused(panel) -> None:
+    returns, factors, fidx = panel
+    good = {name: np.empty(returns.shape) for name in CASCADE_FIELDS}
+    kwargs = {"window": WINDOW, "min_obs": MIN_OBS}
+    with pytest.raises(ValueError, match="float64"):
+        rolling_cascade(returns, factors, fidx, **kwargs, out={**good, "n_obs": np.empty((2, 2))})
+    with pytest.raises(ValueError, match="C-contiguous"):
+        strided = np.empty((returns.shape[0], 2 * returns.shape[1]))[:, ::2]
+        rolling_cascade(returns, factors, fidx, **kwargs, out={**good, "l1_mkt_hr": strided})
+    with pytest.raises(ValueError, match="out="):
+        rolling_cascade(returns, factors, fidx, **kwargs, start=5)
+    with pytest.raises(ValueError, match="start"):
+        rolling_std(returns, **kwargs, out=np.empty(returns.shape), start=returns.shape[1] + 1)
