@@ -9,6 +9,7 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI
@@ -158,6 +159,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     app.state.prices = PriceTable.load(settings.pricing_file)
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
+    # Large answers render here, one at a time by default (formats.answer).
+    app.state.render_pool = ThreadPoolExecutor(settings.render_threads, thread_name_prefix="render")
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
