@@ -349,3 +349,13 @@ def csv_rows(columns: Columns, *, prefix: bytes = b"") -> bytes:
     before = [b"" if c == 0 else b"," for c in range(len(cells))]
     head = prefix + csv_header(list(columns))
     return _layout(source, cells, before, b"\n", b"", nrows, prefix=head, suffix=b"")
+
+
+def warm_up() -> None:
+    """Compiles (or loads from numba's cache) the kernels now, at startup: compiling holds the
+    GIL for a second or more, which the first large answer would otherwise cost the loop."""
+    table: Columns = {"s": ["a", None], "x": np.array([0.5, np.nan])}
+    if json_rows(table) != b'[{"s":"a","x":0.5},{"s":null,"x":null}]':
+        raise RuntimeError("the JSON writer does not write what orjson writes")
+    if csv_rows(table) != b'"s","x"\n"a",0.5\n,\n':
+        raise RuntimeError("the CSV writer does not write what pyarrow wrote")
