@@ -3,8 +3,8 @@
 A route hands over its rows as columns (`Columns`: name -> numpy array or list, all the same
 length) plus the envelope parts; the renderer picked by the request writes the body.
 - JSON: the values as orjson writes them; NaN becomes null. Service B wraps rows as
-  `{data, meta, _metadata}`. Opt-in (`Accept: application/vnd.eqrisk.columns+json`): `{name: [values]}` in place of
-  the rows.
+  `{data, meta, _metadata}`. Opt-in, `Accept: application/vnd.eqrisk.columns+json`:
+  `{name: [values]}` in place of the rows.
 - CSV: a header row, the same columns; empty cell = null; `text/csv; charset=utf-8`.
 - Parquet: the same columns typed (date32, float64, string); `application/vnd.apache.parquet`.
 JSON and CSV are written a column at a time by `writers` (no Python object per row).
