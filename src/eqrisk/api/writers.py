@@ -3,8 +3,9 @@
 A row answer used to be a Python dict per row handed to orjson (and pyarrow's CSV writer for
 CSV): most of the time went into building and walking those objects. Here each column is
 formatted once, in bulk, by orjson (numpy float64, integer and bool columns straight from
-their buffers; dates and text through one list each), and a numba kernel without the GIL cuts
-the column texts into cells and lays the rows out from them.
+their buffers; dates and text through one list each); the column texts are cut into cells
+(numpy for numbers, a numba scan that knows JSON strings for text) and a numba kernel without
+the GIL lays the rows out from them.
 
 The text of every value is orjson's, as before: floats in the shortest form that parses back
 to the identical float64, NaN as null, dates as YYYY-MM-DD. CSV cells follow pyarrow's CSV
