@@ -80,6 +80,13 @@ class Settings(BaseSettings):
     render_cache_mb: int = Field(
         default=256, ge=0, description="Per-process cache of rendered answers (0 = off)."
     )
+    render_threads: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Threads per process that render large answers (more compete with the "
+        "event loop for the GIL).",
+    )
     max_body_bytes: int = Field(
         default=2**20, ge=1024, description="Largest request body accepted (413 beyond)."
     )

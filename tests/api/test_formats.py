@@ -174,3 +174,42 @@ async def test_a_slow_rendering_does_not_hold_up_other_requests(columns) -> None
             tg.start_soon(health)
     assert waited == [True]
     assert table[0].status_code == 200 and table[0].json()["meta"] == {"rows": 3}
+
+
+def test_large_answers_render_in_the_render_pool_small_ones_beside_it(monkeypatch) -> None:
+    """An answer of LARGE_CELLS cells or more waits for the app's render pool (one thread: at
+    most one rendering competes with the event loop for the GIL); a small one renders in the
+    worker thread that serves it, never behind the large ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eqrisk.api import formats
+
+    app = FastAPI()
+    app.state.render_pool = ThreadPoolExecutor(1, thread_name_prefix="render-test")
+    rendered_in: dict[int, str] = {}
+    json_renderer = formats.RENDERERS[JSON]
+
+    def spy(columns, envelope, filename):  # type: ignore[no-untyped-def]
+        rendered_in[len(columns["x"])] = threading.current_thread().name
+        return json_renderer(columns, envelope, filename)
+
+    monkeypatch.setitem(formats.RENDERERS, JSON, spy)
+
+    @app.get("/rows/{n}")
+    async def rows(request: Request, n: int) -> Response:
+        def make() -> dict:
+            return {"x": np.arange(n, dtype=np.float64)}
+
+        return formats.answer(
+            request, JSON, version="v1", canonical=[("n", n)], headers={}, make=make
+        )
+
+    client = TestClient(app)
+    big, small = formats.LARGE_CELLS, formats.LARGE_CELLS - 1
+    for n in (big, small):
+        resp = client.get(f"/rows/{n}")
+        assert resp.status_code == 200 and len(resp.json()) == n
+        assert resp.json()[-1] == {"x": float(n - 1)}
+    assert rendered_in[big].startswith("render-test")
+    assert not rendered_in[small].startswith("render-test")
+    app.state.render_pool.shutdown()

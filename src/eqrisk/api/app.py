@@ -9,6 +9,7 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI
@@ -19,7 +20,7 @@ from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.accounts.limits import SQLITE_FILE, RateLimiter
 from eqrisk.accounts.pricing import PriceTable
-from eqrisk.api import billing, dashboard
+from eqrisk.api import billing, dashboard, writers
 from eqrisk.api.bounds import Bounds
 from eqrisk.api.deps import served_snapshot
 from eqrisk.api.endpoints import check_prices
@@ -160,6 +161,9 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     app.state.prices = PriceTable.load(settings.pricing_file)
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
+    # Large answers render here, one at a time by default (formats.answer).
+    writers.warm_up()
+    app.state.render_pool = ThreadPoolExecutor(settings.render_threads, thread_name_prefix="render")
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())

@@ -2,13 +2,18 @@
 
 A route hands over its rows as columns (`Columns`: name -> numpy array or list, all the same
 length) plus the envelope parts; the renderer picked by the request writes the body.
-- JSON: orjson; NaN becomes null. Service B wraps rows as `{data, meta, _metadata}`.
+- JSON: the values as orjson writes them; NaN becomes null. Service B wraps rows as
+  `{data, meta, _metadata}`. Opt-in, `Accept: application/vnd.eqrisk.columns+json`:
+  `{name: [values]}` in place of the rows.
 - CSV: a header row, the same columns; empty cell = null; `text/csv; charset=utf-8`.
 - Parquet: the same columns typed (date32, float64, string); `application/vnd.apache.parquet`.
+JSON and CSV are written a column at a time by `writers` (no Python object per row).
 
 Rendering a large answer takes long enough to stall every other request of the worker if it
 runs on the event loop, so `cached` renders a cache miss in a worker thread, when the answer
 is sent (`DeferredResponse`); 304s and cache hits, which render nothing, stay on the loop.
+Large answers queue for the app's render pool (one thread by default), so that at most that
+many renderings compete with the event loop for the GIL.
 """
 
 from __future__ import annotations
@@ -18,30 +23,39 @@ import io
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 import anyio
 import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from eqrisk.api import writers
 from eqrisk.api.errors import ApiError
 
-Columns = Mapping[str, Sequence[Any] | np.ndarray]
+Columns = writers.Columns
 
 JSON, CSV, PARQUET = "json", "csv", "parquet"
+# JSON with the rows as parallel arrays, asked for with its media type in Accept (opt-in: the
+# specification and the real service's readers fix the row layout of the plain JSON answers).
+JSON_COLUMNS = "json-columns"
+COLUMNS_MEDIA_TYPE = "application/vnd.eqrisk.columns+json"
+# From this many cells (rows x columns, ~1 ms of rendering) an answer renders in the app's
+# render pool, not in the thread that serves it (docs/DECISIONS.md, "Issue 9: large answers").
+LARGE_CELLS = 20_000
 MEDIA_TYPES = {
     JSON: "application/json",
+    JSON_COLUMNS: COLUMNS_MEDIA_TYPE,
     CSV: "text/csv; charset=utf-8",
     PARQUET: "application/vnd.apache.parquet",
 }
 _ACCEPT = {
     "application/json": JSON,
+    COLUMNS_MEDIA_TYPE: JSON_COLUMNS,
     "text/csv": CSV,
     "application/vnd.apache.parquet": PARQUET,
     "application/x-parquet": PARQUET,
@@ -50,7 +64,8 @@ _ACCEPT = {
 
 
 def negotiate(request: Request, fmt: str | None, allowed: Sequence[str]) -> str:
-    """The format of an answer: the `format` parameter, else the Accept header, else JSON."""
+    """The format of an answer: the `format` parameter, else the Accept header, else JSON.
+    Where JSON is allowed, Accept may ask for its column layout (`JSON_COLUMNS`)."""
     if fmt is not None:
         value = fmt.strip().lower()
         if value not in allowed:
@@ -64,44 +79,59 @@ def negotiate(request: Request, fmt: str | None, allowed: Sequence[str]) -> str:
     accept = request.headers.get("accept", "")
     for part in accept.split(","):
         media = part.split(";")[0].strip().lower()
-        if media in _ACCEPT and _ACCEPT[media] in allowed:
-            return _ACCEPT[media]
+        wanted = _ACCEPT.get(media)
+        if wanted in allowed or (wanted == JSON_COLUMNS and JSON in allowed):
+            return str(wanted)
     return JSON
 
 
 def rows_of(columns: Columns) -> list[dict[str, Any]]:
-    """Column arrays -> list of row dicts with plain Python values (NaN stays float NaN)."""
+    """Column arrays -> list of row dicts with plain Python values (NaN stays float NaN), for
+    small answers built as documents (and the reference the writers are checked against)."""
     names = list(columns)
     lists = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in columns.values()]
     return [dict(zip(names, values, strict=True)) for values in zip(*lists, strict=True)]
-
-
-def _arrow(columns: Columns) -> pa.Table:
-    arrays: dict[str, pa.Array[Any]] = {}
-    for name, col in columns.items():
-        if isinstance(col, np.ndarray) and col.dtype.kind == "f":
-            # NaN -> null through an explicit mask (pyarrow's from_pandas path is ~1000x slower).
-            arrays[name] = pa.array(col, type=pa.float64(), mask=np.isnan(col))
-        elif isinstance(col, np.ndarray) and col.dtype.kind == "M":
-            arrays[name] = pa.array(col.astype("datetime64[D]"), type=pa.date32())
-        else:
-            arrays[name] = pa.array(col.tolist() if isinstance(col, np.ndarray) else list(col))
-    return pa.table(arrays)
 
 
 def dumps(doc: Any) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def cells_of(columns: Columns) -> int:
+    """Rows x columns: what rendering an answer costs, roughly."""
+    return sum(len(col) for col in columns.values())
+
+
 Renderer = Callable[[Columns, Mapping[str, Any] | None, str], tuple[bytes, dict[str, str]]]
+
+
+def _enveloped(
+    write: Callable[..., bytes], columns: Columns, envelope: Mapping[str, Any] | None
+) -> bytes:
+    """`{"data": <written>, **envelope}` as orjson writes that dict, without building it: the
+    writer puts the envelope's text around the data it writes (no copy of a large body)."""
+    if envelope is None:
+        return write(columns)
+    if "data" in envelope:  # the envelope's data replaces the rows, as in {"data": rows, **env}
+        return dumps({"data": None, **envelope})
+    rest = dumps(dict(envelope))
+    suffix = b"," + rest[1:] if envelope else b"}"
+    return write(columns, prefix=b'{"data":', suffix=suffix)
 
 
 def _render_json(
     columns: Columns, envelope: Mapping[str, Any] | None, filename: str
 ) -> tuple[bytes, dict[str, str]]:
     """`{data: rows, **envelope}`; without an envelope a bare array of rows (Service A)."""
-    rows = rows_of(columns)
-    return dumps({"data": rows, **envelope} if envelope is not None else rows), {}
+    return _enveloped(writers.json_rows, columns, envelope), {}
+
+
+def _render_json_columns(
+    columns: Columns, envelope: Mapping[str, Any] | None, filename: str
+) -> tuple[bytes, dict[str, str]]:
+    """The opt-in column layout (`COLUMNS_MEDIA_TYPE`): `data` (or the bare answer) is one
+    object of parallel arrays `{name: [values]}`, the values written as in the rows."""
+    return _enveloped(writers.json_columns, columns, envelope), {}
 
 
 def _render_csv(
@@ -109,13 +139,13 @@ def _render_csv(
 ) -> tuple[bytes, dict[str, str]]:
     """A header row, then the rows (the envelope travels in headers), after one comment line
     with the lineage when the envelope asks for it (`csv_comment`)."""
-    sink = io.BytesIO()
     lineage = _lineage(envelope)
+    comment = b""
     if (envelope or {}).get("csv_comment") and lineage:
         line = ", ".join(f"{k}={v}" for k, v in lineage.items())
-        sink.write(f"# {line}\n".encode())
-    pacsv.write_csv(_arrow(columns), sink, pacsv.WriteOptions(quoting_style="needed"))
-    return sink.getvalue(), {"Content-Disposition": f'attachment; filename="{filename}.csv"'}
+        comment = f"# {line}\n".encode()
+    body = writers.csv_rows(columns, prefix=comment)
+    return body, {"Content-Disposition": f'attachment; filename="{filename}.csv"'}
 
 
 def _lineage(envelope: Mapping[str, Any] | None) -> dict[str, str]:
@@ -130,7 +160,7 @@ def _render_parquet(
 ) -> tuple[bytes, dict[str, str]]:
     """The rows as one Parquet table, snappy-compressed."""
     sink = io.BytesIO()
-    table = _arrow(columns)
+    table = writers.arrow_table(columns)
     lineage = _lineage(envelope)
     if lineage:
         table = table.replace_schema_metadata({k.encode(): v.encode() for k, v in lineage.items()})
@@ -141,7 +171,12 @@ def _render_parquet(
 
 
 # Format -> renderer: a new layout (column JSON, Arrow) is one function and one entry here.
-RENDERERS: dict[str, Renderer] = {JSON: _render_json, CSV: _render_csv, PARQUET: _render_parquet}
+RENDERERS: dict[str, Renderer] = {
+    JSON: _render_json,
+    JSON_COLUMNS: _render_json_columns,
+    CSV: _render_csv,
+    PARQUET: _render_parquet,
+}
 
 
 def render(
@@ -173,14 +208,23 @@ def answer(
     """The one answer path of both services, after `negotiate` chose `fmt`: the canonical
     query names the ETag (version, path, query, format), then 304, the cached body, or the
     columns `make()` rendered off the event loop (and cached). `fresh` (nocache): always
-    rendered anew, never a 304 or a cached body."""
+    rendered anew, never a 304 or a cached body. A large answer (`LARGE_CELLS`) waits for the
+    app's render pool: a few threads at most compete with the event loop for the GIL."""
     query = "&".join(f"{k}={v}" for k, v in sorted(canonical))
     etag = etag_for(version, request.url.path, query, fmt)
+
+    pool: Executor | None = getattr(request.app.state, "render_pool", None)
 
     def rendered() -> Response:
         cols = make()
         doc = envelope() if envelope is not None else None
-        return render(fmt, cols, envelope=doc, headers=headers, filename=filename)
+
+        def draw() -> Response:
+            return render(fmt, cols, envelope=doc, headers=headers, filename=filename)
+
+        if pool is not None and cells_of(cols) >= LARGE_CELLS:
+            return pool.submit(draw).result()
+        return draw()
 
     return cached(request, etag, headers, rendered, fresh=fresh)
 

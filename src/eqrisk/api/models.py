@@ -322,6 +322,13 @@ SERIES_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "JSON `{data, meta, _metadata}`, or CSV / Parquet rows (an attachment).",
         "content": {
+            formats.COLUMNS_MEDIA_TYPE: {
+                "schema": {
+                    "type": "object",
+                    "description": "Opt-in (Accept): the JSON answer with `data` as parallel "
+                    "arrays `{name: [values]}`.",
+                }
+            },
             "text/csv": {"schema": {"type": "string"}},
             "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
         },
@@ -397,11 +404,19 @@ class SymbolList(BaseModel):
 DAILY_ERRORS = problem_responses(400, 401, "4XX", 500, 503)  # "4XX" replaces FastAPI's 422
 DAILY_NOT_FOUND = problem_responses(404)
 _CSV = {"text/csv": {"schema": {"type": "string", "description": "Header row, then the rows."}}}
+_COLUMNS = {
+    formats.COLUMNS_MEDIA_TYPE: {
+        "schema": {
+            "type": "object",
+            "description": "Opt-in (Accept): the records as parallel arrays `{name: [values]}`.",
+        }
+    }
+}
 
 
 def daily_responses(not_found: bool = True) -> dict[int | str, Any]:
     out: dict[int | str, Any] = {
-        200: {"content": {formats.MEDIA_TYPES[formats.JSON]: {}, **_CSV}},
+        200: {"content": {formats.MEDIA_TYPES[formats.JSON]: {}, **_COLUMNS, **_CSV}},
         **DAILY_ERRORS,
     }
     if not_found:

@@ -154,18 +154,22 @@ def _load_server(
             results.append(
                 {"target": target.name, "cache": cache, "bytes": len(check.content), **stats}
             )
+        if not cache_mb:
+            say("render cache off: /api/health while 8 connections fetch large answers")
+            results.append(_health_under_load(base, key, seconds, use_wrk))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     return results
 
 
-def _targets(base: str, key: str) -> list[Target]:
+def _targets(base: str, key: str, client: httpx.Client | None = None) -> list[Target]:
+    get = client.get if client is not None else httpx.get
     b = {"Authorization": f"Bearer {key}"}
     a = {"apikey": key}
-    top = httpx.get(f"{base}/symbol_list?top_n=10&top_by=mktcap", headers=a).json()["symbols"]
+    top = get(f"{base}/symbol_list?top_n=10&top_by=mktcap", headers=a).json()["symbols"]
     symbols = ",".join(top)
-    latest = httpx.get(f"{base}/api/health").json()["data_as_of"]
+    latest = get(f"{base}/api/health").json()["data_as_of"]
     start = str(int(latest[:4]) - 10) + latest[4:]
     return [
         Target("health", "/api/health", {}),
@@ -195,12 +199,18 @@ def run(
     with tempfile.TemporaryDirectory(prefix="eqrisk-bench-") as tmp:
         home = Path(tmp)
         key = prepare_home(home, say)
+        say("writing the large answers in-process: the writers next to orjson")
+        writers = writer_speeds(home, key, repeats=3 if seconds < 2 else 15)
         results = []
         # Once with the per-process render cache off (every answer rendered), once on.
         for cache_mb in (0, 256):
             results += _load_server(home, key, cache_mb, seconds, connections, use_wrk, say)
         metered = measure_metered(home, seconds=seconds, generator=generator, say=say)
+
+    scenario = [r for r in results if r["target"] == LOADED_HEALTH]
+    results = [r for r in results if r["target"] != LOADED_HEALTH]
     for row in results:
+        row["mb_per_s"] = row["bytes"] * row["rps"] / 1e6
         floor = next(
             r["rps"] for r in results if r["cache"] == row["cache"] and r["target"] == "health"
         )
@@ -211,6 +221,8 @@ def run(
         "connections": connections,
         "server": "eqrisk serve, 1 worker (uvicorn)",
         "results": results,
+        "health_under_large_answers": scenario[0],
+        "writers": writers,
         "metered": metered,
     }
 
@@ -400,3 +412,113 @@ def measure_metered(
             == accounts.ledger_month_totals(),
         },
     }
+
+
+# --------------------------------------------------------------------------- large answers
+
+LOADED_HEALTH = "health while 8 connections fetch large answers"
+LARGE_ANSWERS = ("ticker-returns 15y json", "daily 10 symbols x 10y json")
+
+
+def _large(target: Target) -> bool:
+    """The large answers of the targets: 15 years of ticker returns, 10 symbols x 10 years."""
+    return target.name.startswith(("ticker-returns 15y", "daily 10 symbols x 10y"))
+
+
+def writer_speeds(home: Path, key: str, repeats: int) -> list[dict[str, Any]]:
+    """The large JSON targets' rows, written in-process by each writer and by orjson."""
+    from fastapi.testclient import TestClient
+
+    from eqrisk.api.app import create_app
+    from eqrisk.bench import render
+    from eqrisk.settings import Settings
+
+    settings = Settings(home=home, _env_file=None)
+    with TestClient(create_app(settings)) as client:
+        targets = {t.name: t for t in _targets("", key, client)}
+    wanted = [(n, targets[n].path, targets[n].headers) for n in LARGE_ANSWERS]
+    return [render.measure(answer, repeats) for answer in render.capture(home, wanted)]
+
+
+def _wrk_mix(base: str, targets: list[Target], seconds: float, connections: int) -> Any:
+    """wrk cycling through the targets' paths, every request with every target's headers."""
+    headers = {k: v for t in targets for k, v in t.headers.items()}
+    script = "paths = {" + ",".join(f'"{t.path}"' for t in targets) + "}\ni = 0\n"
+    script += "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in headers.items())
+    script += (
+        'request = function()\n  i = i % #paths + 1\n  return wrk.format("GET", paths[i])\nend\n'
+    )
+    lua = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)  # noqa: SIM115
+    lua.write(script)
+    lua.close()
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", lua.name, base + "/"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _httpx_mix(base: str, targets: list[Target], seconds: float, connections: int) -> None:
+    """The httpx stand-in for `_wrk_mix`, run in a child process (`multiprocessing`)."""
+
+    async def main() -> None:
+        stop = time.perf_counter() + seconds
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def worker(k: int) -> None:
+                while time.perf_counter() < stop:
+                    t = targets[k % len(targets)]
+                    k += 1
+                    (await client.get(base + t.path, headers=t.headers)).raise_for_status()
+
+            await asyncio.gather(*(worker(k) for k in range(connections)))
+
+    asyncio.run(main())
+
+
+def _health_under_load(base: str, key: str, seconds: float, use_wrk: bool) -> dict[str, Any]:
+    """/api/health answered one after another (5 ms apart) while 8 other connections fetch
+    the large answers (JSON, CSV, Parquet) round robin: what a large answer costs the small
+    ones. The load runs in another process, so the probe's own client never waits on it."""
+    import multiprocessing
+
+    connections = 8
+    large = [t for t in _targets(base, key) if _large(t)]
+    load_seconds = seconds + 1.0
+    if use_wrk:
+        load: Any = _wrk_mix(base, large, load_seconds, connections)
+    else:
+        load = multiprocessing.get_context("spawn").Process(
+            target=_httpx_mix, args=(base, large, load_seconds, connections)
+        )
+        load.start()
+    time.sleep(0.5)  # the load under way
+    latencies: list[float] = []
+    with httpx.Client(timeout=30) as client:
+        stop = time.perf_counter() + seconds
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            client.get(base + "/api/health").raise_for_status()
+            latencies.append(time.perf_counter() - t0)
+            time.sleep(0.005)
+    out: dict[str, Any] = {"target": LOADED_HEALTH, "cache": "off", "bytes": 0}
+    if use_wrk:
+        text = load.communicate(timeout=60)[0]
+        if re.search(r"Non-2xx or 3xx responses", text):
+            raise RuntimeError(f"error responses among the large answers: {text}")
+        rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+        out["large_answers_rps"] = float(rps.group(1)) if rps else float("nan")
+    else:
+        load.join(timeout=60)
+        if load.exitcode != 0:
+            raise RuntimeError(f"the httpx load ended with exit code {load.exitcode}")
+    lat = np.array(latencies) * 1e3
+    out.update(
+        {
+            "rps": len(lat) / seconds,
+            "probes": len(lat),
+            "p50_ms": float(np.percentile(lat, 50)),
+            "p99_ms": float(np.percentile(lat, 99)),
+            "max_ms": float(lat.max()),
+            "connections_fetching_large_answers": connections,
+            "large_answers": [t.name for t in large],
+        }
+    )
+    return out

@@ -56,18 +56,20 @@ def bench_serve(
     if as_json:
         print_json(result)
         return
-    table = Table("target", "cache", "kB", "req/s", "p50 ms", "p99 ms", "req/s vs health")
+    table = Table("target", "cache", "kB", "req/s", "MB/s", "p50 ms", "p99 ms", "req/s vs health")
     for row in result["results"]:
         table.add_row(
             row["target"],
             row["cache"],
             f"{row['bytes'] / 1e3:.0f}",
             f"{row['rps']:.0f}",
+            f"{row['mb_per_s']:.0f}",
             f"{row['p50_ms']:.2f}",
             f"{row['p99_ms']:.2f}",
             f"{row['rps_ratio_to_health']:.2f}",
         )
     out.print(table)
+    _print_large_answers(result)
     out.print(
         f"generator {result['generator']}, {result['connections']} connections, "
         f"{result['seconds_per_target']:g}s per target, {result['server']}"
@@ -103,3 +105,29 @@ def _print_metered(metered: dict[str, Any]) -> None:
         f"call: {metered['charge_cpu_us_per_request']:.0f} us of server CPU; "
         f"checks {metered['checks']}"
     )
+
+
+def _print_large_answers(result: dict[str, Any]) -> None:
+    """The writers in-process next to orjson on the same rows, then /api/health under load."""
+    table = Table("answer", "written by", "MB", "ms", "MB/s")
+    lines = []
+    for answer in result["writers"]:
+        name = f"{answer['answer']} ({answer['rows']} rows)"
+        for way, fig in answer["ways"].items():
+            table.add_row(
+                name, way, f"{fig['mb']:.2f}", f"{fig['ms']:.1f}", f"{fig['mb_per_s']:.0f}"
+            )
+        lines.append(
+            f"{answer['answer']}: the writers take 1/{answer['json_speedup']:.2f} (JSON) and "
+            f"1/{answer['csv_speedup']:.2f} (CSV) of the time of the renderers they replaced; "
+            f"same JSON bytes: {answer['json_identical']}"
+        )
+    out.print(table)
+    loaded = result["health_under_large_answers"]
+    lines.append(
+        f"/api/health while {loaded['connections_fetching_large_answers']} connections fetch "
+        f"large answers (render cache off): p50 {loaded['p50_ms']:.2f} ms, p99 "
+        f"{loaded['p99_ms']:.2f} ms, max {loaded['max_ms']:.1f} ms over {loaded['probes']} probes"
+    )
+    for line in lines:
+        out.print(line)

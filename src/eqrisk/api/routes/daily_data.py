@@ -232,7 +232,7 @@ def _answer(
         fmt,
         version=universe.version,
         canonical=request.query_params.multi_items(),
-        headers=_headers(universe),
+        headers={**_headers(universe), "Vary": "Accept"},  # JSON, its columns, or CSV
         make=lambda: columns,
         filename=filename,
     )

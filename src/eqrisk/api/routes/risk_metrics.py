@@ -26,7 +26,16 @@ from eqrisk.api.deps import RiskCaller, SnapshotDep
 from eqrisk.api.errors import ApiError
 from eqrisk.api.estimate import estimate as estimate_of
 from eqrisk.api.fields import L3_COLUMNS, RETURNS_COLUMNS, TICKER_RETURNS_COLUMNS
-from eqrisk.api.formats import CSV, JSON, answer, json_response, negotiate, render, rows_of
+from eqrisk.api.formats import (
+    CSV,
+    JSON,
+    JSON_COLUMNS,
+    answer,
+    json_response,
+    negotiate,
+    render,
+    rows_of,
+)
 from eqrisk.api.models import (
     BODY_ERRORS,
     ERRORS,
@@ -166,7 +175,8 @@ def _series_response(
     comment = csv_comment and fmt == CSV
 
     def envelope() -> dict[str, Any]:
-        added: dict[str, Any] = extra() if extra is not None and fmt == JSON else {}
+        json = fmt in (JSON, JSON_COLUMNS)
+        added: dict[str, Any] = extra() if extra is not None and json else {}
         if comment:
             added["csv_comment"] = True
         return {**added, "meta": _series_meta(snap, plan, years), "_metadata": snap.metadata()}
