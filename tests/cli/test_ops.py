@@ -292,16 +292,16 @@ def _truncate(path: Path) -> None:
 
 
 def _a_chunk(folder: Path) -> Path:
-    """The last stored chunk of l3_mkt_hr (versions share chunks by hard link: truncating one
+    """The last chunk of the float64 fields (versions share chunks by hard link: truncating one
     damages every version that links it, as a disk fault would)."""
-    return sorted((folder / "arrays" / "l3_mkt_hr").glob("*.npy"))[-1]
+    return sorted((folder / "arrays" / "_rows").glob("*.npy"))[-1]
 
 
 def test_a_damaged_version_is_refused_when_opened(home: Path) -> None:
     v1, _ = list_versions(home)
     folder = snapshots_dir(home) / v1
     _truncate(_a_chunk(folder))
-    with pytest.raises(SnapshotError, match=r"arrays/l3_mkt_hr/\d+\.\d+\.npy holds \d+ bytes"):
+    with pytest.raises(SnapshotError, match=r"arrays/_rows/\d+\.\d+\.npy holds \d+ bytes"):
         Snapshot.open(folder)
     (folder / "factors.npy").unlink()
     with pytest.raises(SnapshotError, match=r"factors\.npy is missing"):
@@ -331,7 +331,7 @@ def test_a_damaged_current_version_keeps_the_last_good_one_served(
     assert resp.status_code == 503
     body = resp.json()
     assert body["error"] == "SERVICE_UNAVAILABLE"
-    assert "arrays/l3_mkt_hr/" in body["detail"] and "eqrisk snapshots use" in body["detail"]
+    assert "arrays/_rows/" in body["detail"] and "eqrisk snapshots use" in body["detail"]
     # A metered route too (the gate prices it from the snapshot): 503, never a 500.
     register_key(home)
     metered = fresh.get(

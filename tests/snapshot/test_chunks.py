@@ -134,29 +134,34 @@ def test_a_new_version_links_equal_chunks_and_writes_only_changed_ones(tmp_path:
     first, _, _, stats = _write(tmp_path, {"x": dense})
     same, _, _, again = _write(tmp_path, {"x": dense}, previous=first)
     assert (again.written, again.shared, again.bytes_written) == (0, stats.written, 0)
-    for path in (same / "arrays" / "x").iterdir():
-        assert path.samefile(first / "arrays" / "x" / path.name)
+    for path in (same / "arrays" / "_rows").iterdir():
+        assert path.samefile(first / "arrays" / "_rows" / path.name)
     # Two more sessions (53 -> 55): only the last chunk of each block changes (48..55).
     longer = np.concatenate([dense, np.random.default_rng(9).normal(size=(GRID.n, 2))], axis=1)
+    counts = np.tile(np.minimum(np.arange(55), 252.0), (GRID.n, 1))
     grid = chunks.ChunkGrid(GRID.n, 55, GRID.block, GRID.chunk)
+    chunks.write_arrays(tmp_path / "base", {"x": longer[:, :53], "n": counts[:, :53]}, GRID)
     folder = tmp_path / "appended"
-    folder.mkdir()
-    grown = chunks.WriteStats()
-    codes = chunks.write_field(folder, "x", longer, grid, previous=first, stats=grown)
-    assert sorted(grown.written_cells) == [("x", b, 6) for b in range(3)]
-    assert grown.shared == stats.written - 3
-    reader = chunks.ChunkedArray(folder, "x", grid, codes)
-    _same(np.asarray(reader), longer)
+    arrays, grown = chunks.write_arrays(
+        folder, {"x": longer, "n": counts}, grid, previous=tmp_path / "base"
+    )
+    assert sorted(grown.written_files) == sorted(
+        [f"arrays/_rows/{b}.6.npy" for b in range(3)] + [f"arrays/n/{b}.6.npy" for b in range(3)]
+    )
+    assert grown.shared == len(list((tmp_path / "base").rglob("*.npy"))) - 6
+    opened = chunks.open_arrays(folder, arrays)
+    _same(np.asarray(opened["x"]), longer)
+    _same(np.asarray(opened["n"]), counts)
 
 
 def test_a_damaged_previous_chunk_is_rewritten_not_linked(tmp_path: Path) -> None:
     dense = _dense()
     first, _, _, _ = _write(tmp_path, {"x": dense})
-    victim = first / "arrays" / "x" / "0.0.npy"
+    victim = first / "arrays" / "_rows" / "0.0.npy"
     with open(victim, "r+b") as fh:
         fh.truncate(victim.stat().st_size - 8)
     second, opened, _, stats = _write(tmp_path, {"x": dense}, previous=first)
-    assert stats.written == 1 and not (second / "arrays/x/0.0.npy").samefile(victim)
+    assert stats.written == 1 and not (second / "arrays/_rows/0.0.npy").samefile(victim)
     _same(np.asarray(opened["x"]), dense)
 
 
@@ -216,7 +221,9 @@ def test_a_rebuild_on_the_same_data_shares_every_chunk(home: Path) -> None:
     storage = manifest["storage"]
     assert storage["previous"] == first
     assert storage["chunks_written"] == 0 and storage["bytes_written"] == 0
-    assert storage["chunks_shared"] > 300
+    files = list((snapshots_dir(home) / first).glob("arrays/*/*.npy"))
+    files += list((snapshots_dir(home) / first).glob("security_history/*.parquet"))
+    assert storage["chunks_shared"] == len(files) > 50
     added = _new_bytes(snapshots_dir(home) / manifest["model_version"])
     assert sorted(added) == ["factors.npy", "manifest.json", "sessions.npy", "symbols.parquet"]
     full = sum(p.stat().st_size for p in (snapshots_dir(home) / first).rglob("*") if p.is_file())
@@ -240,16 +247,17 @@ def test_appending_a_session_rewrites_only_the_chunks_it_touches(
     new = build_snapshot(home, ModelParams())
     assert new["sessions"] == old["sessions"] + 1
     grid = chunks.ChunkGrid.of(new["arrays"]["grid"])
-    stored = new["arrays"]["chunks"]
-    last_chunk = [name for name, codes in stored.items() if codes[0][-1] != chunks.EMPTY]
+    assert grid.blocks == 1
+    last = grid.chunks - 1
+    own = [name for name, codes in new["arrays"]["chunks"].items() if codes[0][-1] in "BHf"]
+    assert "n_obs" in own and "l3_mkt_hr" not in own  # float64 fields share the group file
     year = str(new["data_as_of"])[:4]
-    touched = grid.blocks * len(last_chunk) + 2  # + daily-<last>.parquet, monthly-<year>
-    assert new["storage"]["chunks_written"] == touched
+    # The group file and the narrow fields of the last chunk, daily-<last>, monthly-<year>.
+    assert new["storage"]["chunks_written"] == 1 + len(own) + 2
     added = _new_bytes(snapshots_dir(home) / new["model_version"])
     assert {p for p in added if p.startswith("arrays/")} == {
-        f"arrays/{name}/{b}.{grid.chunks - 1}.npy"
-        for name in last_chunk
-        for b in range(grid.blocks)
+        f"arrays/_rows/0.{last}.npy",
+        *(f"arrays/{name}/0.{last}.npy" for name in own),
     }
     assert sorted(p for p in added if p.startswith("security_history/")) == [
         f"security_history/daily-{grid.chunks - 1:05d}.parquet",
@@ -269,8 +277,8 @@ def test_pruning_keeps_the_chunks_a_kept_version_uses(home: Path) -> None:
     before = np.asarray(Snapshot.open(snapshots_dir(home) / first).array("l3_mkt_hr"))
     second = build_snapshot(home, ModelParams(), keep=3)["model_version"]
     folder = snapshots_dir(home) / second
-    linked = [p for p in folder.rglob("*.npy") if p.stat().st_nlink == 2]
-    assert len(linked) > 300
+    linked = list(folder.glob("arrays/*/*.npy"))
+    assert len(linked) > 50 and all(p.stat().st_nlink == 2 for p in linked)
     assert _prune(home, keep=1) == [first]
     assert list_versions(home) == [second]
     assert all(p.stat().st_nlink == 1 for p in linked)  # the data stayed, now one link
@@ -281,14 +289,14 @@ def test_pruning_keeps_the_chunks_a_kept_version_uses(home: Path) -> None:
 
 def test_a_damaged_or_missing_chunk_is_refused_at_open(home: Path) -> None:
     folder = snapshots_dir(home) / current_version(home)
-    chunk = sorted((folder / "arrays" / "vol_23d").glob("*.npy"))[-1]
+    chunk = sorted((folder / "arrays" / "_rows").glob("*.npy"))[-1]
     saved = chunk.read_bytes()
     with open(chunk, "r+b") as fh:
         fh.truncate(len(saved) - 1)
-    with pytest.raises(SnapshotError, match=rf"arrays/vol_23d/{chunk.name} holds \d+ bytes"):
+    with pytest.raises(SnapshotError, match=rf"arrays/_rows/{chunk.name} holds \d+ bytes"):
         Snapshot.open(folder)
     chunk.unlink()
-    with pytest.raises(SnapshotError, match=rf"arrays/vol_23d/{chunk.name} is missing"):
+    with pytest.raises(SnapshotError, match=rf"arrays/_rows/{chunk.name} is missing"):
         Snapshot.open(folder)
     chunk.write_bytes(saved)
     Snapshot.open(folder)

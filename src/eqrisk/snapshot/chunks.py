@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,9 @@ LAYOUT = "chunks-1"
 CHUNK_SESSIONS = 128  # L: a one-session update rewrites at most L/T of a version
 BLOCK_SYMBOLS = 1024  # S: the rows one worker writes as a unit
 EMPTY = "."  # manifest code of a chunk that is not stored (all NaN)
+GROUPED = "d"  # float64 chunks: stored together, a row's fields contiguous (`group_path`)
+GROUP_DIR = "_rows"
+ROW_CACHE_BYTES = 64 << 20  # assembled rows kept per version (see ChunkStore.full_row)
 CODES: dict[str, np.dtype[Any]] = {
     "B": np.dtype(np.uint8),
     "H": np.dtype(np.uint16),
@@ -115,8 +120,13 @@ class ChunkGrid:
 
 
 def chunk_path(name: str, b: int, c: int) -> Path:
-    """Path of one chunk file inside a version folder."""
+    """Path of one field's own chunk file (a narrow dtype) inside a version folder."""
     return Path("arrays") / name / f"{b}.{c}.npy"
+
+
+def group_path(b: int, c: int) -> Path:
+    """Path of the group file of (block b, chunk c): its float64 fields, (rows x fields x L)."""
+    return Path("arrays") / GROUP_DIR / f"{b}.{c}.npy"
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -146,7 +156,7 @@ class WriteStats:
     empty: int = 0
     bytes_written: int = 0
     derived: list[str] = field(default_factory=list)
-    written_cells: list[tuple[str, int, int]] = field(default_factory=list)
+    written_files: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -199,48 +209,54 @@ def _saver(values: np.ndarray) -> Callable[[Path], None]:
     return save
 
 
-def write_field(
+def write_block(
     folder: Path,
-    name: str,
-    values: Sliceable,
+    fields: Mapping[str, Sliceable],
     grid: ChunkGrid,
+    b: int,
     *,
     previous: Path | None = None,
-    blocks: range | None = None,
     stats: WriteStats | None = None,
-) -> list[str]:
-    """Write the chunks of one field (of the given blocks, all by default) into `folder`.
+) -> dict[str, str]:
+    """Write the chunks of symbol block b of every field: per time chunk, the float64 fields
+    together in one row-major group file, the others (narrow dtypes) each in its own.
 
-    Returns one code string per block written, a character per chunk (`EMPTY` or the dtype)."""
+    A worker that computed block b calls this alone. Returns, per field, the block's code
+    string: one character per chunk, `EMPTY` or the stored dtype ('d': in the group)."""
     stats = stats if stats is not None else WriteStats()
-    codes = []
-    for b in blocks if blocks is not None else range(grid.blocks):
-        r0, r1 = grid.rows(b)
-        line = []
-        for c in range(grid.chunks):
-            c0, c1 = grid.cols(c)
-            block = np.ascontiguousarray(values[r0:r1, c0:c1], dtype=np.float64)
+    names = sorted(fields)
+    codes: dict[str, list[str]] = {name: [] for name in names}
+    r0, r1 = grid.rows(b)
+    for c in range(grid.chunks):
+        c0, c1 = grid.cols(c)
+        group: list[np.ndarray] = []
+        for name in names:
+            block = np.ascontiguousarray(fields[name][r0:r1, c0:c1], dtype=np.float64)
             if np.isnan(block).all():
                 stats.empty += 1
-                line.append(EMPTY)
+                codes[name].append(EMPTY)
                 continue
             stored = narrowest(block)
-            line.append(CODE_OF[stored.dtype])
-            rel = chunk_path(name, b, c)
-            if share_or_write(
-                folder,
-                rel,
-                previous,
-                _chunk_equals(stored),
-                _saver(stored),
-            ):
-                stats.shared += 1
+            code = CODE_OF[stored.dtype]
+            codes[name].append(code)
+            if code == GROUPED:
+                group.append(block)
             else:
-                stats.written += 1
-                stats.bytes_written += (folder / rel).stat().st_size
-                stats.written_cells.append((name, b, c))
-        codes.append("".join(line))
-    return codes
+                _store(folder, chunk_path(name, b, c), stored, previous, stats)
+        if group:
+            _store(folder, group_path(b, c), np.stack(group, axis=1), previous, stats)
+    return {name: "".join(line) for name, line in codes.items()}
+
+
+def _store(
+    folder: Path, rel: Path, stored: np.ndarray, previous: Path | None, stats: WriteStats
+) -> None:
+    if share_or_write(folder, rel, previous, _chunk_equals(stored), _saver(stored)):
+        stats.shared += 1
+    else:
+        stats.written += 1
+        stats.bytes_written += (folder / rel).stat().st_size
+        stats.written_files.append(str(rel))
 
 
 def derive(op: str, sources: list[Any]) -> Any:
@@ -280,16 +296,20 @@ def write_arrays(
 ) -> tuple[dict[str, Any], WriteStats]:
     """Write every field as chunks; returns the manifest's `arrays` block and the stats."""
     stats = WriteStats()
-    chunks: dict[str, list[str]] = {}
     derived: dict[str, list[str]] = {}
     for name in sorted(fields):
         if derivable(name, fields, grid):
             derived[name] = list(DERIVATIONS[name])
             stats.derived.append(name)
-            continue
-        chunks[name] = write_field(folder, name, fields[name], grid, previous=previous, stats=stats)
+    stored = {name: values for name, values in fields.items() if name not in derived}
+    chunks: dict[str, list[str]] = {name: [] for name in sorted(stored)}
+    for b in range(grid.blocks):
+        for name, line in write_block(
+            folder, stored, grid, b, previous=previous, stats=stats
+        ).items():
+            chunks[name].append(line)
         if progress:
-            progress(f"arrays: {name}")
+            progress(f"arrays: block {b + 1}/{grid.blocks}")
     return {"layout": LAYOUT, "grid": grid.describe(), "chunks": chunks, "derived": derived}, stats
 
 
@@ -314,17 +334,131 @@ def _index(key: Any, size: int) -> int | slice | np.ndarray:
     return arr % size
 
 
+class ChunkStore:
+    """The stored chunks of one version: opened on first use, and the assembled rows.
+
+    A ticker's answer reads many fields of one row over the whole history; assembling all the
+    float64 fields of that row at once reads one contiguous run per chunk (the group file)
+    instead of one per field and chunk. So the second field read of a row assembles the whole
+    row and keeps it (first in, first out, ROW_CACHE_BYTES at most); a row read once, for one
+    field, is read from that field's chunks alone."""
+
+    def __init__(self, folder: Path, grid: ChunkGrid, codes: Mapping[str, list[str]]) -> None:
+        self.folder, self.grid, self.codes = folder, grid, codes
+
+        # Rows of an assembled row: the fields stored only in group files first (so that a
+        # group lands in one contiguous run of rows), then the others; alphabetical within.
+        def only_grouped(name: str) -> bool:
+            return set("".join(codes[name])) - {EMPTY} == {GROUPED}
+
+        self.names = sorted(codes, key=lambda n: (not only_grouped(n), n))
+        self.position = {name: i for i, name in enumerate(self.names)}
+        self._files: dict[Path, np.ndarray] = {}
+        self._members: dict[tuple[int, int], list[int]] = {}
+        self._plans: dict[tuple[int, int], tuple[np.ndarray | None, Any, list[Any]]] = {}
+        self._rows: dict[int, np.ndarray] = {}
+        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._lock = threading.Lock()
+        row_bytes = max(1, len(self.names) * grid.t * 8)
+        self._keep = max(2, ROW_CACHE_BYTES // row_bytes)
+
+    def _file(self, rel: Path) -> np.ndarray:
+        arr = self._files.get(rel)
+        if arr is None:
+            arr = np.asarray(np.load(self.folder / rel, mmap_mode="r"))
+            self._files[rel] = arr
+        return arr
+
+    def members(self, b: int, c: int) -> list[int]:
+        """Positions (in `names`) of the fields in the group file of (b, c), in file order
+        (alphabetical, as the writer stacked them)."""
+        found = self._members.get((b, c))
+        if found is None:
+            found = [self.position[n] for n in sorted(self.codes) if self.codes[n][b][c] == GROUPED]
+            self._members[b, c] = found
+        return found
+
+    def chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
+        """One field's (rows x L) chunk, its stored dtype; None when not stored (all NaN)."""
+        code = self.codes[name][b][c]
+        if code == EMPTY:
+            return None
+        if code != GROUPED:
+            return self._file(chunk_path(name, b, c))
+        group = self._file(group_path(b, c))
+        return group[:, self.members(b, c).index(self.position[name]), :]
+
+    def cached_row(self, r: int) -> np.ndarray | None:
+        """The assembled (fields x T) row r when kept, or assembled now when this row was
+        read before (the second field of a ticker's answer); None for a first read."""
+        row = self._rows.get(r)  # a dict read is atomic: no lock on the hit path
+        if row is not None:
+            return row
+        with self._lock:
+            if r not in self._seen:
+                self._seen[r] = None
+                if len(self._seen) > 4 * self._keep:
+                    self._seen.popitem(last=False)
+                return None
+        row = self.full_row(r)
+        with self._lock:
+            self._rows[r] = row
+            while len(self._rows) > self._keep:  # first in, first out
+                self._rows.pop(next(iter(self._rows)))
+        return row
+
+    def forget(self) -> None:
+        """Drop the assembled rows (a benchmark times reads, not this cache)."""
+        with self._lock:
+            self._rows.clear()
+            self._seen.clear()
+
+    def _plan(self, b: int, c: int) -> tuple[np.ndarray | None, Any, list[Any]]:
+        """What chunk (b, c) holds: its group file, the rows its fields go to (a slice when
+        contiguous), and the (position, array) of each field stored on its own; opened once."""
+        plan = self._plans.get((b, c))
+        if plan is None:
+            positions = self.members(b, c)
+            group = self._file(group_path(b, c)) if positions else None
+            members: Any = positions
+            if positions and positions == list(range(positions[0], positions[0] + len(positions))):
+                members = slice(positions[0], positions[0] + len(positions))
+            own = [
+                (i, self._file(chunk_path(name, b, c)))
+                for i, name in enumerate(self.names)
+                if self.codes[name][b][c] not in (EMPTY, GROUPED)
+            ]
+            plan = (group, members, own)
+            self._plans[b, c] = plan
+        return plan
+
+    def full_row(self, r: int) -> np.ndarray:
+        """Every stored field of row r over all sessions, (fields x T) float64, read-only."""
+        g = self.grid
+        b, local = divmod(r, g.block)
+        out = np.full((len(self.names), g.t), np.nan)
+        for c in range(g.chunks):
+            c0, c1 = c * g.chunk, min(g.t, (c + 1) * g.chunk)
+            group, members, own = self._plan(b, c)
+            if group is not None:
+                out[members, c0:c1] = group[local]
+            for i, arr in own:
+                out[i, c0:c1] = arr[local]
+        out.flags.writeable = False
+        return out
+
+
 class ChunkedArray:
-    """One field of a chunked version, read as the dense (n x T) float64 array it was."""
+    """One stored field of a chunked version, read as the dense (n x T) float64 array it was."""
 
     shape: tuple[int, int]
     ndim = 2
     dtype = np.dtype(np.float64)
 
-    def __init__(self, folder: Path, name: str, grid: ChunkGrid, codes: list[str]) -> None:
-        self.folder, self.name, self.grid, self.codes = folder, name, grid, codes
-        self.shape = (grid.n, grid.t)
-        self._open: dict[tuple[int, int], np.ndarray | None] = {}
+    def __init__(self, store: ChunkStore, name: str) -> None:
+        self.store, self.name, self.grid = store, name, store.grid
+        self.shape = (store.grid.n, store.grid.t)
+        self._position = store.position[name]
         self._pieces: dict[int, list[np.ndarray]] = {}
 
     def __len__(self) -> int:
@@ -332,44 +466,39 @@ class ChunkedArray:
 
     def chunk(self, b: int, c: int) -> np.ndarray | None:
         """The stored chunk (memory-mapped, its own dtype), None when not stored (all NaN)."""
-        try:
-            return self._open[b, c]
-        except KeyError:
-            pass
-        arr = None
-        if self.codes[b][c] != EMPTY:
-            arr = np.asarray(np.load(self.folder / chunk_path(self.name, b, c), mmap_mode="r"))
-        self._open[b, c] = arr
-        return arr
+        return self.store.chunk(self.name, b, c)
 
     def pieces(self, b: int) -> list[np.ndarray]:
-        """Every chunk of block b in time order, opened at once (an all-NaN chunk is a
-        read-only NaN view): a row read is then one concatenation of row views."""
-        try:
-            return self._pieces[b]
-        except KeyError:
-            pass
-        r0, r1 = self.grid.rows(b)
-        out = []
-        for c in range(self.grid.chunks):
-            arr = self.chunk(b, c)
-            if arr is None:
-                c0, c1 = self.grid.cols(c)
-                arr = np.broadcast_to(np.float64(np.nan), (r1 - r0, c1 - c0))
-            out.append(arr)
-        self._pieces[b] = out
-        return out
+        """Every chunk of block b in time order (an all-NaN chunk is a read-only NaN view)."""
+        found = self._pieces.get(b)
+        if found is None:
+            r0, r1 = self.grid.rows(b)
+            found = []
+            for c in range(self.grid.chunks):
+                arr = self.chunk(b, c)
+                if arr is None:
+                    c0, c1 = self.grid.cols(c)
+                    arr = np.broadcast_to(np.float64(np.nan), (r1 - r0, c1 - c0))
+                found.append(arr)
+            self._pieces[b] = found
+        return found
 
     def row(self, r: int, lo: int, hi: int) -> np.ndarray:
-        """Sessions [lo, hi) of row r: the per-ticker read, one copy of the chunks it spans."""
+        """Sessions [lo, hi) of row r: the per-ticker read (from the assembled row when the
+        store keeps it, else one copy of the chunks it spans)."""
         if hi <= lo:
             return np.empty(0)
         L = self.grid.chunk
-        b, local = divmod(r, self.grid.block)
         first, last = lo // L, (hi - 1) // L + 1
+        if last - first > 2:
+            full = self.store.cached_row(r)
+            if full is not None:
+                out: np.ndarray = full[self._position, lo:hi]
+                return out
+        b, local = divmod(r, self.grid.block)
         parts = [p[local] for p in self.pieces(b)[first:last]]
-        out = np.concatenate(parts, dtype=np.float64, casting="safe")
-        return out[lo - first * L : hi - first * L]
+        joined = np.concatenate(parts, dtype=np.float64, casting="safe")
+        return joined[lo - first * L : hi - first * L]
 
     def points(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Values at (rows[i], cols[i]) pairs (broadcast together)."""
@@ -455,28 +584,33 @@ class DerivedArray:
 
 def open_arrays(folder: Path, arrays: Mapping[str, Any]) -> dict[str, FieldArray]:
     """Every field of a chunked version (stored and derived), from its manifest block."""
-    grid = ChunkGrid.of(arrays["grid"])
-    out: dict[str, FieldArray] = {
-        name: ChunkedArray(folder, name, grid, codes) for name, codes in arrays["chunks"].items()
-    }
+    store = ChunkStore(folder, ChunkGrid.of(arrays["grid"]), arrays["chunks"])
+    out: dict[str, FieldArray] = {name: ChunkedArray(store, name) for name in store.names}
     for name, (op, *sources) in arrays["derived"].items():
         out[name] = DerivedArray(op, [out[s] for s in sources])
     return out
 
 
-def expected_chunks(arrays: Mapping[str, Any]) -> Iterator[tuple[Path, tuple[int, int], str]]:
+def expected_chunks(arrays: Mapping[str, Any]) -> Iterator[tuple[Path, tuple[int, ...], str]]:
     """(path, shape, dtype code) of every chunk file a manifest's `arrays` block lists."""
     grid = ChunkGrid.of(arrays["grid"])
-    for name, codes in arrays["chunks"].items():
+    table = arrays["chunks"]
+    for name, codes in table.items():
         if len(codes) != grid.blocks or any(len(line) != grid.chunks for line in codes):
             raise ValueError(f"chunk table of {name} does not fit the grid")
-        for b, c in grid.cells():
-            code = codes[b][c]
-            if code != EMPTY:
-                r0, r1 = grid.rows(b)
-                c0, c1 = grid.cols(c)
+    for b, c in grid.cells():
+        r0, r1 = grid.rows(b)
+        c0, c1 = grid.cols(c)
+        grouped = 0
+        for name in sorted(table):
+            code = table[name][b][c]
+            if code == GROUPED:
+                grouped += 1
+            elif code != EMPTY:
                 yield chunk_path(name, b, c), (r1 - r0, c1 - c0), code
+        if grouped:
+            yield group_path(b, c), (r1 - r0, grouped, c1 - c0), GROUPED
     for name, (_op, *sources) in arrays["derived"].items():
-        missing = [s for s in sources if s not in arrays["chunks"]]
+        missing = [s for s in sources if s not in table]
         if missing:
             raise ValueError(f"derived field {name} names sources not stored: {missing}")

@@ -286,7 +286,7 @@ def _share_history(
     else:
         stats.written += 1
         stats.bytes_written += len(data)
-        stats.written_cells.append((str(rel), -1, -1))
+        stats.written_files.append(str(rel))
 
 
 def write_security_history(
