@@ -249,12 +249,14 @@ def _run(b: BuildBench, work: Path, say: Callable[[str], None]) -> dict[str, Any
         "fields": len(fields),
         "fields_stored": len(first["arrays"]["chunks"]),
         "fields_derived": sorted(first["arrays"]["derived"]),
+        "full_version_bytes": full,
         "full_version_mb": round(full / 1e6, 1),
         "arrays_mb": round(arrays_bytes / 1e6, 1),
         "security_history_mb": round(history_bytes / 1e6, 1),
         "chunks_written": stats.written,
         "chunks_empty": stats.empty,
         "write_s": round(write_s, 2),
+        "update_added_bytes": added,
         "update_added_mb": round(added / 1e6, 3),
         "update_added_pct": round(100 * added / full, 3),
         "update_chunks_written": update.written,
@@ -308,7 +310,13 @@ def _zarr_reads(
         def read(r: int, arrays: dict[str, Any] = arrays) -> list[np.ndarray]:
             return [np.asarray(arrays[f][r, 0:t]) for f in names]
 
+        identical = all(
+            got.tobytes() == np.array(mono[f][int(r), 0:t]).tobytes()
+            for r in rows[:5]
+            for f, got in zip(names, read(int(r)), strict=True)
+        )
+        out["zarr_reads_identical"] = out.get("zarr_reads_identical", True) and identical
         seconds = _time_reads(read, rows[: max(5, len(rows) // 10)])
         out[f"read_us_per_field_{label}"] = round(seconds / len(names) * 1e6, 1)
-        out[f"{label}_mb"] = round(disk_bytes(work / label) / 1e6, 1)
+        out[f"{label}_bytes"] = disk_bytes(work / label)
     return out
