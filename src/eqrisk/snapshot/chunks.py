@@ -1,8 +1,11 @@
 """Chunked arrays of a snapshot version: immutable files that consecutive versions share.
 
-Each (n x T) metric is cut into a grid of (symbol block x time chunk) files:
+Each (n x T) metric is cut along a grid of symbol blocks x time chunks, rows [b*S, (b+1)*S) x
+sessions [c*L, (c+1)*L), into files:
 
-    arrays/<field>/<block>.<chunk>.npy   rows [block*S, (block+1)*S) x sessions [chunk*L, ...)
+    arrays/_rows/<b>.<c>.npy     (rows x fields x L) float64: the chunk of every float64 field,
+                                 a row's fields side by side (a ticker's history: one run a chunk)
+    arrays/<field>/<b>.<c>.npy   (rows x L): the chunk of a field stored in a narrower dtype
 
 with fixed boundaries at multiples of S and L, so that a new session changes only the last
 time chunk of each block (the last chunk holds only the sessions that exist: it grows), and a
@@ -351,7 +354,9 @@ class ChunkStore:
         def only_grouped(name: str) -> bool:
             return set("".join(codes[name])) - {EMPTY} == {GROUPED}
 
-        self.names = sorted(codes, key=lambda n: (not only_grouped(n), n))
+        # Fields never stored (all NaN) have no row in it.
+        stored = [n for n in codes if set("".join(codes[n])) != {EMPTY}]
+        self.names = sorted(stored, key=lambda n: (not only_grouped(n), n))
         self.position = {name: i for i, name in enumerate(self.names)}
         self._files: dict[Path, np.ndarray] = {}
         self._members: dict[tuple[int, int], list[int]] = {}
@@ -380,7 +385,7 @@ class ChunkStore:
 
     def chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
         """One field's (rows x L) chunk, its stored dtype; None when not stored (all NaN)."""
-        code = self.codes[name][b][c]
+        code = self.codes[name][b][c]  # a field never stored has only EMPTY codes
         if code == EMPTY:
             return None
         if code != GROUPED:
@@ -458,7 +463,7 @@ class ChunkedArray:
     def __init__(self, store: ChunkStore, name: str) -> None:
         self.store, self.name, self.grid = store, name, store.grid
         self.shape = (store.grid.n, store.grid.t)
-        self._position = store.position[name]
+        self._position = store.position.get(name, -1)  # -1: never stored, all NaN
         self._pieces: dict[int, list[np.ndarray]] = {}
 
     def __len__(self) -> int:
@@ -486,8 +491,8 @@ class ChunkedArray:
     def row(self, r: int, lo: int, hi: int) -> np.ndarray:
         """Sessions [lo, hi) of row r: the per-ticker read (from the assembled row when the
         store keeps it, else one copy of the chunks it spans)."""
-        if hi <= lo:
-            return np.empty(0)
+        if hi <= lo or self._position < 0:
+            return np.full(max(0, hi - lo), np.nan)
         L = self.grid.chunk
         first, last = lo // L, (hi - 1) // L + 1
         if last - first > 2:
@@ -585,7 +590,7 @@ class DerivedArray:
 def open_arrays(folder: Path, arrays: Mapping[str, Any]) -> dict[str, FieldArray]:
     """Every field of a chunked version (stored and derived), from its manifest block."""
     store = ChunkStore(folder, ChunkGrid.of(arrays["grid"]), arrays["chunks"])
-    out: dict[str, FieldArray] = {name: ChunkedArray(store, name) for name in store.names}
+    out: dict[str, FieldArray] = {name: ChunkedArray(store, name) for name in arrays["chunks"]}
     for name, (op, *sources) in arrays["derived"].items():
         out[name] = DerivedArray(op, [out[s] for s in sources])
     return out

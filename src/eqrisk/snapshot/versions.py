@@ -8,7 +8,8 @@ names (EQRISK_SNAPSHOTS: several servers with their own homes serve one store):
     v3-20261121T120000Z/          one immutable version
         manifest.json             model_version, data_as_of, data_source, method, fields, ...
         sessions.npy              (T,) datetime64[D]
-        arrays/<field>/<b>.<c>.npy  chunk of a metric: symbol block b x time chunk c (`chunks`)
+        arrays/_rows/<b>.<c>.npy  symbol block b x time chunk c of every float64 metric (`chunks`)
+        arrays/<field>/<b>.<c>.npy  the same chunk of a metric stored narrower (counts: uint8)
         factors.npy               (K x T) Service A factor returns
         symbols.parquet           the spec's `symbols` table (+ row index and hierarchy)
         security_history/         the spec's long table: daily-<c>.parquet, monthly-<year>.parquet
