@@ -306,19 +306,20 @@ def test_a_damaged_or_missing_chunk_is_refused_at_open(home: Path) -> None:
         Snapshot.open(folder)
 
 
-def test_a_rows_second_field_read_assembles_the_row_once(tmp_path: Path) -> None:
+def test_a_long_row_read_assembles_the_row_once_for_the_next_fields(tmp_path: Path) -> None:
     fields = {"a": _dense(5), "b": _dense(6), "n": np.tile(np.arange(53.0) % 9, (GRID.n, 1))}
     fields["empty"] = np.full((GRID.n, GRID.t), np.nan)
     _, opened, _, _ = _write(tmp_path, fields)
     store = opened["a"].store
     assert store.names == ["a", "b", "n"]  # grouped fields first; a field never stored: no row
+    _same(opened["b"][6, 17:20], fields["b"][6, 17:20])  # two chunks: read from them
     assert store._rows == {}
-    _same(opened["a"][6, 1:50], fields["a"][6, 1:50])  # first read of row 6: from its chunks
-    assert store._rows == {}
-    _same(opened["b"][6, 0:53], fields["b"][6])  # the second field assembles the row
+    _same(opened["a"][6, 1:50], fields["a"][6, 1:50])  # a long read assembles row 6
     assert list(store._rows) == [6] and not store._rows[6].flags.writeable
     for name in fields:
         _same(opened[name][6, 3:44], fields[name][6, 3:44])  # from the kept row
+        _same(opened[name][6], fields[name][6])
     _same(store.full_row(6), np.stack([fields[n][6] for n in ("a", "b", "n")]))
+    assert list(store._rows) == [6]
     store.forget()
     assert store._rows == {}

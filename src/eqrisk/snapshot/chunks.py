@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,11 +339,11 @@ def _index(key: Any, size: int) -> int | slice | np.ndarray:
 class ChunkStore:
     """The stored chunks of one version: opened on first use, and the assembled rows.
 
-    A ticker's answer reads many fields of one row over the whole history; assembling all the
-    float64 fields of that row at once reads one contiguous run per chunk (the group file)
-    instead of one per field and chunk. So the second field read of a row assembles the whole
-    row and keeps it (first in, first out, ROW_CACHE_BYTES at most); a row read once, for one
-    field, is read from that field's chunks alone."""
+    An answer reads several fields of a row (a ticker's answer: 27; Service A: the price and
+    the fields asked); assembling every stored field of that row at once reads one contiguous
+    run per chunk (the group file) instead of one per field and chunk. So a read spanning more
+    than two chunks assembles the whole row and keeps it for the next fields (first in, first
+    out, ROW_CACHE_BYTES at most); short reads take the field's own chunks."""
 
     def __init__(self, folder: Path, grid: ChunkGrid, codes: Mapping[str, list[str]]) -> None:
         self.folder, self.grid, self.codes = folder, grid, codes
@@ -360,9 +359,8 @@ class ChunkStore:
         self.position = {name: i for i, name in enumerate(self.names)}
         self._files: dict[Path, np.ndarray] = {}
         self._members: dict[tuple[int, int], list[int]] = {}
-        self._plans: dict[tuple[int, int], tuple[np.ndarray | None, Any, list[Any]]] = {}
+        self._plans: dict[tuple[int, int], tuple[np.ndarray | None, Any, list[Any], list[int]]] = {}
         self._rows: dict[int, np.ndarray] = {}
-        self._seen: OrderedDict[int, None] = OrderedDict()
         self._lock = threading.Lock()
         row_bytes = max(1, len(self.names) * grid.t * 8)
         self._keep = max(2, ROW_CACHE_BYTES // row_bytes)
@@ -393,34 +391,26 @@ class ChunkStore:
         group = self._file(group_path(b, c))
         return group[:, self.members(b, c).index(self.position[name]), :]
 
-    def cached_row(self, r: int) -> np.ndarray | None:
-        """The assembled (fields x T) row r when kept, or assembled now when this row was
-        read before (the second field of a ticker's answer); None for a first read."""
+    def cached_row(self, r: int) -> np.ndarray:
+        """The assembled (fields x T) row r: kept for the next fields of the same answer."""
         row = self._rows.get(r)  # a dict read is atomic: no lock on the hit path
-        if row is not None:
-            return row
-        with self._lock:
-            if r not in self._seen:
-                self._seen[r] = None
-                if len(self._seen) > 4 * self._keep:
-                    self._seen.popitem(last=False)
-                return None
-        row = self.full_row(r)
-        with self._lock:
-            self._rows[r] = row
-            while len(self._rows) > self._keep:  # first in, first out
-                self._rows.pop(next(iter(self._rows)))
+        if row is None:
+            row = self.full_row(r)
+            with self._lock:
+                self._rows[r] = row
+                while len(self._rows) > self._keep:  # first in, first out
+                    self._rows.pop(next(iter(self._rows)))
         return row
 
     def forget(self) -> None:
         """Drop the assembled rows (a benchmark times reads, not this cache)."""
         with self._lock:
             self._rows.clear()
-            self._seen.clear()
 
-    def _plan(self, b: int, c: int) -> tuple[np.ndarray | None, Any, list[Any]]:
+    def _plan(self, b: int, c: int) -> tuple[np.ndarray | None, Any, list[Any], list[int]]:
         """What chunk (b, c) holds: its group file, the rows its fields go to (a slice when
-        contiguous), and the (position, array) of each field stored on its own; opened once."""
+        contiguous), the (position, array) of each field stored on its own, and the positions
+        of the fields it does not store (all NaN there); opened once."""
         plan = self._plans.get((b, c))
         if plan is None:
             positions = self.members(b, c)
@@ -433,7 +423,8 @@ class ChunkStore:
                 for i, name in enumerate(self.names)
                 if self.codes[name][b][c] not in (EMPTY, GROUPED)
             ]
-            plan = (group, members, own)
+            empty = [i for i, name in enumerate(self.names) if self.codes[name][b][c] == EMPTY]
+            plan = (group, members, own, empty)
             self._plans[b, c] = plan
         return plan
 
@@ -441,14 +432,16 @@ class ChunkStore:
         """Every stored field of row r over all sessions, (fields x T) float64, read-only."""
         g = self.grid
         b, local = divmod(r, g.block)
-        out = np.full((len(self.names), g.t), np.nan)
+        out = np.empty((len(self.names), g.t))
         for c in range(g.chunks):
             c0, c1 = c * g.chunk, min(g.t, (c + 1) * g.chunk)
-            group, members, own = self._plan(b, c)
+            group, members, own, empty = self._plan(b, c)
             if group is not None:
                 out[members, c0:c1] = group[local]
             for i, arr in own:
                 out[i, c0:c1] = arr[local]
+            if empty:
+                out[empty, c0:c1] = np.nan
         out.flags.writeable = False
         return out
 
@@ -495,11 +488,9 @@ class ChunkedArray:
             return np.full(max(0, hi - lo), np.nan)
         L = self.grid.chunk
         first, last = lo // L, (hi - 1) // L + 1
-        if last - first > 2:
-            full = self.store.cached_row(r)
-            if full is not None:
-                out: np.ndarray = full[self._position, lo:hi]
-                return out
+        if last - first > 2:  # a long read: a ticker's answer, which reads its other fields too
+            out: np.ndarray = self.store.cached_row(r)[self._position, lo:hi]
+            return out
         b, local = divmod(r, self.grid.block)
         parts = [p[local] for p in self.pieces(b)[first:last]]
         joined = np.concatenate(parts, dtype=np.float64, casting="safe")
