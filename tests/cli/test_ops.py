@@ -291,11 +291,17 @@ def _truncate(path: Path) -> None:
         fh.truncate(path.stat().st_size // 2)
 
 
+def _a_chunk(folder: Path) -> Path:
+    """The last chunk of the float64 fields (versions share chunks by hard link: truncating one
+    damages every version that links it, as a disk fault would)."""
+    return sorted((folder / "arrays" / "_rows").glob("*.npy"))[-1]
+
+
 def test_a_damaged_version_is_refused_when_opened(home: Path) -> None:
     v1, _ = list_versions(home)
     folder = snapshots_dir(home) / v1
-    _truncate(folder / "arrays" / "l3_mkt_hr.npy")
-    with pytest.raises(SnapshotError, match=r"arrays/l3_mkt_hr.npy holds \d+ bytes"):
+    _truncate(_a_chunk(folder))
+    with pytest.raises(SnapshotError, match=r"arrays/_rows/\d+\.\d+\.npy holds \d+ bytes"):
         Snapshot.open(folder)
     (folder / "factors.npy").unlink()
     with pytest.raises(SnapshotError, match=r"factors\.npy is missing"):
@@ -311,7 +317,7 @@ def test_a_damaged_current_version_keeps_the_last_good_one_served(
     v1, v2 = list_versions(home)
     client = TestClient(create_app(Settings(home=home, _env_file=None)))
     assert client.get("/api/health").json()["model_version"] == v2
-    _truncate(snapshots_dir(home) / v1 / "arrays" / "l3_mkt_hr.npy")
+    _truncate(_a_chunk(snapshots_dir(home) / v1))
     set_current(home, v1)  # as a careless copy would: the pointer names a damaged version
     with caplog.at_level(logging.ERROR, logger="eqrisk.snapshot"):
         answers = [client.get("/api/health") for _ in range(3)]
@@ -325,7 +331,7 @@ def test_a_damaged_current_version_keeps_the_last_good_one_served(
     assert resp.status_code == 503
     body = resp.json()
     assert body["error"] == "SERVICE_UNAVAILABLE"
-    assert "l3_mkt_hr.npy" in body["detail"] and "eqrisk snapshots use" in body["detail"]
+    assert "arrays/_rows/" in body["detail"] and "eqrisk snapshots use" in body["detail"]
     # A metered route too (the gate prices it from the snapshot): 503, never a 500.
     register_key(home)
     metered = fresh.get(

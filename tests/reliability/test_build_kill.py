@@ -59,7 +59,7 @@ def _phase(home: Path, before: set[str], old: str) -> str:
     folder = max(building, key=lambda p: p.stat().st_mtime)
     if (folder / "manifest.json").exists():
         return "fsync+rename"
-    if (folder / "security_history.parquet").exists():
+    if (folder / "security_history").exists():
         return "history"
     if (folder / "symbols.parquet").exists() or (folder / "factors.npy").exists():
         return "symbols"
@@ -116,7 +116,7 @@ def test_killed_builds_leave_the_served_version_intact(served_home: Path, figure
             while time.monotonic() < until and proc.poll() is None:
                 time.sleep(0.002)
         else:
-            marker = {"arrays": "arrays/*.npy", "rename": "manifest.json"}[kind]
+            marker = {"arrays": "arrays/*/*.npy", "rename": "manifest.json"}[kind]
             _wait_for(lambda m=marker: any(root.glob(f".building-*/{m}")), proc)
             time.sleep(delay)
         reached = proc.poll() is None

@@ -145,7 +145,7 @@ def test_build_dask_local_publishes_the_local_build(demo_home: Path, tmp_path: P
     for name in local.manifest["fields"]:
         assert nan_equal(np.asarray(dask.array(name)), np.asarray(local.array(name))), name
     assert nan_equal(np.asarray(dask.factor_returns), np.asarray(local.factor_returns))
-    for table in ("symbols.parquet", "security_history.parquet"):
+    for table in ("symbols.parquet", "security_history"):  # a file, a dataset of files
         assert pq.read_table(dask.path / table).equals(pq.read_table(local.path / table)), table
 
 

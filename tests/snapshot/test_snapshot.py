@@ -164,7 +164,7 @@ def test_a_killed_build_leaves_the_current_version_served(home: Path) -> None:
     root = snapshots_dir(home)
     deadline = time.monotonic() + 120
     try:
-        while not list(root.glob(".building-*/arrays/*.npy")):
+        while not list(root.glob(".building-*/arrays/*/*.npy")):
             assert proc.poll() is None, "the build finished before it could be killed"
             assert time.monotonic() < deadline
             time.sleep(0.005)

@@ -131,3 +131,32 @@ def _print_large_answers(result: dict[str, Any]) -> None:
     )
     for line in lines:
         out.print(line)
+
+
+@bench_app.command("build")
+def bench_build(
+    symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
+    sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
+    reads: Annotated[int, typer.Option(help="Tickers whose full history is read.")] = 200,
+    chunk: Annotated[int, typer.Option(help="Sessions per time chunk.")] = 128,
+    block: Annotated[int, typer.Option(help="Symbols per block.")] = 1024,
+    zarr_fields: Annotated[int, typer.Option(help="Fields also read from Zarr (0: none).")] = 3,
+    quick: Annotated[
+        bool, typer.Option(help="Small sizes (300 x 1000): checks the bench.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Disk of a version, disk added by one more session, per-ticker reads vs monolithic .npy."""
+    from eqrisk.bench.build import BuildBench, run
+
+    if quick:
+        symbols, sessions, reads = min(symbols, 300), min(sessions, 1000), min(reads, 50)
+    bench = BuildBench(
+        symbols=symbols,
+        sessions=sessions,
+        reads=reads,
+        chunk=chunk,
+        block=block,
+        zarr_fields=zarr_fields,
+    )
+    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")

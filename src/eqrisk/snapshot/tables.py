@@ -1,14 +1,16 @@
-"""What one snapshot version holds, and how it is laid out on disk (see `store` for the folder).
+"""What one snapshot version holds, and how it is laid out on disk (see `versions` for the folder).
 
 Two layouts of the same numbers: the spec's tables (`symbols`, and `security_history` in long
-entity-attribute-value form with daily and monthly periodicity) for interoperability, and dense
-per-metric arrays (symbols x sessions, contiguous along time) that the services slice directly.
+entity-attribute-value form with daily and monthly periodicity, as Parquet files along time) for
+interoperability, and per-metric arrays (symbols x sessions, in chunks along time: `chunks`) that
+the services slice directly. Both are cut at fixed session boundaries so that a version shares
+every unchanged file with the previous one.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +24,7 @@ import pyarrow.parquet as pq
 import eqrisk
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelResult
+from eqrisk.snapshot import chunks
 
 # The spec's metric keys (security_history.metric_key) and the arrays behind them.
 HISTORY_KEYS: dict[str, str] = {
@@ -41,7 +44,6 @@ HISTORY_KEYS: dict[str, str] = {
     "L3_hedge_quality": "l3_hq",
 }
 PANEL_ARRAYS = ("open", "high", "low", "close_raw", "volume")
-HISTORY_CHUNK = 128  # symbols per batch when writing the long table (bounds memory)
 
 _HISTORY_SCHEMA = pa.schema(
     [
@@ -70,19 +72,23 @@ def write_content(
     content: SnapshotContent,
     *,
     version: str,
+    previous: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Write every file of a version into `folder`; return the manifest (written last)."""
+    """Write every file of a version into `folder`; return the manifest (written last).
+
+    Arrays and the long table go in chunks along time (`chunks`); a chunk equal to the one of
+    the `previous` version folder is a hard link to it."""
     say = progress or (lambda _msg: None)
     result, panel = content.result, content.panel
-    arrays_dir = folder / "arrays"
-    arrays_dir.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "arrays").mkdir()
     say("writing arrays")
     fields: dict[str, np.ndarray] = dict(result.metrics)
     for name in PANEL_ARRAYS:
         fields[name] = getattr(panel, name)
-    for name, arr in fields.items():
-        np.save(arrays_dir / f"{name}.npy", np.ascontiguousarray(arr, dtype=np.float64))
+    grid = chunks.ChunkGrid(len(result.symbols), len(panel.sessions))
+    arrays, stats = chunks.write_arrays(folder, fields, grid, previous=previous, progress=say)
     np.save(folder / "sessions.npy", panel.sessions.astype("datetime64[D]"))
     np.save(folder / "factors.npy", np.ascontiguousarray(result.flat.returns, dtype=np.float64))
 
@@ -91,7 +97,16 @@ def write_content(
     pq.write_table(pa.Table.from_pandas(symbols, preserve_index=False), folder / "symbols.parquet")
 
     say("writing security_history")
-    write_security_history(folder / "security_history.parquet", result, progress=say)
+    history = write_security_history(
+        folder,
+        fields,
+        result.symbols.tolist(),
+        panel.sessions,
+        grid,
+        previous=previous,
+        stats=stats,
+        progress=say,
+    )
 
     sessions = panel.sessions
     stocks = int((symbols["asset_type"] == "stock").sum())
@@ -111,6 +126,13 @@ def write_content(
         "factors": {
             "names": result.flat.names,
             "sources": [result.factor_keys[i] if i >= 0 else None for i in result.flat.sources],
+        },
+        "arrays": arrays,
+        "security_history": history,
+        "storage": {
+            **stats.describe(),
+            "derived": stats.derived,
+            "previous": previous.name if previous is not None else None,
         },
         "ingest": content.ingest,
         "model": result.notes,
@@ -214,48 +236,117 @@ def monthly_views(
     return np.where(ok, vals, np.nan), sessions[ends]
 
 
-def write_security_history(
-    path: Path, result: ModelResult, progress: Callable[[str], None] | None = None
-) -> int:
-    """Write the spec's long table in batches of symbols; within a batch rows are sorted by
-    (periodicity, symbol, metric_key, teo). Returns the row count."""
-    keys = list(HISTORY_KEYS)
-    symbols = pa.array(result.symbols.tolist(), type=pa.string())
-    key_dict = pa.array(keys, type=pa.string())
+HISTORY_DIR = "security_history"
+HISTORY_WRITE = {
+    "compression": "zstd",
+    "use_dictionary": ["symbol", "metric_key", "periodicity"],
+    "column_encoding": {"teo": "DELTA_BINARY_PACKED", "value": "BYTE_STREAM_SPLIT"},
+}
+
+
+def _history_table(
+    symbols: pa.Array[Any], lo: int, values: np.ndarray, dates: np.ndarray, periodicity: int
+) -> pa.Table:
+    """Long rows of a (rows x keys x sessions) block, in (symbol, metric_key, teo) order."""
+    sym_i, key_i, t_i = np.nonzero(np.isfinite(values))
+    key_dict = pa.array(list(HISTORY_KEYS), type=pa.string())
     per_dict = pa.array(["daily", "monthly"], type=pa.string())
-    days = result.sessions.astype("datetime64[D]")
-    n = len(result.symbols)
-    total = 0
-    with pq.ParquetWriter(path, _HISTORY_SCHEMA, compression="zstd") as writer:
-        for lo in range(0, n, HISTORY_CHUNK):
-            hi = min(n, lo + HISTORY_CHUNK)
-            block = np.stack([result.metrics[HISTORY_KEYS[k]][lo:hi] for k in keys], axis=1)
-            flow = np.array([k == "return" for k in keys])
-            m_level, month_dates = monthly_views(days, block[:, ~flow], flow=False)
-            m_flow, _ = monthly_views(days, block[:, flow], flow=True)
-            monthly = np.empty((*block.shape[:2], len(month_dates)))
-            monthly[:, ~flow] = m_level
-            monthly[:, flow] = m_flow
-            for per, values, dates in ((0, block, days), (1, monthly, month_dates)):
-                sym_i, key_i, t_i = np.nonzero(np.isfinite(values))
-                if not len(sym_i):
-                    continue
-                batch = pa.record_batch(
-                    [
-                        pa.DictionaryArray.from_arrays(
-                            pa.array(sym_i + lo, type=pa.int32()), symbols
-                        ),
-                        pa.array(dates[t_i], type=pa.date32()),
-                        pa.DictionaryArray.from_arrays(pa.array(key_i, type=pa.int8()), key_dict),
-                        pa.array(values[sym_i, key_i, t_i], type=pa.float64()),
-                        pa.DictionaryArray.from_arrays(
-                            pa.array(np.full(len(sym_i), per), type=pa.int8()), per_dict
-                        ),
-                    ],
-                    schema=_HISTORY_SCHEMA,
-                )
-                writer.write_batch(batch)
-                total += len(sym_i)
-            if progress:
-                progress(f"security_history {hi}/{n} symbols")
-    return total
+    batch = pa.record_batch(
+        [
+            pa.DictionaryArray.from_arrays(pa.array(sym_i + lo, type=pa.int32()), symbols),
+            pa.array(dates[t_i], type=pa.date32()),
+            pa.DictionaryArray.from_arrays(pa.array(key_i, type=pa.int8()), key_dict),
+            pa.array(values[sym_i, key_i, t_i], type=pa.float64()),
+            pa.DictionaryArray.from_arrays(
+                pa.array(np.full(len(sym_i), periodicity), type=pa.int8()), per_dict
+            ),
+        ],
+        schema=_HISTORY_SCHEMA,
+    )
+    return pa.Table.from_batches([batch])
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **HISTORY_WRITE)  # type: ignore[arg-type]
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _share_history(
+    folder: Path, rel: Path, data: bytes, previous: Path | None, stats: chunks.WriteStats
+) -> None:
+    def same(old: Path) -> bool:
+        return old.stat().st_size == len(data) and old.read_bytes() == data
+
+    def write(path: Path) -> None:
+        path.write_bytes(data)
+
+    if chunks.share_or_write(folder, rel, previous, same, write):
+        stats.shared += 1
+    else:
+        stats.written += 1
+        stats.bytes_written += len(data)
+        stats.written_files.append(str(rel))
+
+
+def write_security_history(
+    folder: Path,
+    fields: Mapping[str, chunks.Sliceable],
+    symbol_names: list[str],
+    sessions: np.ndarray,
+    grid: chunks.ChunkGrid,
+    *,
+    previous: Path | None = None,
+    stats: chunks.WriteStats | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[str]:
+    """Write the spec's long table as Parquet files under `security_history/`, one dataset:
+    the daily rows of each time chunk of the grid (`daily-<chunk>.parquet`) and the monthly
+    rows of each calendar year (`monthly-<year>.parquet`: a month's row depends only on that
+    month's sessions). A new session changes the last daily file and the current year's
+    monthly file; every other file equal to the previous version's is a hard link to it.
+    Returns the files written, relative to `folder`."""
+    stats = stats if stats is not None else chunks.WriteStats()
+    keys = list(HISTORY_KEYS)
+    symbols = pa.array(symbol_names, type=pa.string())
+    days = np.asarray(sessions).astype("datetime64[D]")
+    flow = np.array([k == "return" for k in keys])
+    n = grid.n
+    files: list[str] = []
+
+    def block(lo: int, hi: int) -> np.ndarray:
+        return np.stack(
+            [np.asarray(fields[HISTORY_KEYS[k]][:n, lo:hi], dtype=np.float64) for k in keys],
+            axis=1,
+        )
+
+    (folder / HISTORY_DIR).mkdir(exist_ok=True)
+    for c in range(grid.chunks):
+        lo, hi = grid.cols(c)
+        table = _history_table(symbols, 0, block(lo, hi), days[lo:hi], 0)
+        if table.num_rows:
+            rel = Path(HISTORY_DIR) / f"daily-{c:05d}.parquet"
+            _share_history(folder, rel, _parquet_bytes(table), previous, stats)
+            files.append(str(rel))
+        if progress:
+            progress(f"security_history daily {c + 1}/{grid.chunks}")
+    years = days.astype("datetime64[Y]")
+    for year in np.unique(years):
+        where = np.flatnonzero(years == year)
+        values = block(int(where[0]), int(where[-1]) + 1)
+        m_level, month_dates = monthly_views(days[where], values[:, ~flow], flow=False)
+        m_flow, _ = monthly_views(days[where], values[:, flow], flow=True)
+        monthly = np.empty((*values.shape[:2], len(month_dates)))
+        monthly[:, ~flow] = m_level
+        monthly[:, flow] = m_flow
+        table = _history_table(symbols, 0, monthly, month_dates, 1)
+        if table.num_rows:
+            rel = Path(HISTORY_DIR) / f"monthly-{year}.parquet"
+            _share_history(folder, rel, _parquet_bytes(table), previous, stats)
+            files.append(str(rel))
+    return files
+
+
+def history_schema() -> pa.Schema:
+    """The schema of every `security_history` file."""
+    return _HISTORY_SCHEMA

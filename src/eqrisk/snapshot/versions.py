@@ -8,16 +8,23 @@ names (EQRISK_SNAPSHOTS: several servers with their own homes serve one store):
     v3-20261121T120000Z/          one immutable version
         manifest.json             model_version, data_as_of, data_source, method, fields, ...
         sessions.npy              (T,) datetime64[D]
-        arrays/<field>.npy        (n x T) float64, one per metric, memory-mapped by readers
+        arrays/_rows/<b>.<c>.npy  symbol block b x time chunk c of every float64 metric (`chunks`)
+        arrays/<field>/<b>.<c>.npy  the same chunk of a metric stored narrower (counts: uint8)
         factors.npy               (K x T) Service A factor returns
         symbols.parquet           the spec's `symbols` table (+ row index and hierarchy)
-        security_history.parquet  the spec's long table, daily and monthly periodicity
+        security_history/         the spec's long table: daily-<c>.parquet, monthly-<year>.parquet
     .building-*/                  a build in progress; never read, removed when stale
+
+Versions share history: a chunk (array or Parquet file) equal to the one of the version served
+when the build started is a hard link to it, so a new version costs disk only for what changed,
+and removing a version (pruning) frees only the files no other version links. Versions written
+before chunking (`arrays/<field>.npy`, one `security_history.parquet`) are still read.
 
 A build writes a complete version folder under a temporary name, renames it into place and only
 then replaces CURRENT; a build that fails or is killed leaves the served version untouched.
-Opening a version checks it cheaply (the manifest parses; every array file is there, whole, with
-the shape the manifest implies), so a damaged version is refused rather than served.
+Opening a version checks it cheaply (the manifest parses; every array file or chunk it lists is
+there, whole, with the shape the manifest implies), so a damaged version is refused rather than
+served.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from eqrisk.settings import get_settings
-from eqrisk.snapshot import tables
+from eqrisk.snapshot import chunks, tables
 from eqrisk.snapshot.index import SymbolIndex
 
 VERSION_RE = re.compile(r"^v(\d+)-(\d{8}T\d{6}Z)$")
@@ -219,13 +226,13 @@ def write_snapshot(
         number = 1 + max((int(VERSION_RE.match(v).group(1)) for v in existing), default=0)  # type: ignore[union-attr]
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         version = f"v{number}-{stamp}"
+        previous = _share_from(home)
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
         try:
-            manifest = tables.write_content(tmp, content, version=version, progress=progress)
-            for path in tmp.rglob("*"):
-                if path.is_file():
-                    with open(path, "rb") as fh:
-                        os.fsync(fh.fileno())
+            manifest = tables.write_content(
+                tmp, content, version=version, previous=previous, progress=progress
+            )
+            _fsync_tree(tmp)
             tmp.rename(root / version)
             _fsync_dir(root)
         except BaseException:
@@ -234,6 +241,27 @@ def write_snapshot(
         set_current(home, version)
         _prune(home, keep)
     return manifest
+
+
+def _share_from(home: Path) -> Path | None:
+    """The version a new build shares chunks with: the current one, else the newest kept."""
+    root = snapshots_dir(home)
+    for name in (current_version(home), *reversed(list_versions(home))):
+        if name and (root / name / "manifest.json").is_file():
+            return root / name
+    return None
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush what a build wrote: new files (a hard link's data is on disk already) and every
+    folder (the links and names in it)."""
+    for path in folder.rglob("*"):
+        if path.is_dir():
+            _fsync_dir(path)
+        elif path.is_file() and path.stat().st_nlink == 1:
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(folder)
 
 
 @dataclass(frozen=True)
@@ -276,12 +304,20 @@ class Snapshot:
     def row_of(self) -> dict[str, int]:
         return dict(zip(self.symbols["ticker"], self.symbols["row"].astype(int), strict=True))
 
-    def array(self, field: str) -> np.ndarray:
-        """The (n x T) array of one metric, memory-mapped read-only."""
+    @property
+    def chunked(self) -> bool:
+        """Written in chunks shared between versions (else one file per array: older builds)."""
+        return "arrays" in self.manifest
+
+    def array(self, field: str) -> chunks.FieldArray:
+        """The (n x T) float64 array of one metric, read-only, sliced like a dense array
+        (`[row, lo:hi]`, `[:, t]`, `[rows, cols]`) over memory-mapped chunks."""
         return self._arrays[field]
 
     @cached_property
-    def _arrays(self) -> dict[str, np.ndarray]:
+    def _arrays(self) -> dict[str, chunks.FieldArray]:
+        if self.chunked:
+            return chunks.open_arrays(self.path, self.manifest["arrays"])
         return {
             name: np.load(self.path / "arrays" / f"{name}.npy", mmap_mode="r")
             for name in self.manifest["fields"]
@@ -304,8 +340,14 @@ class Snapshot:
     def security_history(self, **filters: Any) -> pd.DataFrame:
         """The spec's long table, optionally filtered by column equality (pushed down)."""
         expr: list[Any] = [(k, "=", v) for k, v in filters.items()]
-        table = pq.read_table(self.path / "security_history.parquet", filters=expr or None)
-        return table.to_pandas()
+        if not self.chunked:
+            source = self.path / "security_history.parquet"
+            return pq.read_table(source, filters=expr or None).to_pandas()
+        files = [str(self.path / rel) for rel in self.manifest["security_history"]]
+        if not files:
+            return tables.history_schema().empty_table().to_pandas()
+        dataset = pq.ParquetDataset(files, filters=expr or None)
+        return dataset.read().to_pandas()
 
     def metadata(self) -> dict[str, Any]:
         """The `_metadata` block every answer carries."""
@@ -319,8 +361,9 @@ class Snapshot:
         }
 
 
-def _npy_shape(path: Path) -> tuple[tuple[int, ...], str]:
-    """(shape, problem) of a .npy file from its header and size; problem is '' when whole."""
+def _npy_shape(path: Path) -> tuple[tuple[int, ...], np.dtype[Any] | None, str]:
+    """(shape, dtype, problem) of a .npy file from its header and size; problem is '' when
+    whole."""
     try:
         with open(path, "rb") as fh:
             major, _minor = np.lib.format.read_magic(fh)
@@ -330,34 +373,47 @@ def _npy_shape(path: Path) -> tuple[tuple[int, ...], str]:
                 shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
             offset = fh.tell()
     except FileNotFoundError:
-        return (), "is missing"
+        return (), None, "is missing"
     except (ValueError, OSError) as exc:
-        return (), f"has no valid header ({exc})"
+        return (), None, f"has no valid header ({exc})"
     expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     size = path.stat().st_size
     if size != expected:
-        return tuple(shape), f"holds {size} bytes where its header implies {expected}"
-    return tuple(shape), ""
+        return tuple(shape), dtype, f"holds {size} bytes where its header implies {expected}"
+    return tuple(shape), dtype, ""
 
 
 def _check_files(path: Path, manifest: dict[str, Any]) -> None:
     """Every file of a version present, whole and of the shape the manifest implies."""
     try:
         n, t = int(manifest["universe_size"]), int(manifest["sessions"])
-        expected = {
-            Path("sessions.npy"): (t,),
-            Path("factors.npy"): (len(manifest["factors"]["names"]), t),
-            **{Path("arrays") / f"{name}.npy": (n, t) for name in manifest["fields"]},
+        expected: dict[Path, tuple[tuple[int, ...], str | None]] = {
+            Path("sessions.npy"): ((t,), None),
+            Path("factors.npy"): ((len(manifest["factors"]["names"]), t), None),
         }
+        if "arrays" in manifest:
+            grid = chunks.ChunkGrid.of(manifest["arrays"]["grid"])
+            if (grid.n, grid.t) != (n, t):
+                raise ValueError(f"a chunk grid of {grid.n} x {grid.t} for {n} x {t}")
+            for rel, cell, kind in chunks.expected_chunks(manifest["arrays"]):
+                expected[rel] = (cell, kind)
+            parquet_files = ["symbols.parquet", *manifest["security_history"]]
+        else:
+            expected.update(
+                {Path("arrays") / f"{f}.npy": ((n, t), None) for f in manifest["fields"]}
+            )
+            parquet_files = ["symbols.parquet", "security_history.parquet"]
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"{path}/manifest.json lacks {exc}: not a snapshot manifest") from exc
-    for rel, shape in expected.items():
-        found, problem = _npy_shape(path / rel)
+    for rel, (shape, code) in expected.items():
+        found, dtype, problem = _npy_shape(path / rel)
         if not problem and found != shape:
             problem = f"has shape {found} where the manifest implies {shape}"
+        if not problem and code is not None and dtype != chunks.CODES.get(code):
+            problem = f"holds {dtype} where the manifest implies {chunks.CODES.get(code)}"
         if problem:
             raise SnapshotError(f"snapshot {path.name} is damaged: {rel} {problem}")
-    for name in ("symbols.parquet", "security_history.parquet"):
+    for name in parquet_files:
         try:
             with open(path / name, "rb") as fh:
                 fh.seek(-4, os.SEEK_END)

@@ -74,6 +74,7 @@ from eqrisk.api.params import (
 )
 from eqrisk.api.plans import NO_CAPS_HINT, ticker_not_found
 from eqrisk.data.master import sector_table
+from eqrisk.snapshot.chunks import FieldArray
 from eqrisk.snapshot.index import SymbolIndex, norm_factor
 from eqrisk.snapshot.versions import Snapshot
 
@@ -239,7 +240,7 @@ def _answer(
 
 
 def _where_published(
-    values: np.ndarray, rows: Sequence[int], lo: int, hi: int
+    values: FieldArray, rows: Sequence[int], lo: int, hi: int
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per row: the session indexes in [lo, hi) where `values` is finite, and those values."""
     where, picked = [], []
