@@ -76,6 +76,11 @@ def test_a_chunked_array_reads_back_every_index_form_bitwise(tmp_path: Path) -> 
         (slice(None), slice(None, None, 3)),
         (np.array([1, 9, 4]), slice(6, 20)),
         (3, np.array([0, 12, 52, 40])),
+        (8, np.array([51, 7, 7, 8])),  # one row, sessions in any order, repeated
+        (0, np.array([13])),
+        (0, np.array([], dtype=np.int64)),
+        (10, 8),
+        (2, 20),  # a chunk that is not stored: NaN
         (rows, cols),
         (np.array(rows)[:, None], np.array([1, 44])[None, :]),
         (np.arange(GRID.n) % 2 == 0, 17),

@@ -358,6 +358,7 @@ class ChunkStore:
         self.names = sorted(stored, key=lambda n: (not only_grouped(n), n))
         self.position = {name: i for i, name in enumerate(self.names)}
         self._files: dict[Path, np.ndarray] = {}
+        self._chunks: dict[tuple[str, int, int], np.ndarray | None] = {}
         self._members: dict[tuple[int, int], list[int]] = {}
         self._plans: dict[tuple[int, int], tuple[np.ndarray | None, Any, list[Any], list[int]]] = {}
         self._rows: dict[int, np.ndarray] = {}
@@ -382,7 +383,18 @@ class ChunkStore:
         return found
 
     def chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
-        """One field's (rows x L) chunk, its stored dtype; None when not stored (all NaN)."""
+        """One field's (rows x L) chunk, its stored dtype; None when not stored (all NaN).
+        Kept once found: a ticker's latest metrics read one value of many fields."""
+        key = (name, b, c)
+        try:
+            return self._chunks[key]
+        except KeyError:
+            pass
+        found = self._find_chunk(name, b, c)
+        self._chunks[key] = found
+        return found
+
+    def _find_chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
         code = self.codes[name][b][c]  # a field never stored has only EMPTY codes
         if code == EMPTY:
             return None
@@ -539,6 +551,17 @@ class ChunkedArray:
             lo, hi, step = c.indices(self.grid.t)
             if step == 1:
                 return self.row(r, lo, hi)
+        if isinstance(r, int) and isinstance(c, int):
+            # One value (a ticker's latest metric): its chunk, directly.
+            b, local = divmod(r, self.grid.block)
+            k, at = divmod(c, self.grid.chunk)
+            arr = self.chunk(b, k)
+            return np.float64(np.nan) if arr is None else np.float64(arr[local, at])
+        if isinstance(r, int) and isinstance(c, np.ndarray) and c.ndim == 1 and c.size:
+            # Sessions picked from one row (Service A: the days a price is published): one
+            # row read over their span, then a gather, instead of a lookup per chunk.
+            lo, hi = int(c.min()), int(c.max()) + 1
+            return self.row(r, lo, hi)[c - lo]
         if not isinstance(r, slice) and not isinstance(c, slice):
             got = self.points(np.asarray(r), np.asarray(c))
             return got[()] if got.ndim == 0 else got
