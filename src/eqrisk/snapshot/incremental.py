@@ -50,7 +50,7 @@ def _digest(*parts: Any) -> str:
         if isinstance(part, np.ndarray):
             arr = np.ascontiguousarray(part)
             h.update(str((arr.dtype.str, arr.shape)).encode())
-            h.update(arr.view(np.uint8).reshape(-1) if arr.size else b"")
+            h.update(arr.view(np.uint8).reshape(-1).data)
         else:
             h.update(json.dumps(part, sort_keys=True, default=str).encode())
         h.update(b"|")
