@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from tests.helpers import shared_file
 
 from eqrisk.data.ingest import ingest
 from eqrisk.model.run import ModelParams
@@ -20,7 +21,6 @@ from eqrisk.snapshot import chunks
 from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.incremental import run_tail, tail_offsets
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
-from tests.helpers import shared_file
 
 TAIL_DAYS = 6  # sessions held back from the first build
 KEEP = 20

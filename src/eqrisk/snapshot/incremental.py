@@ -291,6 +291,13 @@ class TailArray:
             return head
         return np.concatenate([head, self.tail[rows, 0 : hi - s]], axis=-1)
 
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.asarray(self[:, 0 : self.shape[1]], dtype=np.float64)
+        return whole if dtype is None else whole.astype(dtype)
+
     def _before(self) -> chunks.FieldArray:
         if self.before is None:
             raise IndexError("sessions before the reused point are not available")
