@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from eqrisk.data.corporate_actions import return_breaks
@@ -106,6 +107,42 @@ def build_snapshot(
         _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
+    return publish_panel(
+        home,
+        panel,
+        master,
+        params,
+        breaks=breaks,
+        meta=meta,
+        keep=keep,
+        dask=dask,
+        dask_workers=dask_workers,
+        block_rows=block_rows,
+        full=full,
+        progress=say,
+    )
+
+
+def publish_panel(
+    home: Path,
+    panel: Panel,
+    master: pd.DataFrame,
+    params: ModelParams,
+    *,
+    breaks: np.ndarray | None = None,
+    meta: dict[str, Any] | None = None,
+    keep: int = 3,
+    dask: str | None = None,
+    dask_workers: int | None = None,
+    block_rows: int = 500,
+    full: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The model on a panel (and its classified master) published as a new version: the half
+    of `build_snapshot` after the ingested data is read (the build bench calls it on a
+    synthetic panel). Incremental unless `full` or `dask` (see `build_snapshot`)."""
+    say = progress or (lambda _msg: None)
+    meta = meta or {}
     plan = plan_model(panel, master, params, exclude=breaks)
     digests = incremental.input_digests(plan, panel, master, breaks)
     reuse: SnapshotContent | None = None
