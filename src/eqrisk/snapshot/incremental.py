@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -81,11 +83,10 @@ def input_digests(
     }
     grid = chunks.ChunkGrid(len(plan.symbols), len(plan.sessions))
     sessions = np.asarray(plan.sessions).astype("datetime64[D]")
-    per_chunk: list[dict[str, Any]] = []
-    for c in range(grid.chunks):
+
+    def chunk(c: int) -> dict[str, Any]:
         lo, hi = grid.cols(c)
-        entry: dict[str, Any] = {"sessions": hi - lo}
-        entry["digests"] = {
+        digests = {
             "sessions": _digest(sessions[lo:hi]),
             "returns": _digest(
                 plan.returns[:, lo:hi], breaks[:, lo:hi] if breaks is not None else 0
@@ -96,7 +97,11 @@ def input_digests(
             **{name: _digest(getattr(panel, name)[:, lo:hi]) for name in PANEL_ARRAYS},
             "market_cap": _digest(panel.market_cap[:, lo:hi]),
         }
-        per_chunk.append(entry)
+        return {"sessions": hi - lo, "digests": digests}
+
+    # hashlib releases the GIL on large buffers: the chunks hash on every core.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        per_chunk = list(pool.map(chunk, range(grid.chunks)))
     return {"scheme": DIGESTS, "universe": universe, "chunks": per_chunk}
 
 
