@@ -25,6 +25,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+import eqrisk
 from eqrisk.data.panel import Panel
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.run import (
@@ -75,6 +76,7 @@ def input_digests(
     universe = {
         "symbols": _digest(plan.symbols.astype(str).tolist()),
         "method": _digest(plan.shared.params.describe()),
+        "code": _digest(eqrisk.__version__, DIGESTS),
         "master": _digest(_master_frame(master, plan.symbols)),
         "layout": _digest(
             layout.keys, layout.fidx, layout.model_fidx, flat.names, flat.sources, flat.exposure
@@ -132,6 +134,9 @@ def decide(
         return Decision(0, ["the previous version records no input digests (built before them)"])
     now_u, old_u = digests["universe"], old["universe"]
     reasons: list[str] = []
+    if now_u.get("code") != old_u.get("code"):
+        was_code = previous.get("eqrisk_version")
+        reasons.append(f"eqrisk version changed ({was_code} -> {eqrisk.__version__})")
     if now_u["method"] != old_u["method"]:
         was = previous.get("method", {})
         now = plan.shared.params.describe()
