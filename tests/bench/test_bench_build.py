@@ -15,7 +15,14 @@ from eqrisk.snapshot import chunks
 def test_bench_build_figures_are_consistent(tmp_path: Path) -> None:
     # 40 symbols in blocks of 16 (3 blocks), 300 sessions in chunks of 32 (the last holds 12).
     bench = build.BuildBench(
-        symbols=40, sessions=300, reads=10, chunk=32, block=16, zarr_fields=0, folder=tmp_path
+        symbols=40,
+        sessions=300,
+        reads=10,
+        chunk=32,
+        block=16,
+        zarr_fields=0,
+        folder=tmp_path,
+        model_check=True,
     )
     result = build.run(bench)
     assert not list(tmp_path.iterdir())  # the bench cleans up after itself
@@ -33,6 +40,13 @@ def test_bench_build_figures_are_consistent(tmp_path: Path) -> None:
     assert (
         result["read_us_per_ticker_chunked"] > 0 and result["read_ratio_chunked_vs_monolithic"] > 0
     )
+    # The model section: the one-session build is incremental from the last 128-session chunk
+    # (300 sessions: chunks 0, 1 reused), equal to a full rebuild, and adds less than a version.
+    assert result["incremental_mode"] == "incremental"
+    assert result["incremental_from_chunk"] == 2
+    assert result["incremental_equals_full"] is True
+    assert 0 < result["incremental_added_mb"] < result["model_version_mb"]
+    assert result["full_build_s"] > 0 and result["incremental_build_s"] > 0
 
 
 def test_synthetic_fields_do_not_change_when_a_session_is_added() -> None:

@@ -105,3 +105,26 @@ def test_build_without_data_says_how_to_get_some(tmp_path: Path) -> None:
     proc = run(tmp_path, "build")
     assert proc.returncode == 1
     assert "eqrisk ingest" in proc.stderr
+
+
+def test_update_merges_and_builds_incrementally_and_build_full_rebuilds(
+    demo_cli_home, tmp_path: Path
+) -> None:
+    """`eqrisk update FILE` = ingest --merge + build: the last day's rows again change no
+    history, so the build reuses every full chunk; `build --full` says it was forced."""
+    import pandas as pd
+
+    home, _ = demo_cli_home
+    assert run(home, "build", "--json").returncode == 0  # default settings as the baseline
+    prices = pd.read_csv(home / "demo" / "demo_prices.csv.gz")
+    day = prices[prices["date"] == prices["date"].max()]
+    path = tmp_path / "day.csv"
+    day.to_csv(path, index=False)
+    proc = run(home, "update", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    build = json.loads(proc.stdout)["build"]
+    assert build["mode"] == "incremental"
+    assert build["reasons"][0].startswith("the last chunk recomputed from")
+    full = run(home, "build", "--full", "--json")
+    assert full.returncode == 0, full.stderr
+    assert json.loads(full.stdout)["build"] == {"mode": "full", "reasons": ["--full"]}

@@ -13,7 +13,8 @@ and the fields a build derives (`beta_mkt = l1_mkt_hr`, `l1_rr = return - l1_cfr
 the writer derives them as it would. Values are a counter-based hash of (field, row, session),
 so any block is computed on demand (memory stays bounded by one block) and a version with one
 more session has the very same earlier values. Sections are plain functions of `BuildBench` so
-that other measurements (incremental build, Dask) can be added beside them.
+that other measurements (incremental build, Dask) can be added beside them; the model section
+(`bench.incremental`: a full and a one-session incremental build through the real build) is.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class BuildBench:
     zarr_fields: int = 3  # fields written to Zarr for its read timing (0: skip Zarr)
     seed: int = 0
     folder: Path | None = None  # where to write (a temporary folder by default)
+    model: bool = True  # the model section: full and one-session incremental build
+    model_check: bool = False  # and a full rebuild compared bitwise with the incremental one
 
 
 def _hash01(seed: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -273,6 +276,12 @@ def _run(b: BuildBench, work: Path, say: Callable[[str], None]) -> dict[str, Any
     }
     if b.zarr_fields:
         result.update(_zarr_reads(b, fields, grid, rows, work, mono))
+    if b.model:
+        from eqrisk.bench.incremental import run_model_builds
+
+        result.update(
+            run_model_builds(n, t, seed=b.seed, folder=work, check=b.model_check, say=say)
+        )
     return result
 
 

@@ -158,5 +158,6 @@ def bench_build(
         chunk=chunk,
         block=block,
         zarr_fields=zarr_fields,
+        model_check=quick,
     )
     print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")

@@ -20,7 +20,7 @@ from eqrisk.cli.app import (
     stages,
     summary_line,
 )
-from eqrisk.settings import get_settings
+from eqrisk.settings import Settings, get_settings
 
 # `eqrisk ingest`'s longer options, named so that its signature stays readable.
 ReplaceOpt = Annotated[
@@ -146,18 +146,39 @@ def build(
     block_rows: Annotated[
         int | None, typer.Option(min=1, help="Symbols per Dask block (default EQRISK_BLOCK_ROWS).")
     ] = None,
+    full: FullOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the risk model on the ingested data into a new snapshot and make it current.
+    Incremental when the previous version's history is proved unchanged (only the new
+    sessions' chunks are computed and written; the output says why not, otherwise).
     Refuses (exit 1, nothing changed) a universe of less than half the current snapshot's
     symbols or sessions, unless --force."""
+    settings = effective_settings(
+        window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
+    )
+    _build(settings, keep=keep, force=force, dask_workers=dask_workers, full=full, as_json=as_json)
+
+
+FullOpt = Annotated[
+    bool, typer.Option("--full", help="Recompute the whole history (no incremental reuse).")
+]
+
+
+def _build(
+    settings: Settings,
+    *,
+    keep: int,
+    force: bool,
+    dask_workers: int | None,
+    full: bool,
+    as_json: bool,
+) -> None:
+    """`eqrisk build` (and the build half of `eqrisk update`)."""
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.build import build_snapshot
     from eqrisk.snapshot.distributed import DaskUnavailable
 
-    settings = effective_settings(
-        window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
-    )
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
         with stages("build") as say:
@@ -172,6 +193,7 @@ def build(
                 dask=settings.dask,
                 dask_workers=dask_workers,
                 block_rows=settings.block_rows,
+                full=full,
                 progress=say,
             )
     except DaskUnavailable as exc:
@@ -179,10 +201,67 @@ def build(
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from exc
     summary = {k: manifest[k] for k in SUMMARY_KEYS}
+    summary["build"] = manifest.get("build")
     if as_json:
         print_json(summary)
     else:
         err.print(summary_line(summary))
+        how = manifest.get("build") or {}
+        storage = manifest.get("storage", {})
+        err.print(
+            f"{how.get('mode', 'full')} build ({'; '.join(how.get('reasons', []))}): "
+            f"{storage.get('chunks_written')} files written "
+            f"({storage.get('bytes_written', 0) / 1e6:.1f} MB), "
+            f"{storage.get('chunks_shared')} shared with the previous version"
+        )
+
+
+@app.command()
+def update(
+    prices: Annotated[
+        list[Path], typer.Argument(help="New price files (new sessions, revisions).")
+    ],
+    master: Annotated[Path | None, typer.Option(help="Master rows to merge.")] = None,
+    source: Annotated[str | None, typer.Option(help="data_source label.")] = None,
+    max_move: Annotated[
+        float | None, typer.Option(help="Flag one-day |return| above this.")
+    ] = None,
+    keep: Annotated[
+        int, typer.Option(min=1, help="Newest versions to keep (pinned ones are kept besides).")
+    ] = 3,
+    full: FullOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The daily job: merge new price files into the ingested data set (`ingest --merge`), then
+    build (incremental when the history is unchanged). Exit 1, without building, when the
+    ingest rejected rows."""
+    from eqrisk.data.ingest import ingest as run_ingest
+    from eqrisk.data.ingest_report import IngestError, render_report
+
+    settings = effective_settings(max_move=max_move)
+    for path in [*prices, *([master] if master is not None else [])]:
+        if not path.exists():
+            raise fail(f"no such file: {path}", 2)
+    try:
+        with stages("ingest") as say:
+            report = run_ingest(
+                prices,
+                master,
+                home=settings.home_dir,
+                max_move=settings.max_move,
+                merge=True,
+                data_source=source,
+                progress=say,
+            )
+    except IngestError as exc:
+        raise fail(str(exc)) from exc
+    if not as_json:
+        render_report(report, err)
+    if not report.ok:
+        if as_json:
+            print_json({"ingest": report.to_dict()})
+        raise typer.Exit(1)
+    _build(settings, keep=keep, force=False, dask_workers=None, full=full, as_json=as_json)
 
 
 def _demo_may_write(home: Path, demo_source: str) -> None:

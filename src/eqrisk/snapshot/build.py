@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from eqrisk.data.corporate_actions import return_breaks
@@ -14,13 +15,22 @@ from eqrisk.data.demo import DATA_SOURCE as DEMO_SOURCE
 from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import read_ingested, shrink_reason, to_panel
-from eqrisk.model.run import ModelParams, run_model
-from eqrisk.snapshot.tables import SnapshotContent
+from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
+from eqrisk.model.run import (
+    ModelParams,
+    ModelPlan,
+    finish_model,
+    plan_model,
+    run_block,
+)
+from eqrisk.snapshot import incremental
+from eqrisk.snapshot.chunks import CHUNK_SESSIONS
+from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent
 from eqrisk.snapshot.versions import (
     Snapshot,
     SnapshotError,
     current_version,
+    share_from,
     snapshots_dir,
     write_snapshot,
 )
@@ -61,6 +71,7 @@ def build_snapshot(
     dask: str | None = None,
     dask_workers: int | None = None,
     block_rows: int = 500,
+    full: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot.
@@ -68,6 +79,11 @@ def build_snapshot(
     `dask` runs the model's per-symbol work on a Dask cluster in blocks of `block_rows`
     symbols ('local' = a LocalCluster of `dask_workers` processes, or a scheduler address);
     the published numbers are the same as a local build's.
+
+    A local build is incremental when it can be: the digests of the model's inputs (see
+    `incremental`) are compared with the previous version's; the time chunks before the first
+    changed one are linked unread and only the sessions from there on are computed. `full`
+    forces a full build. The manifest's `build` block (and the progress) says which and why.
 
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
@@ -91,8 +107,68 @@ def build_snapshot(
         _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
+    return publish_panel(
+        home,
+        panel,
+        master,
+        params,
+        breaks=breaks,
+        meta=meta,
+        keep=keep,
+        dask=dask,
+        dask_workers=dask_workers,
+        block_rows=block_rows,
+        full=full,
+        progress=say,
+    )
+
+
+def publish_panel(
+    home: Path,
+    panel: Panel,
+    master: pd.DataFrame,
+    params: ModelParams,
+    *,
+    breaks: np.ndarray | None = None,
+    meta: dict[str, Any] | None = None,
+    keep: int = 3,
+    dask: str | None = None,
+    dask_workers: int | None = None,
+    block_rows: int = 500,
+    full: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The model on a panel (and its classified master) published as a new version: the half
+    of `build_snapshot` after the ingested data is read (the build bench calls it on a
+    synthetic panel). Incremental unless `full` or `dask` (see `build_snapshot`)."""
+    say = progress or (lambda _msg: None)
+    meta = meta or {}
+    plan = plan_model(panel, master, params, exclude=breaks)
+    digests = incremental.input_digests(plan, panel, master, breaks)
+    reuse: SnapshotContent | None = None
+    build: dict[str, Any]
+    if dask is None and not full:
+        reuse, build = _incremental(home, plan, panel, master, digests, say)
+        if reuse is not None:
+            say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
+            content = SnapshotContent(
+                result=reuse.result,
+                panel=panel,
+                master=master,
+                data_source=str(meta.get("data_source", "unknown")),
+                ingest={k: meta.get(k) for k in ingest_keys},
+                reuse=reuse.reuse,
+                inputs=digests,
+                build=build,
+            )
+            return write_snapshot(home, content, keep=keep, progress=say)
+    else:
+        build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
+    say(f"full build: {'; '.join(build['reasons'])}")
     if dask is None:
-        result = run_model(panel, master, params, exclude=breaks)
+        result = finish_model(
+            plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
+        )
     else:
         from eqrisk.snapshot.distributed import dask_client, run_model_dask
 
@@ -117,9 +193,72 @@ def build_snapshot(
         panel=panel,
         master=master,
         data_source=str(meta.get("data_source", "unknown")),
-        ingest={k: meta.get(k) for k in ("data_source", "files", "ingested_at", "report_dir")},
+        ingest={k: meta.get(k) for k in ingest_keys},
+        inputs=digests,
+        build=build,
     )
     return write_snapshot(home, content, keep=keep, progress=say)
+
+
+ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
+
+
+def _incremental(
+    home: Path,
+    plan: ModelPlan,
+    panel: Panel,
+    master: pd.DataFrame,
+    digests: dict[str, Any],
+    say: Callable[[str], None],
+) -> tuple[SnapshotContent | None, dict[str, Any]]:
+    """The reused part of the previous version, when there is one: (content, build block), or
+    (None, build block saying why the build is full)."""
+    folder = share_from(home)
+    previous: Snapshot | None = None
+    if folder is not None:
+        try:
+            previous = Snapshot.open(folder)
+        except SnapshotError as exc:
+            return None, {"mode": "full", "reasons": [f"previous version unusable: {exc}"]}
+    manifest: dict[str, Any] | None = None
+    if previous is not None:
+        manifest = dict(previous.manifest)
+        manifest["symbol_names"] = previous.symbols["ticker"].astype(str).tolist()
+    close = previous.array("price_close") if previous is not None and previous.chunked else None
+    decision = incremental.decide(digests, manifest, plan, close)
+    for why in decision.reasons:
+        say(why)
+    if decision.chunk == 0 or previous is None or manifest is None:
+        return None, {"mode": "full", "reasons": decision.reasons}
+    start = decision.chunk * CHUNK_SESSIONS
+    say(f"incremental: computing sessions from {str(plan.sessions[start])[:10]}")
+    tail = incremental.run_tail(plan, start)
+    result = incremental.tail_result(plan, tail, start, previous)
+    fields: dict[str, Any] = dict(result.metrics)
+    for name in PANEL_ARRAYS:
+        fields[name] = getattr(panel, name)
+    broken = incremental.derivations_hold(fields, manifest["arrays"]["derived"], start)
+    if broken:
+        reasons = [*decision.reasons, f"fields no longer derived on read: {', '.join(broken)}"]
+        return None, {"mode": "full", "reasons": reasons}
+    first, last = incremental.first_last(plan, start, previous.symbols, plan.sessions)
+    build = {
+        "mode": "incremental",
+        "previous": folder.name if folder is not None else None,
+        "from_chunk": decision.chunk,
+        "from_session": str(plan.sessions[start])[:10],
+        "reasons": decision.reasons,
+    }
+    assert folder is not None
+    content = SnapshotContent(
+        result=result,
+        panel=panel,
+        master=master,
+        data_source="",
+        ingest={},
+        reuse=Reuse(decision.chunk, folder, manifest, last, first, build),
+    )
+    return content, build
 
 
 class DemoDataInvalid(RuntimeError):

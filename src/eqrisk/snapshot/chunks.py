@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -193,6 +194,20 @@ def share_or_write(
     return False
 
 
+def link_unread(folder: Path, rel: Path, previous: Path) -> None:
+    """Create `folder/rel` as a hard link to `previous/rel` without reading it: an incremental
+    build has proved (by its inputs' digests) that the file holds what a rebuild would write.
+    Copied where the filesystem has no hard links."""
+    target = folder / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(previous / rel, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        shutil.copyfile(previous / rel, target)
+
+
 def _chunk_equals(stored: np.ndarray) -> Callable[[Path], bool]:
     def same(old: Path) -> bool:
         try:
@@ -219,9 +234,15 @@ def write_block(
     *,
     previous: Path | None = None,
     stats: WriteStats | None = None,
+    reuse: int = 0,
+    previous_codes: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Write the chunks of symbol block b of every field: per time chunk, the float64 fields
     together in one row-major group file, the others (narrow dtypes) each in its own.
+
+    With `reuse` = c0 (an incremental build), the chunks c < c0 are hard links to the files of
+    the `previous` version, whose block-b codes `previous_codes` gives, never read: the fields
+    read only from chunk c0 on.
 
     A worker that computed block b calls this alone. Returns, per field, the block's code
     string: one character per chunk, `EMPTY` or the stored dtype ('d': in the group)."""
@@ -229,7 +250,25 @@ def write_block(
     names = sorted(fields)
     codes: dict[str, list[str]] = {name: [] for name in names}
     r0, r1 = grid.rows(b)
-    for c in range(grid.chunks):
+    if reuse:
+        if previous is None or previous_codes is None or set(previous_codes) != set(names):
+            raise ValueError("reusing chunks needs the previous version's codes of every field")
+        for c in range(reuse):
+            grouped = False
+            for name in names:
+                code = previous_codes[name][c]
+                codes[name].append(code)
+                if code == EMPTY:
+                    stats.empty += 1
+                elif code == GROUPED:
+                    grouped = True
+                else:
+                    link_unread(folder, chunk_path(name, b, c), previous)
+                    stats.shared += 1
+            if grouped:
+                link_unread(folder, group_path(b, c), previous)
+                stats.shared += 1
+    for c in range(reuse, grid.chunks):
         c0, c1 = grid.cols(c)
         group: list[np.ndarray] = []
         for name in names:
@@ -288,6 +327,23 @@ def derivable(name: str, fields: Mapping[str, Sliceable], grid: ChunkGrid) -> bo
     return True
 
 
+def derivable_from(name: str, fields: Mapping[str, Sliceable], grid: ChunkGrid, lo: int) -> bool:
+    """True when DERIVATIONS[name] gives back every bit of `fields[name]` from session `lo` on
+    (an incremental build's new sessions; the earlier ones were checked when written)."""
+    rule = DERIVATIONS.get(name)
+    if rule is None:
+        return False
+    op, *sources = rule
+    for b in range(grid.blocks):
+        r0, r1 = grid.rows(b)
+        want = np.ascontiguousarray(fields[name][r0:r1, lo:], dtype=np.float64)
+        with np.errstate(all="ignore"):
+            got = derive(op, [np.asarray(fields[s][r0:r1, lo:], dtype=np.float64) for s in sources])
+        if not _same_bits(np.ascontiguousarray(got, dtype=np.float64), want):
+            return False
+    return True
+
+
 def write_arrays(
     folder: Path,
     fields: Mapping[str, Sliceable],
@@ -295,19 +351,34 @@ def write_arrays(
     *,
     previous: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    reuse: int = 0,
+    previous_arrays: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], WriteStats]:
-    """Write every field as chunks; returns the manifest's `arrays` block and the stats."""
+    """Write every field as chunks; returns the manifest's `arrays` block and the stats.
+
+    With `reuse` = c0 > 0, chunks c < c0 are linked unread from `previous` (whose manifest
+    block is `previous_arrays`), and the fields derived there are derived here (the caller
+    has checked that they still are, from chunk c0 on: `derivable_from`)."""
     stats = WriteStats()
     derived: dict[str, list[str]] = {}
-    for name in sorted(fields):
-        if derivable(name, fields, grid):
-            derived[name] = list(DERIVATIONS[name])
-            stats.derived.append(name)
+    if reuse:
+        if previous_arrays is None:
+            raise ValueError("reusing chunks needs the previous version's `arrays` block")
+        derived = {name: list(rule) for name, rule in previous_arrays["derived"].items()}
+        stats.derived.extend(sorted(derived))
+    else:
+        for name in sorted(fields):
+            if derivable(name, fields, grid):
+                derived[name] = list(DERIVATIONS[name])
+                stats.derived.append(name)
     stored = {name: values for name, values in fields.items() if name not in derived}
     chunks: dict[str, list[str]] = {name: [] for name in sorted(stored)}
     for b in range(grid.blocks):
+        old = None
+        if reuse and previous_arrays is not None:
+            old = {name: previous_arrays["chunks"][name][b] for name in previous_arrays["chunks"]}
         for name, line in write_block(
-            folder, stored, grid, b, previous=previous, stats=stats
+            folder, stored, grid, b, previous=previous, stats=stats, reuse=reuse, previous_codes=old
         ).items():
             chunks[name].append(line)
         if progress:

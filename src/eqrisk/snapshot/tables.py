@@ -57,6 +57,21 @@ _HISTORY_SCHEMA = pa.schema(
 
 
 @dataclass(frozen=True)
+class Reuse:
+    """An incremental build's licence: time chunks c < `chunks` of the `previous` version are
+    what a full rebuild would write (their inputs' digests match), so they are linked unread.
+    `last`/`first` give each row's last and first priced session (the symbols table's), which
+    the metrics (lazy before the reused point) cannot give without reading every chunk."""
+
+    chunks: int
+    previous: Path
+    manifest: Mapping[str, Any]
+    last: np.ndarray
+    first: np.ndarray
+    build: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class SnapshotContent:
     """Everything a build produced: the model result, the panel it came from, the master."""
 
@@ -65,6 +80,9 @@ class SnapshotContent:
     master: pd.DataFrame  # classified (eqrisk.data.master.MASTER_COLUMNS)
     data_source: str
     ingest: dict[str, Any]
+    reuse: Reuse | None = None
+    inputs: dict[str, Any] | None = None  # digests of the model's inputs (`incremental`)
+    build: dict[str, Any] | None = None  # how it was built and why (full / incremental)
 
 
 def write_content(
@@ -88,7 +106,18 @@ def write_content(
     for name in PANEL_ARRAYS:
         fields[name] = getattr(panel, name)
     grid = chunks.ChunkGrid(len(result.symbols), len(panel.sessions))
-    arrays, stats = chunks.write_arrays(folder, fields, grid, previous=previous, progress=say)
+    reuse = content.reuse
+    if reuse is not None:
+        previous = reuse.previous
+    arrays, stats = chunks.write_arrays(
+        folder,
+        fields,
+        grid,
+        previous=previous,
+        progress=say,
+        reuse=reuse.chunks if reuse is not None else 0,
+        previous_arrays=reuse.manifest["arrays"] if reuse is not None else None,
+    )
     np.save(folder / "sessions.npy", panel.sessions.astype("datetime64[D]"))
     np.save(folder / "factors.npy", np.ascontiguousarray(result.flat.returns, dtype=np.float64))
 
@@ -106,6 +135,8 @@ def write_content(
         previous=previous,
         stats=stats,
         progress=say,
+        reuse=reuse.chunks if reuse is not None else 0,
+        previous_files=reuse.manifest["security_history"] if reuse is not None else None,
     )
 
     sessions = panel.sessions
@@ -136,6 +167,8 @@ def write_content(
         },
         "ingest": content.ingest,
         "model": result.notes,
+        "inputs": content.inputs,
+        "build": content.build or {"mode": "full"},
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return manifest
@@ -157,9 +190,13 @@ def symbols_table(content: SnapshotContent) -> pd.DataFrame:
     result = content.result
     master = content.master.set_index("symbol").reindex(result.symbols)
     hierarchy = result.hierarchy.set_index("symbol")
-    price = result.metrics["price_close"]
-    last = _latest_index(price)
-    first = np.where(np.isfinite(price).any(axis=1), np.argmax(np.isfinite(price), axis=1), -1)
+    if content.reuse is not None:
+        last, first = content.reuse.last, content.reuse.first
+    else:
+        price = result.metrics["price_close"]
+        last = _latest_index(price)
+        has = np.isfinite(price)
+        first = np.where(has.any(axis=1), np.argmax(has, axis=1), -1)
     latest_fields = sorted(
         k for k in result.metrics if not k.endswith(("_cfr", "_rr")) and k != "resid_return"
     )
@@ -299,12 +336,16 @@ def write_security_history(
     previous: Path | None = None,
     stats: chunks.WriteStats | None = None,
     progress: Callable[[str], None] | None = None,
+    reuse: int = 0,
+    previous_files: list[str] | None = None,
 ) -> list[str]:
     """Write the spec's long table as Parquet files under `security_history/`, one dataset:
     the daily rows of each time chunk of the grid (`daily-<chunk>.parquet`) and the monthly
     rows of each calendar year (`monthly-<year>.parquet`: a month's row depends only on that
     month's sessions). A new session changes the last daily file and the current year's
     monthly file; every other file equal to the previous version's is a hard link to it.
+    With `reuse` = c0 (an incremental build), the daily files of chunks c < c0 and the monthly
+    files of the years that end before chunk c0 are linked from `previous` unread.
     Returns the files written, relative to `folder`."""
     stats = stats if stats is not None else chunks.WriteStats()
     keys = list(HISTORY_KEYS)
@@ -321,7 +362,14 @@ def write_security_history(
         )
 
     (folder / HISTORY_DIR).mkdir(exist_ok=True)
-    for c in range(grid.chunks):
+    old = set(previous_files or [])
+    for c in range(reuse):
+        rel = Path(HISTORY_DIR) / f"daily-{c:05d}.parquet"
+        if str(rel) in old and previous is not None:
+            chunks.link_unread(folder, rel, previous)
+            stats.shared += 1
+            files.append(str(rel))
+    for c in range(reuse, grid.chunks):
         lo, hi = grid.cols(c)
         table = _history_table(symbols, 0, block(lo, hi), days[lo:hi], 0)
         if table.num_rows:
@@ -331,8 +379,16 @@ def write_security_history(
         if progress:
             progress(f"security_history daily {c + 1}/{grid.chunks}")
     years = days.astype("datetime64[Y]")
+    reused_to = grid.cols(reuse)[0] if reuse else 0
     for year in np.unique(years):
         where = np.flatnonzero(years == year)
+        if where[-1] < reused_to:  # the whole year lies in reused chunks
+            rel = Path(HISTORY_DIR) / f"monthly-{year}.parquet"
+            if str(rel) in old and previous is not None:
+                chunks.link_unread(folder, rel, previous)
+                stats.shared += 1
+                files.append(str(rel))
+            continue
         values = block(int(where[0]), int(where[-1]) + 1)
         m_level, month_dates = monthly_views(days[where], values[:, ~flow], flow=False)
         m_flow, _ = monthly_views(days[where], values[:, flow], flow=True)

@@ -227,6 +227,11 @@ def write_snapshot(
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         version = f"v{number}-{stamp}"
         previous = _share_from(home)
+        if content.reuse is not None and content.reuse.previous != previous:
+            raise SnapshotError(
+                f"another build published {previous.name if previous else 'nothing'} while this "
+                f"one reused {content.reuse.previous.name}; nothing changed: run the build again"
+            )
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
         try:
             manifest = tables.write_content(
@@ -241,6 +246,11 @@ def write_snapshot(
         set_current(home, version)
         _prune(home, keep)
     return manifest
+
+
+def share_from(home: Path) -> Path | None:
+    """The version a new build shares chunks with (and an incremental build reuses)."""
+    return _share_from(home)
 
 
 def _share_from(home: Path) -> Path | None:

@@ -1,0 +1,158 @@
+"""The build bench's model section: a full build and a one-session incremental build of a
+synthetic market through the real build (`publish_panel`: model, digests, chunked writer, long
+table, symbols table), with the disk the incremental version adds.
+
+The market: SPY, the 11 GICS sector ETFs and `symbols - 12` stocks, each on its sector ETF, a
+third listed later than the first session; one-factor-per-level returns from a seeded
+generator. The panel with one more session holds the very same earlier values, as a vendor's
+next day does, so the second build is incremental (and its values are checked against a full
+build's in quick mode, where that costs little)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eqrisk.data.master import Mappings, classify
+from eqrisk.data.panel import Panel
+from eqrisk.model.run import ModelParams
+from eqrisk.snapshot.build import publish_panel
+from eqrisk.snapshot.versions import Snapshot, snapshots_dir
+
+SECTORS = {
+    "Communication Services": "XLC",
+    "Consumer Discretionary": "XLY",
+    "Consumer Staples": "XLP",
+    "Energy": "XLE",
+    "Financials": "XLF",
+    "Health Care": "XLV",
+    "Industrials": "XLI",
+    "Information Technology": "XLK",
+    "Materials": "XLB",
+    "Real Estate": "XLRE",
+    "Utilities": "XLU",
+}
+
+
+def synthetic_market(n: int, t: int, seed: int) -> tuple[Panel, pd.DataFrame]:
+    """A panel of n symbols x t sessions (business days from 1996) and its classified master."""
+    rng = np.random.default_rng(seed)
+    etfs = ["SPY", *SECTORS.values()]
+    stocks = n - len(etfs)
+    if stocks < 1:
+        raise ValueError(f"the synthetic market needs more than {len(etfs)} symbols")
+    sector_names = list(SECTORS)
+    sector_of = rng.integers(0, len(sector_names), stocks)
+    market = rng.normal(0.0003, 0.011, t)
+    sector_r = 0.9 * market[None, :] + rng.normal(0, 0.007, (len(SECTORS), t))
+    beta = rng.uniform(0.5, 1.5, stocks)[:, None]
+    r = beta * sector_r[sector_of] + rng.normal(0, 0.015, (stocks, t))
+    returns = np.vstack([market[None, :], sector_r, r])
+    close = 50.0 * np.cumprod(1.0 + returns, axis=1)
+    listed = np.where(rng.random(stocks) < 2 / 3, 0, rng.integers(0, max(1, t // 2), stocks))
+    close[len(etfs) :][np.arange(t)[None, :] < listed[:, None]] = np.nan
+    symbols = np.array([*etfs, *(f"S{i:05d}" for i in range(stocks))], dtype=object)
+    sessions = np.busday_offset(np.datetime64("1996-01-02"), np.arange(t), roll="forward")
+    empty = np.full_like(close, np.nan)
+    panel = Panel(
+        symbols=symbols,
+        sessions=sessions.astype("datetime64[D]"),
+        close=close,
+        open=empty,
+        high=empty,
+        low=empty,
+        close_raw=empty,
+        volume=empty,
+        market_cap=empty,
+    )
+    raw = pd.DataFrame(
+        {
+            "symbol": symbols,
+            "name": symbols,
+            "asset_type": ["etf"] * len(etfs) + ["stock"] * stocks,
+            "gics_sector": [None] * len(etfs) + [sector_names[s] for s in sector_of],
+            "gics_sub_industry": None,
+        }
+    )
+    return panel, classify(raw, Mappings.load(), market_etf="SPY")
+
+
+def _cut(panel: Panel, t: int) -> Panel:
+    """The panel's first t sessions (yesterday's data set)."""
+    return Panel(
+        symbols=panel.symbols,
+        sessions=panel.sessions[:t],
+        **{
+            name: np.ascontiguousarray(getattr(panel, name)[:, :t])
+            for name in ("close", "open", "high", "low", "close_raw", "volume", "market_cap")
+        },
+    )
+
+
+def _bytes(folder: Path, only_new: bool = False) -> int:
+    return sum(
+        p.stat().st_size
+        for p in folder.rglob("*")
+        if p.is_file() and (not only_new or p.stat().st_nlink == 1)
+    )
+
+
+def run_model_builds(
+    n: int,
+    t: int,
+    *,
+    seed: int = 0,
+    folder: Path | None = None,
+    check: bool = False,
+    say: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """Full build of t sessions, then the one-session incremental build of t + 1: seconds,
+    disk, files written; with `check`, a full rebuild of t + 1 compared bitwise."""
+    work = Path(tempfile.mkdtemp(prefix="eqrisk-bench-model-", dir=folder))
+    try:
+        panel, master = synthetic_market(n, t + 1, seed)
+        home = work / "home"
+        params = ModelParams()
+        say(f"full build of {n} x {t} (the model and every file)")
+        start = time.perf_counter()
+        first = publish_panel(home, _cut(panel, t), master, params, keep=5, full=True)
+        full_s = time.perf_counter() - start
+        say("one-session incremental build")
+        start = time.perf_counter()
+        second = publish_panel(home, panel, master, params, keep=5)
+        incremental_s = time.perf_counter() - start
+        root = snapshots_dir(home)
+        whole = _bytes(root / first["model_version"])
+        added = _bytes(root / second["model_version"], only_new=True)
+        out: dict[str, Any] = {
+            "model_symbols": n,
+            "model_sessions": t,
+            "full_build_s": round(full_s, 2),
+            "incremental_build_s": round(incremental_s, 2),
+            "incremental_mode": second["build"]["mode"],
+            "incremental_from_chunk": second["build"].get("from_chunk"),
+            "incremental_files_written": second["storage"]["chunks_written"],
+            "incremental_files_shared": second["storage"]["chunks_shared"],
+            "model_version_mb": round(whole / 1e6, 1),
+            "incremental_added_mb": round(added / 1e6, 3),
+            "incremental_added_pct": round(100 * added / whole, 3),
+        }
+        if check:
+            say("full rebuild of the same data, compared bitwise")
+            again = publish_panel(home, panel, master, params, keep=5, full=True)
+            a = Snapshot.open(root / second["model_version"])
+            b = Snapshot.open(root / again["model_version"])
+            out["incremental_equals_full"] = all(
+                np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes()
+                for f in again["fields"]
+            ) and a.security_history().equals(b.security_history())
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,390 @@
+"""Incremental builds: reuse the previous version's history when it is proved unchanged.
+
+A build records, in its manifest (`inputs`), digests of everything the model's outputs depend
+on: universe-wide ones (symbols, method settings, the classified master, the factor layout:
+keys, each row's factor rows incl. leave-one-out, the flat model's exposures, the imputed
+caps) and, per time chunk of the chunk grid, the sessions and every input series (returns
+after the return breaks, the factor rows the cascade used incl. leave-one-out rows, the flat
+factors and their link betas, and the stored price arrays). Every output at session t depends
+only on inputs at sessions <= t (the kernels are causal; months and chunks are cut at fixed
+session boundaries), so when the universe-wide digests match and the chunk digests match up to
+chunk c0, chunks c < c0 of the previous version are what a full rebuild would write: they are
+hard-linked unread, and only sessions >= c0 * L are computed (`run_tail`) and written.
+Otherwise the build says why and recomputes from the first changed chunk, or fully.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+import eqrisk
+from eqrisk.data.panel import Panel
+from eqrisk.model.cascade import rolling_std
+from eqrisk.model.run import (
+    ANNUALIZATION,
+    VOL_SHORT_MIN_OBS,
+    VOL_SHORT_WINDOW,
+    BlockInput,
+    FlatModel,
+    ModelPlan,
+    ModelResult,
+    SharedFactors,
+    _hierarchy,
+    run_block,
+)
+from eqrisk.snapshot import chunks
+from eqrisk.snapshot.tables import PANEL_ARRAYS
+
+DIGESTS = "inputs-1"  # bump when what the digests cover changes: older manifests never match
+CHUNK_INPUTS = ("sessions", "returns", "factors", "flat", "close", *PANEL_ARRAYS, "market_cap")
+
+
+def _digest(*parts: Any) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            arr = np.ascontiguousarray(part)
+            h.update(str((arr.dtype.str, arr.shape)).encode())
+            h.update(arr.view(np.uint8).reshape(-1).data)
+        else:
+            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def _master_frame(master: pd.DataFrame, symbols: np.ndarray) -> list[list[str]]:
+    frame = master.set_index("symbol").reindex(symbols).astype(object)
+    frame = frame.where(frame.notna(), None)
+    return [
+        [str(s), *map(str, row)] for s, row in zip(symbols, frame.itertuples(False), strict=True)
+    ]
+
+
+def input_digests(
+    plan: ModelPlan, panel: Panel, master: pd.DataFrame, breaks: np.ndarray | None
+) -> dict[str, Any]:
+    """The digests of a build's inputs: universe-wide, then per time chunk of the grid."""
+    layout, flat = plan.layout, plan.flat
+    universe = {
+        "symbols": _digest(plan.symbols.astype(str).tolist()),
+        "method": _digest(plan.shared.params.describe()),
+        "code": _digest(eqrisk.__version__, DIGESTS),
+        "master": _digest(_master_frame(master, plan.symbols)),
+        "layout": _digest(
+            layout.keys, layout.fidx, layout.model_fidx, flat.names, flat.sources, flat.exposure
+        ),
+        "caps_imputed": _digest(sorted(layout.caps_imputed)),
+    }
+    grid = chunks.ChunkGrid(len(plan.symbols), len(plan.sessions))
+    sessions = np.asarray(plan.sessions).astype("datetime64[D]")
+
+    def chunk(c: int) -> dict[str, Any]:
+        lo, hi = grid.cols(c)
+        digests = {
+            "sessions": _digest(sessions[lo:hi]),
+            "returns": _digest(
+                plan.returns[:, lo:hi], breaks[:, lo:hi] if breaks is not None else 0
+            ),
+            "factors": _digest(layout.model_factors[:, lo:hi]),
+            "flat": _digest(flat.returns[:, lo:hi], flat.sector_market_beta[:, lo:hi]),
+            "close": _digest(panel.close[:, lo:hi]),
+            **{name: _digest(getattr(panel, name)[:, lo:hi]) for name in PANEL_ARRAYS},
+            "market_cap": _digest(panel.market_cap[:, lo:hi]),
+        }
+        return {"sessions": hi - lo, "digests": digests}
+
+    # hashlib releases the GIL on large buffers: the chunks hash on every core.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        per_chunk = list(pool.map(chunk, range(grid.chunks)))
+    return {"scheme": DIGESTS, "universe": universe, "chunks": per_chunk}
+
+
+@dataclass
+class Decision:
+    """Where a build may start: chunk c0 (0 = a full build) and why not later."""
+
+    chunk: int
+    reasons: list[str] = field(default_factory=list)
+
+
+def _date(sessions: np.ndarray, t: int) -> str:
+    return str(np.asarray(sessions).astype("datetime64[D]")[t])
+
+
+def decide(
+    digests: dict[str, Any],
+    previous: dict[str, Any] | None,
+    plan: ModelPlan,
+    previous_close: Any = None,
+) -> Decision:
+    """The first time chunk to compute, comparing this build's input digests with the previous
+    version's manifest; the reasons say what stopped reuse earlier."""
+    if previous is None:
+        return Decision(0, ["no previous version"])
+    old = previous.get("inputs")
+    if not isinstance(old, dict) or old.get("scheme") != DIGESTS or "arrays" not in previous:
+        return Decision(0, ["the previous version records no input digests (built before them)"])
+    now_u, old_u = digests["universe"], old["universe"]
+    reasons: list[str] = []
+    if now_u.get("code") != old_u.get("code"):
+        was_code = previous.get("eqrisk_version")
+        reasons.append(f"eqrisk version changed ({was_code} -> {eqrisk.__version__})")
+    if now_u["method"] != old_u["method"]:
+        was = previous.get("method", {})
+        now = plan.shared.params.describe()
+        changed = sorted(k for k in now if was.get(k) != now[k])
+        reasons.append("method settings changed: " + ", ".join(changed) if changed else "")
+    if now_u["symbols"] != old_u["symbols"]:
+        before = set(_previous_symbols(previous))
+        now_set = set(plan.symbols.astype(str).tolist())
+        added, removed = sorted(now_set - before), sorted(before - now_set)
+        if added:
+            reasons.append(f"new symbols: {_names(added)}")
+        if removed:
+            reasons.append(f"symbols removed: {_names(removed)}")
+        if not added and not removed:
+            reasons.append("symbols reordered")
+    elif now_u["master"] != old_u["master"]:
+        reasons.append("security master changed")
+    if not reasons and now_u["layout"] != old_u["layout"]:
+        reasons.append("factor hierarchy changed (ETFs or groups of the layout)")
+    if not reasons and now_u["caps_imputed"] != old_u["caps_imputed"]:
+        reasons.append("the stocks weighted by the missing-cap rule changed")
+    reasons = [r or "method settings changed" for r in reasons]
+    if reasons:
+        return Decision(0, reasons)
+    now_c, old_c = digests["chunks"], old["chunks"]
+    full = chunks.CHUNK_SESSIONS
+    c0 = 0
+    while (
+        c0 < min(len(now_c), len(old_c))
+        and old_c[c0]["sessions"] == full
+        and now_c[c0]["sessions"] == full
+        and now_c[c0]["digests"] == old_c[c0]["digests"]
+    ):
+        c0 += 1
+    if c0 < min(len(now_c), len(old_c)) and old_c[c0]["sessions"] == full:
+        changed = sorted(
+            k for k in now_c[c0]["digests"] if now_c[c0]["digests"][k] != old_c[c0]["digests"][k]
+        )
+        reasons.append(_revision(c0, changed, plan, previous_close))
+    elif c0 < len(now_c):
+        lo = c0 * full
+        old_t = sum(int(e["sessions"]) for e in old_c)
+        first_new = max(lo, min(old_t, len(plan.sessions) - 1))
+        if old_t < len(plan.sessions):
+            reasons.append(
+                f"new sessions from {_date(plan.sessions, first_new)}"
+                f" ({len(plan.sessions) - old_t}); recomputing from {_date(plan.sessions, lo)}"
+            )
+        else:
+            reasons.append(f"the last chunk recomputed from {_date(plan.sessions, lo)}")
+    return Decision(c0, reasons)
+
+
+def _names(symbols: list[str], most: int = 10) -> str:
+    more = f" and {len(symbols) - most} more" if len(symbols) > most else ""
+    return ", ".join(symbols[:most]) + more
+
+
+def _previous_symbols(previous: dict[str, Any]) -> list[str]:
+    names = previous.get("symbol_names", [])
+    return [str(s) for s in names]
+
+
+def _revision(c: int, changed: list[str], plan: ModelPlan, previous_close: Any) -> str:
+    """Why chunk c cannot be reused: which inputs changed, and for prices, how many symbols
+    from which session (the previous version's prices of that chunk, compared)."""
+    lo, hi = c * chunks.CHUNK_SESSIONS, (c + 1) * chunks.CHUNK_SESSIONS
+    if "sessions" in changed:
+        return f"the session calendar changed from {_date(plan.sessions, lo)}"
+    price_inputs = {"close", "returns", *PANEL_ARRAYS, "market_cap"}
+    if previous_close is not None and price_inputs & set(changed):
+        old = np.asarray(previous_close[:, lo:hi], dtype=np.float64)
+        new = plan.price_metrics["price_close"][:, lo:hi]
+        differs = ~((old == new) | (np.isnan(old) & np.isnan(new)))
+        rows = np.flatnonzero(differs.any(axis=1))
+        if len(rows):
+            first = lo + int(np.flatnonzero(differs.any(axis=0))[0])
+            names = _names(plan.symbols[rows].astype(str).tolist(), 5)
+            return (
+                f"prices revised for {len(rows)} symbols ({names}) from "
+                f"{_date(plan.sessions, first)}; recomputing from {_date(plan.sessions, lo)}"
+            )
+    return f"inputs changed ({', '.join(changed)}) from {_date(plan.sessions, lo)}"
+
+
+def tail_offsets(start: int, window: int) -> tuple[int, int]:
+    """Where a tail run's inputs begin, for the window-long series and the 23-session vol: a
+    multiple of the window (the kernels re-anchor at multiples of it, from scratch), early
+    enough that every series is exact from `start` on: the cascade from one window past it,
+    the residuals one session later, the hedge quality (a rolling series of residuals) from the
+    next anchor, so two windows."""
+    long_from = ((start - 2 * window) // window) * window if start >= 2 * window else 0
+    short_from = (
+        ((start - VOL_SHORT_WINDOW) // VOL_SHORT_WINDOW) * VOL_SHORT_WINDOW
+        if start >= VOL_SHORT_WINDOW
+        else 0
+    )
+    return long_from, short_from
+
+
+def run_tail(plan: ModelPlan, start: int) -> dict[str, np.ndarray]:
+    """Every metric at sessions t >= `start`, as (n x (T - start)) arrays, bitwise equal to a
+    full run's: the per-symbol work of `run_block` on the inputs from a re-anchoring point one
+    or two windows earlier (`tail_offsets`), so a one-session update costs about 2 windows."""
+    params = plan.shared.params
+    o, o_short = tail_offsets(start, params.window)
+    shared = plan.in_process()
+    sliced = SharedFactors(
+        factors=np.ascontiguousarray(shared.factors[:, o:]),
+        market=shared.market[o:],
+        flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
+        params=params,
+    )
+    full = plan.block(0, plan.size, own_rows=False)
+    block = BlockInput(
+        start=0,
+        stop=plan.size,
+        returns=np.ascontiguousarray(full.returns[:, o:]),
+        own_factors=np.empty((0, len(plan.sessions) - o)),
+        model_fidx=full.model_fidx,
+        exposure=full.exposure,
+    )
+    out = {name: arr[:, start - o :] for name, arr in run_block(sliced, block).items()}
+    out["vol_23d"] = (
+        rolling_std(plan.returns[:, o_short:], window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS)[
+            :, start - o_short :
+        ]
+        * ANNUALIZATION
+    )
+    for name, arr in plan.price_metrics.items():
+        out[name] = arr[:, start:]
+    return out
+
+
+class TailArray:
+    """An (n x T) field whose sessions >= `start` are in memory (`tail`) and earlier ones are
+    the previous version's (read only if asked: the monthly file of the year in progress, the
+    latest values of rows not priced since)."""
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, tail: np.ndarray, start: int, before: chunks.FieldArray | None) -> None:
+        self.tail, self.start, self.before = tail, start, before
+        self.shape = (tail.shape[0], start + tail.shape[1])
+
+    def __getitem__(self, key: Any) -> Any:
+        rows, cols = key
+        s = self.start
+        if isinstance(cols, (int, np.integer)):
+            t = int(cols) % self.shape[1]
+            if t >= s:
+                return self.tail[rows, t - s]
+            return self._before()[rows, t]
+        lo, hi, step = cols.indices(self.shape[1])
+        if step != 1:
+            raise IndexError("a tail array takes unit-step slices")
+        if lo >= s:
+            return self.tail[rows, lo - s : hi - s]
+        head = np.asarray(self._before()[rows, lo : min(hi, s)], dtype=np.float64)
+        if hi <= s:
+            return head
+        return np.concatenate([head, self.tail[rows, 0 : hi - s]], axis=-1)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.asarray(self[:, 0 : self.shape[1]], dtype=np.float64)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def _before(self) -> chunks.FieldArray:
+        if self.before is None:
+            raise IndexError("sessions before the reused point are not available")
+        return self.before
+
+
+def tail_result(
+    plan: ModelPlan, tail: dict[str, np.ndarray], start: int, previous: Any
+) -> ModelResult:
+    """A ModelResult over the whole calendar whose metrics are TailArrays (new sessions in
+    memory, earlier ones read lazily from the previous version, a Snapshot)."""
+
+    def before(name: str) -> chunks.FieldArray | None:
+        try:
+            return cast(chunks.FieldArray, previous.array(name))
+        except KeyError:
+            return None
+
+    metrics = {
+        name: cast(np.ndarray, TailArray(arr, start, before(name))) for name, arr in tail.items()
+    }
+    layout, flat = plan.layout, plan.flat
+    return ModelResult(
+        symbols=plan.symbols,
+        sessions=plan.sessions,
+        metrics=metrics,
+        hierarchy=_hierarchy(plan.symbols, layout),
+        flat=FlatModel(
+            names=flat.names,
+            returns=flat.returns,
+            sources=flat.sources,
+            sector_market_beta=flat.sector_market_beta,
+            exposure=flat.exposure,
+            beta_mkt=metrics["beta_mkt"],
+            beta_sec=metrics["beta_sec"],
+            resid_return=metrics["resid_return"],
+        ),
+        factor_keys=layout.keys,
+        params=plan.shared.params,
+        notes={
+            "returns_excluded": plan.returns_excluded,
+            "leave_one_out_rows": int(layout.model_factors.shape[0] - layout.factors.shape[0]),
+            "caps_imputed": len(layout.caps_imputed),
+            "caps_imputed_symbols": layout.caps_imputed,
+        },
+    )
+
+
+def first_last(
+    plan: ModelPlan, start: int, previous_symbols: pd.DataFrame, sessions: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first and last priced session (-1 = none): from the new sessions where they
+    are there, else from the previous version's symbols table (same rows, same history)."""
+    price = plan.price_metrics["price_close"][:, start:]
+    has = np.isfinite(price)
+    any_new = has.any(axis=1)
+    width = price.shape[1]
+    last_new = start + width - 1 - np.argmax(has[:, ::-1], axis=1)
+    first_new = start + np.argmax(has, axis=1)
+    days = np.asarray(sessions).astype("datetime64[D]")
+    where = {d: i for i, d in enumerate(days[:start].tolist())}
+
+    def index(values: pd.Series) -> np.ndarray:
+        out = np.full(len(values), -1, dtype=np.int64)
+        for i, v in enumerate(values.tolist()):
+            if v is not None and v == v:
+                out[i] = where.get(np.datetime64(v, "D").astype(object), -1)
+        return out
+
+    prev = previous_symbols.set_index("ticker").reindex(plan.symbols.astype(str))
+    old_last, old_first = index(prev["latest_teo"]), index(prev["first_teo"])
+    last = np.where(any_new, last_new, old_last)
+    first = np.where(old_first >= 0, old_first, np.where(any_new, first_new, -1))
+    return first, last
+
+
+def derivations_hold(fields: dict[str, Any], derived: dict[str, Any], start: int) -> list[str]:
+    """The fields the previous version derives on read whose rule breaks from `start` on."""
+    grid = chunks.ChunkGrid(fields["return"].shape[0], fields["return"].shape[1])
+    return [name for name in derived if not chunks.derivable_from(name, fields, grid, start)]

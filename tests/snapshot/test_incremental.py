@@ -1,0 +1,257 @@
+"""Incremental builds on the real data set (60 stocks and every ETF, all sessions): appending
+sessions day by day or in one block gives versions equal, bit for bit, to a full rebuild on the
+same ingested data (every array, the long table, the symbols table); the chunks before the new
+sessions are linked from the previous version unread; a revised price in the past recomputes
+from its chunk and says so; changed method settings rebuild fully and say so."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from tests.helpers import shared_file
+
+from eqrisk.data.ingest import ingest
+from eqrisk.model.run import ModelParams
+from eqrisk.snapshot import chunks
+from eqrisk.snapshot.build import build_snapshot
+from eqrisk.snapshot.incremental import run_tail, tail_offsets
+from eqrisk.snapshot.versions import Snapshot, snapshots_dir
+
+TAIL_DAYS = 6  # sessions held back from the first build
+KEEP = 20
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Long price rows of 60 stocks (every 8th GICS member) and every ETF, their master CSV."""
+    wide = pd.read_csv(shared_file("adjclose_wide_2010_2026.csv.gz"))
+    gics = pd.read_csv(shared_file("gics_constituents.csv"))
+    stocks = sorted(set(gics["Symbol"]) & set(wide.columns))[::8][:60]
+    etfs = sorted(set(wide.columns) - set(gics["Symbol"]) - {"date"})
+    long = wide[["date", *stocks, *etfs]].melt(
+        id_vars="date", var_name="symbol", value_name="close"
+    )
+    long = long.dropna()
+    members = gics[gics["Symbol"].isin(stocks)]
+    root = tmp_path_factory.mktemp("real")
+    master = root / "master.csv"
+    pd.DataFrame(
+        {
+            "symbol": members["Symbol"],
+            "name": members["Security"],
+            "asset_type": "stock",
+            "gics_sector": members["GICS Sector"],
+            "gics_sub_industry": members["GICS Sub-Industry"],
+        }
+    ).to_csv(master, index=False)
+    dates = sorted(long["date"].unique())
+    return {"long": long, "master": master, "dates": dates, "root": root, "stocks": stocks}
+
+
+def _home(real: dict[str, Any], name: str) -> Path:
+    """A home with every session but the last TAIL_DAYS ingested and built (fully)."""
+    root: Path = real["root"]
+    base = root / f"{name}-base.csv"
+    long = real["long"]
+    long[long["date"] < real["dates"][-TAIL_DAYS]].to_csv(base, index=False)
+    home = root / name
+    ingest([base], real["master"], home=home, data_source="real")
+    first = build_snapshot(home, ModelParams(), keep=KEEP)
+    assert first["build"] == {"mode": "full", "reasons": ["no previous version"]}
+    return home
+
+
+def _append(real: dict[str, Any], home: Path, days: list[str], **kw: Any) -> dict[str, Any]:
+    path = real["root"] / f"{home.name}-{days[0]}-{len(days)}.csv"
+    long = real["long"]
+    long[long["date"].isin(days)].to_csv(path, index=False)
+    ingest([path], None, home=home, merge=True)
+    return build_snapshot(home, ModelParams(), keep=KEEP, **kw)
+
+
+def _open(home: Path, manifest: dict[str, Any]) -> Snapshot:
+    return Snapshot.open(snapshots_dir(home) / manifest["model_version"])
+
+
+def _assert_equal_versions(home: Path, got: dict[str, Any], want: dict[str, Any]) -> None:
+    """Every array bitwise (NaN and -0.0 included), the long table and the symbols table."""
+    a, b = _open(home, got), _open(home, want)
+    assert got["fields"] == want["fields"] and got["sessions"] == want["sessions"]
+    for name in want["fields"]:
+        x = np.asarray(a.array(name))
+        y = np.asarray(b.array(name))
+        assert x.shape == y.shape
+        assert x.tobytes() == y.tobytes(), name
+    assert np.asarray(a.factor_returns).tobytes() == np.asarray(b.factor_returns).tobytes()
+    pd.testing.assert_frame_equal(a.symbols, b.symbols)
+    long_a, long_b = a.security_history(), b.security_history()
+    assert len(long_a) == len(long_b) > 100_000
+    assert long_a.equals(long_b)  # every row, in the same order
+    assert got["security_history"] == want["security_history"]
+    assert got["arrays"] == want["arrays"]  # the same chunk codes and derived fields
+
+
+def test_a_tail_run_equals_the_full_run_bitwise(real: dict[str, Any]) -> None:
+    """run_tail from any session (chunk boundary or not) gives the full run's values."""
+    from eqrisk.data.master import Mappings, classify
+    from eqrisk.data.panel import to_panel
+    from eqrisk.model.run import plan_model, run_model
+
+    long = real["long"]
+    members = pd.read_csv(real["master"])
+    etfs = sorted(set(long["symbol"]) - set(members["symbol"]))
+    master = pd.concat([members, pd.DataFrame({"symbol": etfs})], ignore_index=True)
+    panel = to_panel(long)
+    master = classify(master, Mappings.load())
+    params = ModelParams()
+    full = run_model(panel, master, params).metrics
+    plan = plan_model(panel, master, params)
+    n_t = len(panel.sessions)
+    for start in (n_t - 1, 29 * chunks.CHUNK_SESSIONS, 600, 300):
+        assert tail_offsets(start, params.window)[0] <= max(0, start - 2 * params.window)
+        tail = run_tail(plan, start)
+        assert sorted(tail) == sorted(full)
+        for name, arr in tail.items():
+            assert arr.tobytes() == np.ascontiguousarray(full[name][:, start:]).tobytes(), name
+
+
+def test_appending_day_by_day_then_in_a_block_equals_a_full_rebuild(
+    real: dict[str, Any],
+) -> None:
+    home = _home(real, "append")
+    tail = real["dates"][-TAIL_DAYS:]
+    previous = None
+    for day in tail[:3]:  # (a) day by day
+        new = _append(real, home, [day])
+        build = new["build"]
+        assert build["mode"] == "incremental"
+        assert build["reasons"][0].startswith(f"new sessions from {day} (1)")
+        if previous is not None:
+            assert build["previous"] == previous["model_version"]
+        previous = new
+    assert previous is not None
+    rebuilt = build_snapshot(home, ModelParams(), keep=KEEP, full=True)
+    assert rebuilt["build"] == {"mode": "full", "reasons": ["--full"]}
+    _assert_equal_versions(home, previous, rebuilt)
+    block = _append(real, home, tail[3:])  # (b) the rest in one block
+    assert block["build"]["mode"] == "incremental"
+    assert block["build"]["reasons"][0].startswith(f"new sessions from {tail[3]} (3)")
+    assert block["sessions"] == len(real["dates"])
+    again = build_snapshot(home, ModelParams(), keep=KEEP, full=True)
+    _assert_equal_versions(home, block, again)
+
+
+def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_one(
+    real: dict[str, Any],
+) -> None:
+    """The files of chunks before the new session are hard links to the previous version's
+    (made unreadable here: the build must not open them), the rest are the only new files."""
+    home = _home(real, "disk")
+    root = snapshots_dir(home)
+    old = _open(home, build_snapshot(home, ModelParams(), keep=KEEP, full=True))
+    grid = chunks.ChunkGrid.of(old.manifest["arrays"]["grid"])
+    c0 = (grid.t - 1) // grid.chunk if grid.t % grid.chunk else grid.chunks
+    year_start = int(
+        np.flatnonzero(
+            old.sessions.astype("datetime64[Y]") == old.sessions[-1].astype("datetime64[Y]")
+        )[0]
+    )
+    # Unreadable: every chunk file (arrays and daily long table) wholly before this year.
+    locked = [
+        p
+        for p in (root / old.manifest["model_version"]).rglob("*.*")
+        if p.is_file()
+        and _chunk_of(p) is not None
+        and (_chunk_of(p) + 1) * grid.chunk <= year_start  # type: ignore[operator]
+    ]
+    assert len(locked) > 50
+    for p in locked:
+        p.chmod(0)
+    try:
+        new = _append(real, home, [real["dates"][-TAIL_DAYS]])
+    finally:
+        for p in locked:
+            p.chmod(0o644)
+    assert new["build"]["mode"] == "incremental" and new["build"]["from_chunk"] == c0
+    folder = root / new["model_version"]
+    added = sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file() and p.stat().st_nlink == 1
+    )
+    year = str(new["data_as_of"])[:4]
+    own = [n for n, codes in new["arrays"]["chunks"].items() if codes[0][c0] in "BHf"]
+    expected = sorted(
+        [
+            f"arrays/_rows/0.{c0}.npy",
+            *(f"arrays/{n}/0.{c0}.npy" for n in own),
+            f"security_history/daily-{c0:05d}.parquet",
+            f"security_history/monthly-{year}.parquet",
+            "factors.npy",
+            "manifest.json",
+            "sessions.npy",
+            "symbols.parquet",
+        ]
+    )
+    assert added == expected
+    assert new["storage"]["chunks_written"] == len(expected) - 4
+    for rel in new["security_history"]:
+        chunk = _chunk_of(folder / rel)
+        if chunk is not None and chunk < c0:
+            assert os.path.samefile(folder / rel, root / old.manifest["model_version"] / rel)
+    whole = sum(
+        p.stat().st_size for p in (root / old.manifest["model_version"]).rglob("*") if p.is_file()
+    )
+    assert sum((folder / p).stat().st_size for p in added) < 0.1 * whole
+
+
+def _chunk_of(path: Path) -> int | None:
+    """The time chunk of an array chunk file (`<b>.<c>.npy`) or a daily long-table file."""
+    name = path.name
+    if name.startswith("daily-"):
+        return int(name[6:11])
+    parts = name.split(".")
+    if len(parts) == 3 and parts[2] == "npy" and parts[0].isdigit() and parts[1].isdigit():
+        return int(parts[1])
+    return None
+
+
+def test_a_revised_past_price_recomputes_from_its_chunk_and_says_why(
+    real: dict[str, Any],
+) -> None:
+    home = _home(real, "revise")
+    dates = real["dates"]
+    day = dates[20 * chunks.CHUNK_SESSIONS + 5]
+    long = real["long"]
+    revised = long[(long["date"] == day) & long["symbol"].isin(real["stocks"][:3])].copy()
+    revised["close"] = revised["close"] * 1.01
+    path = real["root"] / "revised.csv"
+    revised.to_csv(path, index=False)
+    ingest([path], None, home=home, merge=True)
+    new = build_snapshot(home, ModelParams(), keep=KEEP)
+    build = new["build"]
+    assert build["mode"] == "incremental" and build["from_chunk"] == 20
+    names = ", ".join(sorted(real["stocks"][:3]))
+    assert build["reasons"] == [
+        f"prices revised for 3 symbols ({names}) from {day}; recomputing from "
+        f"{dates[20 * chunks.CHUNK_SESSIONS]}"
+    ]
+    rebuilt = build_snapshot(home, ModelParams(), keep=KEEP, full=True)
+    _assert_equal_versions(home, new, rebuilt)
+
+
+def test_changed_method_settings_rebuild_fully_and_say_why(real: dict[str, Any]) -> None:
+    home = _home(real, "method")
+    new = _append(real, home, [real["dates"][-TAIL_DAYS]])
+    assert new["build"]["mode"] == "incremental"
+    other = build_snapshot(home, ModelParams(window=200, min_obs=100), keep=KEEP)
+    assert other["build"] == {
+        "mode": "full",
+        "reasons": ["method settings changed: min_obs, window"],
+    }
+    assert other["storage"]["chunks_written"] > 100
