@@ -60,6 +60,8 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
     is_stock = asset_type == "stock"
     sectors = info["gics_sector"].to_numpy(dtype=object)
     subs = info["gics_sub_industry"].to_numpy(dtype=object)
+    sector_etfs = info["sector_etf"].tolist()  # lists: a pandas lookup per row is slow
+    subsector_etfs = info["subsector_etf"].tolist()
     stock_rows = np.flatnonzero(is_stock)
     market_idx = factor(_first_valid(info["market_etf"]) or "SPY", "market", "all", stock_rows)
 
@@ -74,12 +76,12 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
         sec_members = stock_rows[sectors[stock_rows] == sec]
         # A group of one is the stock itself: without it nothing is left, so no level.
         s_group = sec if len(sec_members) >= 2 else None
-        s_idx = factor(info["sector_etf"].iloc[i], "sector", s_group, sec_members)
+        s_idx = factor(sector_etfs[i], "sector", s_group, sec_members)
         if s_idx < 0:
             continue
         fidx[i, 1] = s_idx
         sub = subs[i] if isinstance(subs[i], str) else None
-        sub_etf = info["subsector_etf"].iloc[i]
+        sub_etf = subsector_etfs[i]
         if sub is None or not isinstance(sub_etf, str):
             continue  # no subsector ETF: the stock stops at L2
         sub_members = stock_rows[subs[stock_rows] == sub]
