@@ -5,15 +5,19 @@ one changed value, another digest)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from eqrisk.bench.incremental import synthetic_market
+from eqrisk.bench.incremental import _cut, synthetic_market
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelParams, cap_rank, plan_model
+from eqrisk.snapshot.build import publish_panel
 from eqrisk.snapshot.incremental import TailArray, _digest
 from eqrisk.snapshot.tables import _clean, latest_values
+from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 
 def _capped(n: int, t: int) -> tuple[Panel, pd.DataFrame]:
@@ -96,3 +100,24 @@ def test_input_digests_see_one_changed_value() -> None:
     assert _digest(a[:, 10:50]) != _digest(b[:, 10:50])
     assert _digest(a[:, :0]) != _digest(a[:0, :])  # the shape is part of the digest
     assert _digest(["x", 1]) != _digest(["x", 2])
+
+
+def test_a_one_session_build_with_caps_and_volume_equals_a_full_rebuild(tmp_path: Path) -> None:
+    """The bench's market has no caps: here the cap rank, the cap-weighted groups and the
+    turnover take the incremental path too, and every array equals a full rebuild's."""
+    panel, master = _capped(60, 701)
+    home = tmp_path / "home"
+    params = ModelParams(window=60, min_obs=30)
+    publish_panel(home, _cut(panel, 700), master, params, keep=5, full=True)
+    step = publish_panel(home, panel, master, params, keep=5)
+    assert step["build"]["mode"] == "incremental" and step["build"]["from_chunk"] == 5
+    again = publish_panel(home, panel, master, params, keep=5, full=True)
+    root = snapshots_dir(home)
+    a = Snapshot.open(root / step["model_version"])
+    b = Snapshot.open(root / again["model_version"])
+    assert np.isfinite(np.asarray(b.array("mktcap_rank"))[:, 640:]).sum() > 1000
+    assert sorted(step["fields"]) == sorted(again["fields"])
+    for f in again["fields"]:
+        assert np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes(), f
+    assert a.security_history().equals(b.security_history())
+    assert a.symbols.equals(b.symbols)
