@@ -60,8 +60,18 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
     is_stock = asset_type == "stock"
     sectors = info["gics_sector"].to_numpy(dtype=object)
     subs = info["gics_sub_industry"].to_numpy(dtype=object)
+    sector_etfs = info["sector_etf"].tolist()  # lists: a pandas lookup per row is slow
+    subsector_etfs = info["subsector_etf"].tolist()
     stock_rows = np.flatnonzero(is_stock)
     market_idx = factor(_first_valid(info["market_etf"]) or "SPY", "market", "all", stock_rows)
+
+    found: dict[tuple[str, str], np.ndarray] = {}
+
+    def members(level: str, names: np.ndarray, name: str) -> np.ndarray:
+        """The stocks of a sector or subsector, found once per group (not once per row)."""
+        if (level, name) not in found:
+            found[(level, name)] = stock_rows[names[stock_rows] == name]
+        return found[(level, name)]
 
     fidx = np.full((n, 3), -1, dtype=np.int64)
     # Every row, the market's own included, has the market as its first level (the market's own
@@ -71,18 +81,18 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
         sec = sectors[i] if isinstance(sectors[i], str) else None
         if not is_stock[i] or sec is None:
             continue
-        sec_members = stock_rows[sectors[stock_rows] == sec]
+        sec_members = members("sector", sectors, sec)
         # A group of one is the stock itself: without it nothing is left, so no level.
         s_group = sec if len(sec_members) >= 2 else None
-        s_idx = factor(info["sector_etf"].iloc[i], "sector", s_group, sec_members)
+        s_idx = factor(sector_etfs[i], "sector", s_group, sec_members)
         if s_idx < 0:
             continue
         fidx[i, 1] = s_idx
         sub = subs[i] if isinstance(subs[i], str) else None
-        sub_etf = info["subsector_etf"].iloc[i]
+        sub_etf = subsector_etfs[i]
         if sub is None or not isinstance(sub_etf, str):
             continue  # no subsector ETF: the stock stops at L2
-        sub_members = stock_rows[subs[stock_rows] == sub]
+        sub_members = members("subsector", subs, sub)
         u_idx = factor(sub_etf, "subsector", sub if len(sub_members) >= 3 else None, sub_members)
         if u_idx >= 0:
             fidx[i, 2] = u_idx

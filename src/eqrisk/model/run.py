@@ -11,6 +11,7 @@ this process; the Dask build (eqrisk.snapshot.distributed) runs the same functio
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -114,12 +115,26 @@ class ModelPlan:
     layout: FactorLayout
     flat: FlatFactors
     shared: SharedFactors
-    price_metrics: dict[str, np.ndarray]  # read straight off prices (the cap rank: universe-wide)
+    panel: Panel  # the prices the metrics read straight off prices come from
+    is_stock: np.ndarray  # (n,) rows the cap rank ranks
     returns_excluded: int
 
     @property
     def size(self) -> int:
         return len(self.symbols)
+
+    @cached_property
+    def price_metrics(self) -> dict[str, np.ndarray]:
+        """The metrics read straight off prices (the cap rank: universe-wide), whole history;
+        computed on first use: an incremental build needs only `price_metrics_from`."""
+        return _price_metrics(self.panel, self.returns, self.is_stock)
+
+    def price_metrics_from(self, start: int) -> dict[str, np.ndarray]:
+        """`price_metrics` on sessions >= `start` only, bit for bit the same values: each is
+        elementwise or, for the cap rank, per session."""
+        if "price_metrics" in self.__dict__:
+            return {name: arr[:, start:] for name, arr in self.price_metrics.items()}
+        return _price_metrics(self.panel, self.returns, self.is_stock, start)
 
     def in_process(self) -> SharedFactors:
         """The shared series for blocks run in this process: every factor row of the layout,
@@ -196,22 +211,27 @@ def plan_model(
         shared=SharedFactors(
             factors=layout.factors, market=flat.market, flat_returns=flat.returns, params=params
         ),
-        price_metrics=_price_metrics(panel, r, is_stock),
+        panel=panel,
+        is_stock=is_stock,
         returns_excluded=int(exclude.sum()) if exclude is not None else 0,
     )
 
 
-def _price_metrics(panel: Panel, r: np.ndarray, is_stock: np.ndarray) -> dict[str, np.ndarray]:
-    """The metrics read straight off prices and returns: returns, close, cap and its rank
-    (across the universe, so never in a block), turnover."""
-    traded = np.where(np.isnan(panel.close_raw), panel.close, panel.close_raw)
+def _price_metrics(
+    panel: Panel, r: np.ndarray, is_stock: np.ndarray, start: int = 0
+) -> dict[str, np.ndarray]:
+    """The metrics read straight off prices and returns, on sessions >= `start`: returns,
+    close, cap and its rank (across the universe, so never in a block), turnover."""
+    close, cap = panel.close[:, start:], panel.market_cap[:, start:]
+    close_raw, r = panel.close_raw[:, start:], r[:, start:]
+    traded = np.where(np.isnan(close_raw), close, close_raw)
     return {
         "return": r,
         "log_return": log_returns(r),
-        "price_close": panel.close,
-        "market_cap": panel.market_cap,
-        "mktcap_rank": cap_rank(panel.market_cap, is_stock),
-        "turnover": traded * panel.volume,
+        "price_close": close,
+        "market_cap": cap,
+        "mktcap_rank": cap_rank(cap, is_stock),
+        "turnover": traded * panel.volume[:, start:],
     }
 
 

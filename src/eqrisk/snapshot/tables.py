@@ -185,11 +185,28 @@ def _clean(value: float) -> float | None:
     return None if value is None or not np.isfinite(value) else float(value)
 
 
+def latest_values(arr: Any, last: np.ndarray) -> list[float | None]:
+    """Each row's value at its session `last[i]` (None where -1 or not finite): one gather for
+    an in-memory array, `pick` for an array that offers it (an incremental build's tail array),
+    else one read per row."""
+    rows = np.flatnonzero(last >= 0)
+    out: list[float | None] = [None] * len(last)
+    if isinstance(arr, np.ndarray):
+        values = arr[rows, last[rows]]
+    elif hasattr(arr, "pick"):
+        values = arr.pick(rows, last[rows])
+    else:
+        values = [arr[int(i), int(last[i])] for i in rows]
+    for i, v in zip(rows.tolist(), values, strict=True):
+        out[i] = _clean(v)
+    return out
+
+
 def symbols_table(content: SnapshotContent) -> pd.DataFrame:
     """The spec's `symbols` table, plus `row` (index into the arrays) and classification."""
     result = content.result
     master = content.master.set_index("symbol").reindex(result.symbols)
-    hierarchy = result.hierarchy.set_index("symbol")
+    hierarchy = result.hierarchy.set_index("symbol").reindex(result.symbols)
     if content.reuse is not None:
         last, first = content.reuse.last, content.reuse.first
     else:
@@ -203,25 +220,31 @@ def symbols_table(content: SnapshotContent) -> pd.DataFrame:
     sessions = result.sessions
     records = []
     exposure = result.flat.exposure
+    # Columns as lists and each field's latest values gathered at once: a pandas lookup or a
+    # scalar index per row and field cost O(n x fields) Python calls (0.7 s at 1,000 rows).
+    info_cols = {
+        c: master[c].tolist()
+        for c in ("name", "gics_sector", "gics_sub_industry", "sector_code", "asset_type")
+    }
+    hier_cols = {c: hierarchy[c].tolist() for c in ("market", "sector", "subsector")}
+    latest_cols = {k: latest_values(result.metrics[k], last) for k in latest_fields}
     for i, ticker in enumerate(result.symbols.tolist()):
-        info = master.loc[ticker]
         t = int(last[i])
-        latest = {k: _clean(result.metrics[k][i, t]) if t >= 0 else None for k in latest_fields}
-        hier = hierarchy.loc[ticker]
+        latest = {k: latest_cols[k][i] for k in latest_fields}
         metadata = {
-            "company_name": _text(info["name"]) or ticker,
-            "sector": _text(info["gics_sector"]),
-            "industry": _text(info["gics_sub_industry"]),
-            "sector_code": _text(info["sector_code"]),
-            "market_etf": _text(hier["market"]),
-            "sector_etf": _text(hier["sector"]),
-            "subsector_etf": _text(hier["subsector"]),
+            "company_name": _text(info_cols["name"][i]) or ticker,
+            "sector": _text(info_cols["gics_sector"][i]),
+            "industry": _text(info_cols["gics_sub_industry"][i]),
+            "sector_code": _text(info_cols["sector_code"][i]),
+            "market_etf": _text(hier_cols["market"][i]),
+            "sector_etf": _text(hier_cols["sector"][i]),
+            "subsector_etf": _text(hier_cols["subsector"][i]),
         }
         res = latest.get("l3_res_er")
         records.append(
             {
                 "ticker": ticker,
-                "asset_type": _text(info["asset_type"]) or "stock",
+                "asset_type": _text(info_cols["asset_type"][i]) or "stock",
                 "latest_teo": sessions[t].astype(object) if t >= 0 else None,
                 "latest_vol": latest.get("vol_252d_ann"),
                 "latest_er_total": None if res is None else 1.0 - res,
