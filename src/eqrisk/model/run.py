@@ -292,6 +292,12 @@ def finish_model(plan: ModelPlan, blocks: list[tuple[int, dict[str, np.ndarray]]
     metrics = {name: joined.pop(name) for name in CASCADE_FIELDS}
     metrics.update(plan.price_metrics)
     metrics.update(joined)  # volatility, level metrics, then the flat model's, in block order
+    return result_of(plan, metrics)
+
+
+def result_of(plan: ModelPlan, metrics: dict[str, np.ndarray]) -> ModelResult:
+    """The ModelResult of a plan and its metrics (whole arrays, or an incremental build's
+    arrays of new sessions over the previous version's): the one place it is assembled."""
     layout = plan.layout
     flat = plan.flat
     return ModelResult(

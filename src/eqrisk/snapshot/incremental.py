@@ -33,11 +33,10 @@ from eqrisk.model.run import (
     VOL_SHORT_MIN_OBS,
     VOL_SHORT_WINDOW,
     BlockInput,
-    FlatModel,
     ModelPlan,
     ModelResult,
     SharedFactors,
-    _hierarchy,
+    result_of,
     run_block,
 )
 from eqrisk.snapshot import chunks
@@ -342,31 +341,7 @@ def tail_result(
     metrics = {
         name: cast(np.ndarray, TailArray(arr, start, before(name))) for name, arr in tail.items()
     }
-    layout, flat = plan.layout, plan.flat
-    return ModelResult(
-        symbols=plan.symbols,
-        sessions=plan.sessions,
-        metrics=metrics,
-        hierarchy=_hierarchy(plan.symbols, layout),
-        flat=FlatModel(
-            names=flat.names,
-            returns=flat.returns,
-            sources=flat.sources,
-            sector_market_beta=flat.sector_market_beta,
-            exposure=flat.exposure,
-            beta_mkt=metrics["beta_mkt"],
-            beta_sec=metrics["beta_sec"],
-            resid_return=metrics["resid_return"],
-        ),
-        factor_keys=layout.keys,
-        params=plan.shared.params,
-        notes={
-            "returns_excluded": plan.returns_excluded,
-            "leave_one_out_rows": int(layout.model_factors.shape[0] - layout.factors.shape[0]),
-            "caps_imputed": len(layout.caps_imputed),
-            "caps_imputed_symbols": layout.caps_imputed,
-        },
-    )
+    return result_of(plan, metrics)
 
 
 def first_last(
