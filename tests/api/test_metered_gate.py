@@ -137,3 +137,24 @@ def test_balance_reports_the_usage_table_equal_to_the_ledger_after_concurrent_ca
         assert {k: v for (a, m, k), v in table.items() if a == account_id and m == month} == {
             route: (v["requests"], v["tokens"]) for route, v in by_route.items()
         }
+
+
+def test_a_charge_is_durable_once_its_answer_is_received(home: Path) -> None:
+    """Paid answers received, then the server is killed (SIGKILL: no shutdown, no last
+    checkpoint, its writer never checkpoints itself): every answered charge is in the
+    database, each with its ledger row, and the usage table agrees."""
+    accounts = Accounts(make_engine(home))
+    account_id, key = new_key(accounts)
+    with Server(home) as server, httpx.Client(base_url=server.base, timeout=30) as client:
+        answers = [client.get(f"/api/metrics/{t}", headers=bearer(key)) for t in ("NVDA", "MSFT")]
+        answers += [client.get("/api/metrics/NVDA", headers=bearer(key)) for _ in range(8)]
+        server.proc.kill()
+        server.proc.wait(timeout=30)
+    assert [a.status_code for a in answers] == [200] * 10
+    charged = sum(int(a.headers["x-tokens-consumed"]) for a in answers)
+    assert charged == 10 * 250
+    after = Accounts(make_engine(home))
+    assert after.balance(account_id) == STARTING_CREDIT_TOKENS - charged
+    rows = [e for e in after.ledger(account_id) if e["kind"] == "charge"]
+    assert len(rows) == 10 and -sum(e["tokens"] for e in rows) == charged
+    assert after.month_usage_rows() == after.ledger_month_totals()

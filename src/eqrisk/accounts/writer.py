@@ -11,7 +11,9 @@ not one per charge (thread hand-offs were most of the cost once the SQL was chea
 
 The thread keeps one database connection while it lives (no pool checkout per group), starts on
 the first group and ends, closing it, after `idle_s` without one, so an application built and
-dropped (tests build many) leaves no thread behind.
+dropped (tests build many) leaves no thread behind. On SQLite that connection never checkpoints
+the WAL itself: a `Checkpointer` thread (accounts/checkpoint.py) lives as long as the writer and
+does it beside the commits, so no group waits for a checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from dataclasses import dataclass, field
 from sqlalchemy.pool import PoolProxiedConnection
 
 from eqrisk.accounts.book import Accounts, Charge, ChargeRequest
+from eqrisk.accounts.checkpoint import CHECKPOINT_EVERY_S, Checkpointer
 
+SQLITE_AUTOCHECKPOINT = 1000  # SQLite's default, restored on a connection given back to the pool
 MAX_GROUP = 512  # charges per transaction at most (a bound on one commit's work and latency)
 
 # A group handed to the thread, and where its outcomes (or its error) go.
@@ -45,9 +49,18 @@ class _LoopGroups:
 
 
 class ChargeWriter:
-    def __init__(self, accounts: Accounts, *, idle_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        accounts: Accounts,
+        *,
+        idle_s: float = 5.0,
+        checkpoint_s: float = CHECKPOINT_EVERY_S,
+    ) -> None:
         self.accounts = accounts
         self.idle_s = idle_s
+        self.checkpoint_s = checkpoint_s
+        self._sqlite = accounts.engine.dialect.name == "sqlite"
+        self.checkpointer: Checkpointer | None = None  # the running thread's (one per thread)
         self._queue: queue.SimpleQueue[tuple[list[ChargeRequest], Done]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -119,6 +132,11 @@ class ChargeWriter:
 
     def _run(self) -> None:
         conn: PoolProxiedConnection | None = None
+        checkpointer = None
+        if self._sqlite:
+            checkpointer = Checkpointer(self.accounts.engine, every_s=self.checkpoint_s)
+            self.checkpointer = checkpointer
+            checkpointer.start()
         try:
             while True:
                 try:
@@ -142,19 +160,40 @@ class ChargeWriter:
                 if not self._commit(groups, conn) and conn is not None:
                     conn.invalidate()  # a failed group may have broken it: open anew next time
                     conn = None
+                elif checkpointer is not None and checkpointer.delta_due and conn is not None:
+                    checkpointer.finish(conn)  # the answers of this group are already sent
         except BaseException:
             with self._lock:  # an unexpected end: the next submit starts a new thread
                 self._thread = None
             raise
         finally:
+            if checkpointer is not None:
+                checkpointer.stop()
             if conn is not None:
-                conn.close()
+                self._release(conn)
 
     def _connect(self) -> PoolProxiedConnection | None:
         try:
-            return self.accounts.write_connection()
+            conn = self.accounts.write_connection()
         except Exception:  # the group then fails on a connection of its own, with its error
             return None
+        if self._sqlite:
+            try:
+                _set_autocheckpoint(conn, 0)  # the checkpointer thread does it
+            except Exception:
+                conn.invalidate()
+                return None
+        return conn
+
+    def _release(self, conn: PoolProxiedConnection) -> None:
+        """Back to the pool as it came (other users of the connection checkpoint as usual)."""
+        if self._sqlite:
+            try:
+                _set_autocheckpoint(conn, SQLITE_AUTOCHECKPOINT)
+            except Exception:
+                conn.invalidate()  # not in a state to lend to anyone: closed, not pooled
+                return
+        conn.close()
 
     def _commit(
         self, groups: list[tuple[list[ChargeRequest], Done]], conn: PoolProxiedConnection | None
@@ -183,3 +222,11 @@ class ChargeWriter:
             done(outcomes[start : start + len(rs)])
             start += len(rs)
         return True
+
+
+def _set_autocheckpoint(conn: PoolProxiedConnection, pages: int) -> None:
+    cursor = conn.cursor()
+    try:
+        cursor.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
+    finally:
+        cursor.close()
