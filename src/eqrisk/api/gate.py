@@ -35,6 +35,11 @@ from eqrisk.data.master import MAG7
 
 DEMO_MAX_TOKENS = 250
 MAX_REMEMBERED_PRICES = 4096  # distinct (call, snapshot) prices kept before the memo starts over
+# Routes whose 200 answer to a GET is a function of the snapshot version, the path and the query
+# string alone (not of the caller, nor of any other header): the gate keeps their answers per
+# version and replays them instead of running the route again (`Replays`).
+REPLAYED_ROUTES = frozenset({"metrics"})
+MAX_REPLAYED = 8192  # answers kept for one version (a few kB each) before the memo starts over
 # Routes the demo key may not call at all (route -> why). Empty today: the heatmap answers the demo
 # key with its seven tickers only (api/routes/risk_metrics.py), so a first visit to the dashboard shows data.
 DEMO_REFUSED_ROUTES: dict[str, str] = {}
@@ -83,6 +88,74 @@ def _tickers_in(params: dict[str, Any]) -> list[str]:
     return [t.strip().upper() for t in found if t.strip()]
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A route's 200 answer as it left the route: its headers (before the gate's) and body."""
+
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+
+class Replays:
+    """The answers of `REPLAYED_ROUTES` per snapshot version, by (path, query string).
+
+    A snapshot version never changes, so neither does such an answer: the route's dependency
+    resolution, parameter models, document and rendering run once per version and call, not
+    per request. Only the version being served is kept: the first request that sees a new
+    version drops the old one's answers. An answer is filed under the version it says it is
+    from (its `X-Model-Version`), so one rendered as the version changed cannot be replayed as
+    the other's. Keys, limits, prices and the charge are the gate's as for any call; only the
+    route's work is skipped."""
+
+    def __init__(self, max_items: int = MAX_REPLAYED) -> None:
+        self.max_items = max_items
+        self._version = ""
+        self._items: dict[tuple[str, bytes], Replayed] = {}
+        self.hits = 0
+
+    def get(self, version: str, path: str, query: bytes) -> Replayed | None:
+        if version != self._version:
+            return None
+        hit = self._items.get((path, query))
+        if hit is not None:
+            self.hits += 1
+        return hit
+
+    def put(self, version: str, path: str, query: bytes, answer: Replayed) -> None:
+        if version != self._version:
+            self._version, self._items = version, {}
+        if len(self._items) >= self.max_items:
+            self._items.clear()
+        self._items[(path, query)] = answer
+
+
+class _Recorder:
+    """What a route sends, kept when it is a whole 200 (a start and its body messages)."""
+
+    __slots__ = ("body", "headers", "ok")
+
+    def __init__(self) -> None:
+        self.ok = False
+        self.headers: tuple[tuple[bytes, bytes], ...] = ()
+        self.body: list[bytes] = []
+
+    def see(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.ok = message["status"] == 200
+            self.headers = tuple(message.get("headers", ()))
+        elif message["type"] == "http.response.body" and self.ok:
+            self.body.append(message.get("body", b""))
+
+    def answer(self) -> tuple[str, Replayed] | None:
+        """(version, answer) of a whole 200 that says its version, else None."""
+        if not self.ok:
+            return None
+        version = next((v for k, v in self.headers if k == b"x-model-version"), None)
+        if version is None:
+            return None
+        return version.decode("latin-1"), Replayed(self.headers, b"".join(self.body))
+
+
 class Gate:
     def __init__(
         self,
@@ -111,6 +184,7 @@ class Gate:
         # estimate reads the snapshot, e.g. which tickers of a batch exist).
         self.version = version
         self._prices_seen: dict[tuple[str, bytes, bytes, str], int] = {}
+        self.replays = Replays()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hit = find(scope["path"]) if scope["type"] == "http" else None
@@ -122,11 +196,12 @@ class Gate:
         request_id = scope.get("state", {}).get("request_id")
         extra: dict[str, str] = {}
         key = presented_key(scope, service)
+        version = self._served_version()
         try:
             record = await self._authenticate(key, service, extra)
             body, receive = await read_body(scope, receive)
             params = _params_of(scope, body, hit[1])
-            tokens = self._tokens(service, price_key, params, scope, body)
+            tokens = self._tokens(service, price_key, params, scope, body, version)
             try:
                 self._admit(record, price_key, params, tokens)
             except ApiError as exc:
@@ -153,9 +228,29 @@ class Gate:
         digest = hashlib.sha256(
             scope["path"].encode() + scope.get("query_string", b"") + body
         ).hexdigest()
+        replay = price_key in REPLAYED_ROUTES and scope["method"] == "GET" and version is not None
         await self._forward(
-            scope, receive, send, caller, key, price_key, tokens, digest, request_id, extra
+            scope,
+            receive,
+            send,
+            caller,
+            key,
+            price_key,
+            tokens,
+            digest,
+            request_id,
+            extra,
+            version if replay else None,
         )
+
+    def _served_version(self) -> str | None:
+        """The served snapshot's version (None: none is served; the route will say why)."""
+        if self.version is None:
+            return None
+        try:
+            return self.version()
+        except ApiError:
+            return None
 
     def _gated(self, endpoint: Endpoint) -> bool:
         """A keyed, priced route of a service this app serves (open routes pass untouched)."""
@@ -226,7 +321,13 @@ class Gate:
             raise _short(tokens, record.balance_tokens)
 
     def _tokens(
-        self, service: str, price_key: str, params: dict[str, Any], scope: Scope, body: bytes
+        self,
+        service: str,
+        price_key: str,
+        params: dict[str, Any],
+        scope: Scope,
+        body: bytes,
+        version: str | None,
     ) -> int:
         """The price of this call, remembered per call and snapshot version: the same path,
         query and body on the same snapshot cost the same (the estimate is pure)."""
@@ -234,7 +335,6 @@ class Gate:
         if service == "daily" or (price.tokens == 0 and price.minimum_tokens == 0):
             return price.cost(1)
         try:
-            version = self.version() if self.version is not None else None
             seen = (scope["path"], scope.get("query_string", b""), body, version or "")
             if version is not None and (tokens := self._prices_seen.get(seen)) is not None:
                 return tokens
@@ -266,11 +366,19 @@ class Gate:
         digest: str,
         request_id: str | None,
         extra: dict[str, str],
+        replay_version: str | None = None,
     ) -> None:
+        """Run the route (or replay its answer, `Replays`) and charge a 2xx before its first
+        byte leaves; `replay_version`: the served version, for a call whose answer may be
+        replayed."""
         swallow = False
+        recorder: _Recorder | None = None
+        path, query = scope["path"], scope.get("query_string", b"")
 
         async def metered_send(message: Message) -> None:
             nonlocal swallow
+            if recorder is not None:
+                recorder.see(message)
             if swallow:
                 return
             if message["type"] == "http.response.start":
@@ -306,7 +414,17 @@ class Gate:
                 message["headers"] = headers
             await send(message)
 
+        if replay_version is not None:
+            hit = self.replays.get(replay_version, path, query)
+            if hit is not None:
+                start = {"type": "http.response.start", "status": 200, "headers": [*hit.headers]}
+                await metered_send(start)
+                await metered_send({"type": "http.response.body", "body": hit.body})
+                return
+            recorder = _Recorder()
         await self.app(scope, receive, metered_send)
+        if recorder is not None and (answer := recorder.answer()) is not None:
+            self.replays.put(answer[0], path, query, answer[1])
 
 
 def _params_of(scope: Scope, body: bytes, path_params: dict[str, str]) -> dict[str, Any]:
