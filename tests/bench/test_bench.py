@@ -126,6 +126,7 @@ def test_bench_metered_quick_mode_is_consistent(demo_home, tmp_path) -> None:
     assert checks["ledger_tokens_charged"] == 250 * checks["metered_charges"]
     assert checks["large_ledger_usage_requests"] == 2_500
     assert checks["usage_table_equals_ledger"] is True
+    assert checks["wal_mb_after_metered_load"] > 0  # the charges went through the WAL
 
 
 def test_bench_writers_quick_mode_measures_the_same_rows_every_way(demo_settings) -> None:

@@ -363,12 +363,16 @@ def measure_metered(
         per_request = cpu / (stats["rps"] * seconds) * 1e6
         return {"target": name, **stats, "server_cpu_us_per_request": per_request}
 
+    wal = home / "accounts.db-wal"  # SQLite's WAL: checkpointed beside the charge writer
     with _bench_server(home) as (base, pid):
         rows = [
             load(base, pid, "health", "/api/health", None),
             load(base, pid, "metrics/NVDA, metered key", "/api/metrics/NVDA", keys.metered),
-            load(base, pid, "balance, large-ledger key", "/api/balance", keys.large_ledger),
         ]
+        wal_bytes = wal.stat().st_size if wal.exists() else 0
+        rows.append(
+            load(base, pid, "balance, large-ledger key", "/api/balance", keys.large_ledger)
+        )
         say(f"/api/balance latency: new account vs {ledger_rows:,} ledger rows")
         new = _balance_latency(base, keys.new_account, balance_calls)
         large = _balance_latency(base, keys.large_ledger, balance_calls)
@@ -410,6 +414,9 @@ def measure_metered(
             "large_ledger_usage_requests": usage["requests"],
             "usage_table_equals_ledger": accounts.month_usage_rows()
             == accounts.ledger_month_totals(),
+            # The WAL file's size after the metered load: its largest extent, as SQLite reuses
+            # it from the start after each full checkpoint (accounts/checkpoint.py).
+            "wal_mb_after_metered_load": wal_bytes / 1e6,
         },
     }
 
