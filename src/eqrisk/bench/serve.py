@@ -370,9 +370,7 @@ def measure_metered(
             load(base, pid, "metrics/NVDA, metered key", "/api/metrics/NVDA", keys.metered),
         ]
         wal_bytes = wal.stat().st_size if wal.exists() else 0
-        rows.append(
-            load(base, pid, "balance, large-ledger key", "/api/balance", keys.large_ledger)
-        )
+        rows.append(load(base, pid, "balance, large-ledger key", "/api/balance", keys.large_ledger))
         say(f"/api/balance latency: new account vs {ledger_rows:,} ledger rows")
         new = _balance_latency(base, keys.new_account, balance_calls)
         large = _balance_latency(base, keys.large_ledger, balance_calls)
