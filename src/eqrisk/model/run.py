@@ -136,6 +136,26 @@ class ModelPlan:
             return {name: arr[:, start:] for name, arr in self.price_metrics.items()}
         return _price_metrics(self.panel, self.returns, self.is_stock, start)
 
+    def price_rows(self, start: int, stop: int) -> PriceRows:
+        """The price inputs of rows [start, stop) (views, no copy)."""
+        p = self.panel
+        return PriceRows(
+            close=p.close[start:stop],
+            close_raw=p.close_raw[start:stop],
+            volume=p.volume[start:stop],
+            market_cap=p.market_cap[start:stop],
+            returns=self.returns[start:stop],
+        )
+
+    def cap_ranks(self) -> np.ndarray | None:
+        """The cap rank of every row (universe-wide, so the one price metric no block can
+        compute); None when no stock has a cap on any session (the rank is all NaN then)."""
+        if "price_metrics" in self.__dict__:
+            return self.price_metrics["mktcap_rank"]
+        if not np.isfinite(self.panel.market_cap[self.is_stock]).any():
+            return None
+        return cap_rank(self.panel.market_cap, self.is_stock)
+
     def in_process(self) -> SharedFactors:
         """The shared series for blocks run in this process: every factor row of the layout,
         leave-one-out rows included, as they are (blocks from `block(..., own_rows=False)`
@@ -222,17 +242,55 @@ def _price_metrics(
 ) -> dict[str, np.ndarray]:
     """The metrics read straight off prices and returns, on sessions >= `start`: returns,
     close, cap and its rank (across the universe, so never in a block), turnover."""
-    close, cap = panel.close[:, start:], panel.market_cap[:, start:]
-    close_raw, r = panel.close_raw[:, start:], r[:, start:]
-    traded = np.where(np.isnan(close_raw), close, close_raw)
+    cap = panel.market_cap[:, start:]
+    return row_price_metrics(
+        PriceRows(
+            close=panel.close[:, start:],
+            close_raw=panel.close_raw[:, start:],
+            volume=panel.volume[:, start:],
+            market_cap=cap,
+            returns=r[:, start:],
+        ),
+        cap_rank(cap, is_stock),
+    )
+
+
+@dataclass(frozen=True)
+class PriceRows:
+    """The price inputs of some rows (b x T each): what the metrics read straight off prices
+    need, besides the cap rank (universe-wide)."""
+
+    close: np.ndarray
+    close_raw: np.ndarray
+    volume: np.ndarray
+    market_cap: np.ndarray
+    returns: np.ndarray
+
+
+def row_price_metrics(rows: PriceRows, rank: np.ndarray) -> dict[str, np.ndarray]:
+    """The price metrics of some rows, in the published order, given their cap rank: every
+    one but the rank is elementwise, so a block computes its own (a Dask worker does)."""
+    traded = np.where(np.isnan(rows.close_raw), rows.close, rows.close_raw)
     return {
-        "return": r,
-        "log_return": log_returns(r),
-        "price_close": close,
-        "market_cap": cap,
-        "mktcap_rank": cap_rank(cap, is_stock),
-        "turnover": traded * panel.volume[:, start:],
+        "return": rows.returns,
+        "log_return": log_returns(rows.returns),
+        "price_close": rows.close,
+        "market_cap": rows.market_cap,
+        "mktcap_rank": rank,
+        "turnover": traded * rows.volume,
     }
+
+
+def join_metrics(
+    block: dict[str, np.ndarray], price: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The published order of a run's metrics: the cascade's, the price metrics, then the rest
+    of `run_block`'s (volatility, level metrics, the flat model's)."""
+    rest = dict(block)
+    metrics = {name: rest.pop(name) for name in CASCADE_FIELDS}
+    metrics.update(price)
+    metrics.update(rest)
+    return metrics
 
 
 def run_block(shared: SharedFactors, block: BlockInput) -> dict[str, np.ndarray]:
@@ -289,10 +347,7 @@ def finish_model(plan: ModelPlan, blocks: list[tuple[int, dict[str, np.ndarray]]
         for start, arrays in blocks:
             for name, arr in arrays.items():
                 joined[name][start : start + len(arr)] = arr
-    metrics = {name: joined.pop(name) for name in CASCADE_FIELDS}
-    metrics.update(plan.price_metrics)
-    metrics.update(joined)  # volatility, level metrics, then the flat model's, in block order
-    return result_of(plan, metrics)
+    return result_of(plan, join_metrics(joined, plan.price_metrics))
 
 
 def result_of(plan: ModelPlan, metrics: dict[str, np.ndarray]) -> ModelResult:

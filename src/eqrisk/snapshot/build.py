@@ -3,9 +3,11 @@ the three; the model itself does no I/O); and the demo pipeline (generate -> ing
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -19,12 +21,14 @@ from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
+    ModelResult,
     finish_model,
     plan_model,
+    result_of,
     run_block,
 )
 from eqrisk.snapshot import incremental
-from eqrisk.snapshot.chunks import CHUNK_SESSIONS
+from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent
 from eqrisk.snapshot.versions import (
     Snapshot,
@@ -165,29 +169,25 @@ def publish_panel(
     else:
         build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
     say(f"full build: {'; '.join(build['reasons'])}")
-    if dask is None:
-        result = finish_model(
-            plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
+    if dask is not None:
+        return _publish_dask(
+            home,
+            plan,
+            panel,
+            master,
+            meta,
+            digests,
+            build,
+            address=dask,
+            workers=dask_workers,
+            block_rows=block_rows,
+            keep=keep,
+            say=say,
         )
-    else:
-        from eqrisk.snapshot.distributed import dask_client, run_model_dask
-
-        say(f"starting Dask ({dask})")
-        with dask_client(dask, workers=dask_workers) as client:
-            result = run_model_dask(
-                panel,
-                master,
-                params,
-                client,
-                exclude=breaks,
-                block_rows=block_rows,
-                progress=say,
-            )
-    if result.notes.get("caps_imputed"):
-        say(
-            f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
-            "cap of their group (see docs/DECISIONS.md, caps)"
-        )
+    result = finish_model(
+        plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
+    )
+    _say_caps(result, say)
     content = SnapshotContent(
         result=result,
         panel=panel,
@@ -198,6 +198,64 @@ def publish_panel(
         build=build,
     )
     return write_snapshot(home, content, keep=keep, progress=say)
+
+
+def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
+    if result.notes.get("caps_imputed"):
+        say(
+            f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
+            "cap of their group (see docs/DECISIONS.md, caps)"
+        )
+
+
+def _publish_dask(
+    home: Path,
+    plan: ModelPlan,
+    panel: Panel,
+    master: pd.DataFrame,
+    meta: dict[str, Any],
+    digests: dict[str, Any],
+    build: dict[str, Any],
+    *,
+    address: str,
+    workers: int | None,
+    block_rows: int,
+    keep: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """A Dask build: the workers write the arrays into a staging folder of the snapshot store
+    (every host mounts it), which the new version takes over; this process writes the tables
+    from the written chunks and never holds an (n x T) output array."""
+    from eqrisk.snapshot.distributed import dask_client, write_model_dask
+
+    staging = snapshots_dir(home) / f".staging-{uuid.uuid4().hex[:12]}"
+    try:
+        say(f"starting Dask ({address})")
+        with dask_client(address, workers=workers) as client:
+            staged, names = write_model_dask(
+                plan,
+                client,
+                staging,
+                previous=share_from(home),
+                block_rows=block_rows,
+                progress=say,
+            )
+        written = open_arrays(staging, staged.arrays)
+        result = result_of(plan, {name: cast(np.ndarray, written[name]) for name in names})
+        _say_caps(result, say)
+        content = SnapshotContent(
+            result=result,
+            panel=panel,
+            master=master,
+            data_source=str(meta.get("data_source", "unknown")),
+            ingest={k: meta.get(k) for k in ingest_keys},
+            inputs=digests,
+            build=build,
+            staged=staged,
+        )
+        return write_snapshot(home, content, keep=keep, progress=say)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
