@@ -74,15 +74,16 @@ def build_snapshot(
     force: bool = False,
     dask: str | None = None,
     dask_workers: int | None = None,
-    block_rows: int = 500,
+    block_rows: int = 1024,
     full: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot.
 
-    `dask` runs the model's per-symbol work on a Dask cluster in blocks of `block_rows`
-    symbols ('local' = a LocalCluster of `dask_workers` processes, or a scheduler address);
-    the published numbers are the same as a local build's.
+    `dask` runs the model's per-symbol work on a Dask cluster in tasks of `block_rows`
+    symbols, rounded up to whole blocks of the chunk grid ('local' = a LocalCluster of
+    `dask_workers` processes, or a scheduler address); each worker writes its blocks' chunks
+    and the published version is the same as a local build's, bit for bit.
 
     A local build is incremental when it can be: the digests of the model's inputs (see
     `incremental`) are compared with the previous version's; the time chunks before the first
@@ -138,7 +139,7 @@ def publish_panel(
     keep: int = 3,
     dask: str | None = None,
     dask_workers: int | None = None,
-    block_rows: int = 500,
+    block_rows: int = 1024,
     full: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:

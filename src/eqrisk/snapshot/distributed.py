@@ -336,7 +336,7 @@ def write_model_dask(
     folder: Path,
     *,
     previous: Path | None = None,
-    block_rows: int = 500,
+    block_rows: int = chunks.BLOCK_SYMBOLS,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Staged, list[str]]:
     """Run the model on the cluster of `client`, the workers writing the arrays of the version
