@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from eqrisk.bench.incremental import synthetic_market
+from eqrisk.bench.incremental import _cut, synthetic_market
 from eqrisk.data.panel import Panel
 from eqrisk.model import run as model_run
 from eqrisk.model.run import ModelParams, plan_model
@@ -31,13 +31,21 @@ N, T = 2 * chunks.BLOCK_SYMBOLS + 40, 260  # three blocks of the grid (the last 
 
 
 @pytest.fixture(scope="module")
-def market() -> tuple[Panel, pd.DataFrame]:
-    """The synthetic market with market caps (shares x close) for most stocks."""
-    panel, master = synthetic_market(N, T, seed=3)
+def next_day() -> tuple[Panel, pd.DataFrame]:
+    """The synthetic market over T + 1 sessions, with market caps (shares x close) for most
+    stocks."""
+    panel, master = synthetic_market(N, T + 1, seed=3)
     shares = np.random.default_rng(5).uniform(1e6, 1e9, N)
     shares[np.random.default_rng(6).random(N) < 0.1] = np.nan  # some stocks without a cap
     shares[:12] = np.nan  # the ETFs
     return replace(panel, market_cap=panel.close * shares[:, None]), master
+
+
+@pytest.fixture(scope="module")
+def market(next_day: tuple[Panel, pd.DataFrame]) -> tuple[Panel, pd.DataFrame]:
+    """The market of T sessions (the day before `next_day`)."""
+    panel, master = next_day
+    return _cut(panel, T), master
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +60,8 @@ def cluster_address() -> Iterator[str]:
 
 
 def assert_same_version(a: Snapshot, b: Snapshot) -> None:
-    """Every array and table equal bit for bit, the same chunk codes and derivations."""
+    """Every array and table equal bit for bit, the same chunk codes, derivations and input
+    digests."""
     assert a.manifest["fields"] == b.manifest["fields"]
     assert a.manifest["arrays"] == b.manifest["arrays"]
     assert a.manifest["model"] == b.manifest["model"]
@@ -95,6 +104,27 @@ def test_workers_write_the_local_build(
     assert_same_version(a, c)
     probe = chunks.group_path(1, 0)
     assert (a.path / probe).stat().st_ino == (c.path / probe).stat().st_ino
+
+
+def test_a_dask_version_is_the_base_of_an_incremental_build(
+    market: tuple[Panel, pd.DataFrame],
+    next_day: tuple[Panel, pd.DataFrame],
+    cluster_address: str,
+    tmp_path: Path,
+) -> None:
+    """The next session, built locally over a Dask-written version, is incremental and equals
+    a full build of the same data."""
+    (panel, master), (longer, _) = market, next_day
+    home = tmp_path / "home"
+    publish_panel(home, panel, master, PARAMS, dask=cluster_address)
+    incremental = publish_panel(home, longer, master, PARAMS)
+    assert incremental["build"]["mode"] == "incremental"
+    assert incremental["build"]["from_chunk"] == T // chunks.CHUNK_SESSIONS
+    full = publish_panel(tmp_path / "full", longer, master, PARAMS, full=True)
+    assert_same_version(
+        Snapshot.open(snapshots_dir(home) / incremental["model_version"]),
+        Snapshot.open(snapshots_dir(tmp_path / "full") / full["model_version"]),
+    )
 
 
 def test_the_builder_never_holds_an_output_array(
