@@ -293,41 +293,72 @@ def join_metrics(
     return metrics
 
 
-def run_block(shared: SharedFactors, block: BlockInput) -> dict[str, np.ndarray]:
+def run_block(shared: SharedFactors, block: BlockInput, *, start: int = 0) -> dict[str, np.ndarray]:
     """The per-symbol work on one block of rows: the cascade, volatility, level metrics and the
     flat model's betas and residuals. Every row depends on its own returns and the factor rows
-    it is hedged with only, so blocks give the same numbers, bit for bit, as one whole run."""
+    it is hedged with only, so blocks give the same numbers, bit for bit, as one whole run.
+
+    With `start` > 0 (an incremental build's tail), the block's column 0 must be a
+    re-anchoring point of the whole calendar (a multiple of the window) at least two windows
+    before `start`: the arrays returned hold sessions t >= `start` only, bitwise those of a run
+    over the whole calendar, and each series is computed from the point it needs (the cascade
+    one window before the hedge quality's first window, the flat model one session before
+    `start`), not from column 0. `vol_23d` is left out then: its 23-session anchors are not the
+    window's, so the caller computes it on its own slice (`incremental.run_tail`)."""
     params = shared.params
+    w = params.window
     r = block.returns
+    if start and start < 2 * w:
+        raise ValueError(f"a tail run starts two windows ({2 * w}) after column 0; got {start}")
     model_factors = (
         np.vstack([shared.factors, block.own_factors]) if len(block.own_factors) else shared.factors
     )
-    out = rolling_cascade(
+    # The hedge quality's windows for t >= start begin after hq0 (a re-anchoring point); their
+    # residuals use the hedge of the day before, so the cascade is needed from hq0 on.
+    hq0 = (start // w - 1) * w if start else 0
+    cascade_out: dict[str, np.ndarray] | None = None
+    if hq0:
+        scratch = np.empty((len(CASCADE_FIELDS), *r.shape))
+        cascade_out = {name: scratch[f] for f, name in enumerate(CASCADE_FIELDS)}
+    cascade = rolling_cascade(
         r,
         model_factors,
         block.model_fidx,
-        window=params.window,
+        window=w,
         min_obs=params.min_obs,
         halflife=params.halflife,
+        out=cascade_out,
+        start=hq0,
     )
-    out["vol_23d"] = rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * (
-        ANNUALIZATION
+    out = {name: arr[:, start:] for name, arr in cascade.items()}
+    if not start:
+        out["vol_23d"] = rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * (
+            ANNUALIZATION
+        )
+    vol = np.empty(r.shape) if start else None
+    out["vol_252d_ann"] = (
+        rolling_std(r, window=w, min_obs=params.min_obs, out=vol, start=start)[:, start:]
+        * ANNUALIZATION
     )
-    out["vol_252d_ann"] = rolling_std(r, window=params.window, min_obs=params.min_obs) * (
-        ANNUALIZATION
-    )
+    r_hq, f_hq, k = r[:, hq0:], model_factors[:, hq0:], start - hq0
     for level, hr_names in LEVEL_HR.items():
         cfr = combined_factor_returns(
-            [out[h] for h in hr_names], model_factors, block.model_fidx[:, : len(hr_names)]
+            [cascade[h][:, hq0:] for h in hr_names], f_hq, block.model_fidx[:, : len(hr_names)]
         )
-        out[f"l{level}_cfr"] = cfr
-        out[f"l{level}_rr"] = r - cfr
-        out[f"l{level}_hq"] = hedge_quality(
-            r, out[f"l{level}_rr"], window=params.window, min_obs=params.min_obs
-        )
-    out["beta_mkt"], out["beta_sec"], out["resid_return"] = flat_betas(
-        r, out["l1_mkt_hr"], out["l2_sec_hr"], block.exposure, shared.market, shared.flat_returns
+        rr = r_hq - cfr
+        out[f"l{level}_cfr"] = cfr[:, k:]
+        out[f"l{level}_rr"] = rr[:, k:]
+        out[f"l{level}_hq"] = hedge_quality(r_hq, rr, window=w, min_obs=params.min_obs)[:, k:]
+    f0 = start - 1 if start else 0  # a residual uses the previous session's betas
+    betas = flat_betas(
+        r[:, f0:],
+        cascade["l1_mkt_hr"][:, f0:],
+        cascade["l2_sec_hr"][:, f0:],
+        block.exposure,
+        shared.market[f0:],
+        shared.flat_returns[:, f0:],
     )
+    out["beta_mkt"], out["beta_sec"], out["resid_return"] = (b[:, start - f0 :] for b in betas)
     return out
 
 

@@ -210,8 +210,13 @@ class BlockJob:
     derive: tuple[str, ...] | None = None
 
     def price(self, name: str) -> np.ndarray:
+        """The rows of one price array; an all-NaN one as a read-only view (no memory)."""
         values = self.prices[name]
-        return values if values is not None else np.full(self.rows.returns.shape, np.nan)
+        return values if values is not None else _nans(self.rows.returns.shape)
+
+
+def _nans(shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(np.float64(np.nan), shape)
 
 
 @dataclass
@@ -276,17 +281,18 @@ def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> Bl
             numba.set_num_threads(max(1, min(threads, ceiling)))
         out = run_block(shared, job.rows)
     size, n_t = job.rows.returns.shape
-    rank = job.rank if job.rank is not None else np.full((size, n_t), np.nan)
+    rank = job.rank if job.rank is not None else _nans((size, n_t))
+    price = {name: job.price(name) for name in PRICE_INPUTS}
     prices = PriceRows(
-        close=job.price("close"),
-        close_raw=job.price("close_raw"),
-        volume=job.price("volume"),
-        market_cap=job.price("market_cap"),
+        close=price["close"],
+        close_raw=price["close_raw"],
+        volume=price["volume"],
+        market_cap=price["market_cap"],
         returns=job.rows.returns,
     )
     metrics = join_metrics(out, row_price_metrics(prices, rank))
     fields: dict[str, np.ndarray] = {**metrics}
-    fields.update({name: job.price(name) for name in PANEL_ARRAYS})
+    fields.update({name: price[name] for name in PANEL_ARRAYS})
     local = chunks.ChunkGrid(size, n_t)
     if job.derive is None:
         derived = [name for name in sorted(fields) if chunks.derivable(name, fields, local)]
