@@ -44,7 +44,10 @@ class Settings(BaseSettings):
         "LocalCluster, or a scheduler address (tcp://host:8786).",
     )
     block_rows: int = Field(
-        default=500, ge=1, description="Symbols per block of a Dask build (its memory bound)."
+        default=1024,
+        ge=1,
+        description="Symbols per task of a Dask build (its memory bound), rounded up to whole "
+        "blocks of the snapshot's chunk grid (1,024 symbols).",
     )
 
     # Model defaults (DESIGN section 2); every value is reported in `_metadata.method`.

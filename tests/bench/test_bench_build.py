@@ -3,6 +3,7 @@ other (no timing is asserted: speed is read from the bench, not from tests)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,11 @@ def test_bench_build_figures_are_consistent(tmp_path: Path) -> None:
     assert result["incremental_equals_full"] is True
     assert 0 < result["incremental_added_mb"] < result["model_version_mb"]
     assert result["full_build_s"] > 0 and result["incremental_build_s"] > 0
+    # Peak resident memory of each build (Linux, VmHWM reset before each): this process, so
+    # at least its interpreter and libraries, at most the machine's memory.
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    for key in ("full_build_peak_rss_mb", "incremental_build_peak_rss_mb"):
+        assert isinstance(result[key], float) and 50 < result[key] < total_mb, key
 
 
 def test_synthetic_fields_do_not_change_when_a_session_is_added() -> None:

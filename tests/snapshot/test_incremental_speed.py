@@ -121,3 +121,67 @@ def test_a_one_session_build_with_caps_and_volume_equals_a_full_rebuild(tmp_path
         assert np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes(), f
     assert a.security_history().equals(b.security_history())
     assert a.symbols.equals(b.symbols)
+
+
+@pytest.mark.parametrize("halflife", [None, 30.0])
+def test_a_block_run_from_start_equals_the_whole_run(halflife: float | None) -> None:
+    """`run_block(..., start=s)` on a block whose column 0 is a re-anchoring point gives the
+    whole run's values at t >= s bit for bit (each series computed from the point it needs),
+    every field but the 23-session volatility (computed by run_tail on its own anchor)."""
+    from eqrisk.model.run import BlockInput, SharedFactors, run_block
+
+    panel, master = _capped(60, 700)
+    params = ModelParams(window=60, min_obs=30, halflife=halflife)
+    plan = plan_model(panel, master, params)
+    shared = plan.in_process()
+    whole = run_block(shared, plan.block(0, plan.size, own_rows=False))
+    for o, s in [(0, 120), (0, 185), (120, 299), (240, 640), (540, 700)]:
+        sliced = SharedFactors(
+            factors=np.ascontiguousarray(shared.factors[:, o:]),
+            market=shared.market[o:],
+            flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
+            params=params,
+        )
+        block = BlockInput(
+            start=0,
+            stop=plan.size,
+            returns=np.ascontiguousarray(plan.returns[:, o:]),
+            own_factors=np.empty((0, 700 - o)),
+            model_fidx=plan.layout.model_fidx,
+            exposure=plan.flat.exposure,
+        )
+        tail = run_block(sliced, block, start=s - o)
+        assert list(tail) == [name for name in whole if name != "vol_23d"]
+        for name, arr in tail.items():
+            want = np.ascontiguousarray(whole[name][:, s:])
+            assert arr.shape == want.shape, name
+            assert np.ascontiguousarray(arr).tobytes() == want.tobytes(), (name, o, s)
+        assert s == 700 or np.isfinite(tail["l2_hq"]).any()
+    with pytest.raises(ValueError, match="two windows"):
+        run_block(shared, plan.block(0, plan.size, own_rows=False), start=119)
+
+
+def test_a_tail_array_reads_a_chunked_version_chunk_by_chunk(tmp_path: Path) -> None:
+    """Slices of all rows before the tail (the long table's monthly file) are copied from the
+    chunks, across blocks and chunks, narrow dtypes and all-NaN chunks: the dense values."""
+    from eqrisk.snapshot import chunks
+
+    rng = np.random.default_rng(4)
+    n, t, start = 50, 200, 170
+    whole = rng.normal(size=(n, t))
+    whole[:, 32:64] = np.nan  # an all-NaN chunk of every block (not stored)
+    whole[16:32, 96:128] = np.round(whole[16:32, 96:128] * 10) % 7 + 1  # stored as uint8
+    grid = chunks.ChunkGrid(n, t, block=16, chunk=32)
+    arrays, _stats = chunks.write_arrays(tmp_path, {"x": whole}, grid)
+    assert set(arrays["chunks"]["x"][1]) == {"d", ".", "B"}
+    stored = chunks.open_arrays(tmp_path, arrays)["x"]
+    tail = TailArray(whole[:, start:].copy(), start, stored)
+    for rows, lo, hi in [
+        (slice(None, n), 0, t),
+        (slice(0, n), 40, 190),
+        (slice(5, 37), 100, 170),
+        (slice(17, 18), 0, 31),
+    ]:
+        got = tail[rows, lo:hi]
+        assert got.dtype == np.float64
+        assert got.tobytes() == np.ascontiguousarray(whole[rows, lo:hi]).tobytes(), (rows, lo)

@@ -104,6 +104,26 @@ def _bytes(folder: Path, only_new: bool = False) -> int:
     )
 
 
+def _reset_peak() -> bool:
+    """Start a new peak-RSS measurement (Linux: writing 5 to clear_refs resets VmHWM)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mb() -> float | None:
+    """Peak resident memory since the last `_reset_peak` (VmHWM), None where unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def run_model_builds(
     n: int,
     t: int,
@@ -121,13 +141,17 @@ def run_model_builds(
         home = work / "home"
         params = ModelParams()
         say(f"full build of {n} x {t} (the model and every file)")
+        resets = _reset_peak()
         start = time.perf_counter()
         first = publish_panel(home, _cut(panel, t), master, params, keep=5, full=True)
         full_s = time.perf_counter() - start
+        full_peak = _peak_mb() if resets else None
         say("one-session incremental build")
+        resets = _reset_peak()
         start = time.perf_counter()
         second = publish_panel(home, panel, master, params, keep=5)
         incremental_s = time.perf_counter() - start
+        incremental_peak = _peak_mb() if resets else None
         root = snapshots_dir(home)
         whole = _bytes(root / first["model_version"])
         added = _bytes(root / second["model_version"], only_new=True)
@@ -143,6 +167,9 @@ def run_model_builds(
             "model_version_mb": round(whole / 1e6, 1),
             "incremental_added_mb": round(added / 1e6, 3),
             "incremental_added_pct": round(100 * added / whole, 3),
+            # Peak RSS of this process during each build (the panels of t and t + 1 included).
+            "full_build_peak_rss_mb": full_peak,
+            "incremental_build_peak_rss_mb": incremental_peak,
         }
         if check:
             say("full rebuild of the same data, compared bitwise")

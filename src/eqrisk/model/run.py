@@ -136,6 +136,26 @@ class ModelPlan:
             return {name: arr[:, start:] for name, arr in self.price_metrics.items()}
         return _price_metrics(self.panel, self.returns, self.is_stock, start)
 
+    def price_rows(self, start: int, stop: int) -> PriceRows:
+        """The price inputs of rows [start, stop) (views, no copy)."""
+        p = self.panel
+        return PriceRows(
+            close=p.close[start:stop],
+            close_raw=p.close_raw[start:stop],
+            volume=p.volume[start:stop],
+            market_cap=p.market_cap[start:stop],
+            returns=self.returns[start:stop],
+        )
+
+    def cap_ranks(self) -> np.ndarray | None:
+        """The cap rank of every row (universe-wide, so the one price metric no block can
+        compute); None when no stock has a cap on any session (the rank is all NaN then)."""
+        if "price_metrics" in self.__dict__:
+            return self.price_metrics["mktcap_rank"]
+        if not np.isfinite(self.panel.market_cap[self.is_stock]).any():
+            return None
+        return cap_rank(self.panel.market_cap, self.is_stock)
+
     def in_process(self) -> SharedFactors:
         """The shared series for blocks run in this process: every factor row of the layout,
         leave-one-out rows included, as they are (blocks from `block(..., own_rows=False)`
@@ -222,54 +242,123 @@ def _price_metrics(
 ) -> dict[str, np.ndarray]:
     """The metrics read straight off prices and returns, on sessions >= `start`: returns,
     close, cap and its rank (across the universe, so never in a block), turnover."""
-    close, cap = panel.close[:, start:], panel.market_cap[:, start:]
-    close_raw, r = panel.close_raw[:, start:], r[:, start:]
-    traded = np.where(np.isnan(close_raw), close, close_raw)
+    cap = panel.market_cap[:, start:]
+    return row_price_metrics(
+        PriceRows(
+            close=panel.close[:, start:],
+            close_raw=panel.close_raw[:, start:],
+            volume=panel.volume[:, start:],
+            market_cap=cap,
+            returns=r[:, start:],
+        ),
+        cap_rank(cap, is_stock),
+    )
+
+
+@dataclass(frozen=True)
+class PriceRows:
+    """The price inputs of some rows (b x T each): what the metrics read straight off prices
+    need, besides the cap rank (universe-wide)."""
+
+    close: np.ndarray
+    close_raw: np.ndarray
+    volume: np.ndarray
+    market_cap: np.ndarray
+    returns: np.ndarray
+
+
+def row_price_metrics(rows: PriceRows, rank: np.ndarray) -> dict[str, np.ndarray]:
+    """The price metrics of some rows, in the published order, given their cap rank: every
+    one but the rank is elementwise, so a block computes its own (a Dask worker does)."""
+    traded = np.where(np.isnan(rows.close_raw), rows.close, rows.close_raw)
     return {
-        "return": r,
-        "log_return": log_returns(r),
-        "price_close": close,
-        "market_cap": cap,
-        "mktcap_rank": cap_rank(cap, is_stock),
-        "turnover": traded * panel.volume[:, start:],
+        "return": rows.returns,
+        "log_return": log_returns(rows.returns),
+        "price_close": rows.close,
+        "market_cap": rows.market_cap,
+        "mktcap_rank": rank,
+        "turnover": traded * rows.volume,
     }
 
 
-def run_block(shared: SharedFactors, block: BlockInput) -> dict[str, np.ndarray]:
+def join_metrics(
+    block: dict[str, np.ndarray], price: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The published order of a run's metrics: the cascade's, the price metrics, then the rest
+    of `run_block`'s (volatility, level metrics, the flat model's)."""
+    rest = dict(block)
+    metrics = {name: rest.pop(name) for name in CASCADE_FIELDS}
+    metrics.update(price)
+    metrics.update(rest)
+    return metrics
+
+
+def run_block(shared: SharedFactors, block: BlockInput, *, start: int = 0) -> dict[str, np.ndarray]:
     """The per-symbol work on one block of rows: the cascade, volatility, level metrics and the
     flat model's betas and residuals. Every row depends on its own returns and the factor rows
-    it is hedged with only, so blocks give the same numbers, bit for bit, as one whole run."""
+    it is hedged with only, so blocks give the same numbers, bit for bit, as one whole run.
+
+    With `start` > 0 (an incremental build's tail), the block's column 0 must be a
+    re-anchoring point of the whole calendar (a multiple of the window) at least two windows
+    before `start`: the arrays returned hold sessions t >= `start` only, bitwise those of a run
+    over the whole calendar, and each series is computed from the point it needs (the cascade
+    one window before the hedge quality's first window, the flat model one session before
+    `start`), not from column 0. `vol_23d` is left out then: its 23-session anchors are not the
+    window's, so the caller computes it on its own slice (`incremental.run_tail`)."""
     params = shared.params
+    w = params.window
     r = block.returns
+    if start and start < 2 * w:
+        raise ValueError(f"a tail run starts two windows ({2 * w}) after column 0; got {start}")
     model_factors = (
         np.vstack([shared.factors, block.own_factors]) if len(block.own_factors) else shared.factors
     )
-    out = rolling_cascade(
+    # The hedge quality's windows for t >= start begin after hq0 (a re-anchoring point); their
+    # residuals use the hedge of the day before, so the cascade is needed from hq0 on.
+    hq0 = (start // w - 1) * w if start else 0
+    cascade_out: dict[str, np.ndarray] | None = None
+    if hq0:
+        scratch = np.empty((len(CASCADE_FIELDS), *r.shape))
+        cascade_out = {name: scratch[f] for f, name in enumerate(CASCADE_FIELDS)}
+    cascade = rolling_cascade(
         r,
         model_factors,
         block.model_fidx,
-        window=params.window,
+        window=w,
         min_obs=params.min_obs,
         halflife=params.halflife,
+        out=cascade_out,
+        start=hq0,
     )
-    out["vol_23d"] = rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * (
-        ANNUALIZATION
+    out = {name: arr[:, start:] for name, arr in cascade.items()}
+    if not start:
+        out["vol_23d"] = rolling_std(r, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS) * (
+            ANNUALIZATION
+        )
+    vol = np.empty(r.shape) if start else None
+    out["vol_252d_ann"] = (
+        rolling_std(r, window=w, min_obs=params.min_obs, out=vol, start=start)[:, start:]
+        * ANNUALIZATION
     )
-    out["vol_252d_ann"] = rolling_std(r, window=params.window, min_obs=params.min_obs) * (
-        ANNUALIZATION
-    )
+    r_hq, f_hq, k = r[:, hq0:], model_factors[:, hq0:], start - hq0
     for level, hr_names in LEVEL_HR.items():
         cfr = combined_factor_returns(
-            [out[h] for h in hr_names], model_factors, block.model_fidx[:, : len(hr_names)]
+            [cascade[h][:, hq0:] for h in hr_names], f_hq, block.model_fidx[:, : len(hr_names)]
         )
-        out[f"l{level}_cfr"] = cfr
-        out[f"l{level}_rr"] = r - cfr
-        out[f"l{level}_hq"] = hedge_quality(
-            r, out[f"l{level}_rr"], window=params.window, min_obs=params.min_obs
-        )
-    out["beta_mkt"], out["beta_sec"], out["resid_return"] = flat_betas(
-        r, out["l1_mkt_hr"], out["l2_sec_hr"], block.exposure, shared.market, shared.flat_returns
+        rr = r_hq - cfr
+        out[f"l{level}_cfr"] = cfr[:, k:]
+        out[f"l{level}_rr"] = rr[:, k:]
+        out[f"l{level}_hq"] = hedge_quality(r_hq, rr, window=w, min_obs=params.min_obs)[:, k:]
+    f0 = start - 1 if start else 0  # a residual uses the previous session's betas
+    betas = flat_betas(
+        r[:, f0:],
+        cascade["l1_mkt_hr"][:, f0:],
+        cascade["l2_sec_hr"][:, f0:],
+        block.exposure,
+        shared.market[f0:],
+        shared.flat_returns[:, f0:],
     )
+    out["beta_mkt"], out["beta_sec"], out["resid_return"] = (b[:, start - f0 :] for b in betas)
     return out
 
 
@@ -289,10 +378,7 @@ def finish_model(plan: ModelPlan, blocks: list[tuple[int, dict[str, np.ndarray]]
         for start, arrays in blocks:
             for name, arr in arrays.items():
                 joined[name][start : start + len(arr)] = arr
-    metrics = {name: joined.pop(name) for name in CASCADE_FIELDS}
-    metrics.update(plan.price_metrics)
-    metrics.update(joined)  # volatility, level metrics, then the flat model's, in block order
-    return result_of(plan, metrics)
+    return result_of(plan, join_metrics(joined, plan.price_metrics))
 
 
 def result_of(plan: ModelPlan, metrics: dict[str, np.ndarray]) -> ModelResult:

@@ -3,9 +3,11 @@ the three; the model itself does no I/O); and the demo pipeline (generate -> ing
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -19,12 +21,14 @@ from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
+    ModelResult,
     finish_model,
     plan_model,
+    result_of,
     run_block,
 )
 from eqrisk.snapshot import incremental
-from eqrisk.snapshot.chunks import CHUNK_SESSIONS
+from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent
 from eqrisk.snapshot.versions import (
     Snapshot,
@@ -70,15 +74,16 @@ def build_snapshot(
     force: bool = False,
     dask: str | None = None,
     dask_workers: int | None = None,
-    block_rows: int = 500,
+    block_rows: int = 1024,
     full: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot.
 
-    `dask` runs the model's per-symbol work on a Dask cluster in blocks of `block_rows`
-    symbols ('local' = a LocalCluster of `dask_workers` processes, or a scheduler address);
-    the published numbers are the same as a local build's.
+    `dask` runs the model's per-symbol work on a Dask cluster in tasks of `block_rows`
+    symbols, rounded up to whole blocks of the chunk grid ('local' = a LocalCluster of
+    `dask_workers` processes, or a scheduler address); each worker writes its blocks' chunks
+    and the published version is the same as a local build's, bit for bit.
 
     A local build is incremental when it can be: the digests of the model's inputs (see
     `incremental`) are compared with the previous version's; the time chunks before the first
@@ -134,7 +139,7 @@ def publish_panel(
     keep: int = 3,
     dask: str | None = None,
     dask_workers: int | None = None,
-    block_rows: int = 500,
+    block_rows: int = 1024,
     full: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -165,29 +170,25 @@ def publish_panel(
     else:
         build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
     say(f"full build: {'; '.join(build['reasons'])}")
-    if dask is None:
-        result = finish_model(
-            plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
+    if dask is not None:
+        return _publish_dask(
+            home,
+            plan,
+            panel,
+            master,
+            meta,
+            digests,
+            build,
+            address=dask,
+            workers=dask_workers,
+            block_rows=block_rows,
+            keep=keep,
+            say=say,
         )
-    else:
-        from eqrisk.snapshot.distributed import dask_client, run_model_dask
-
-        say(f"starting Dask ({dask})")
-        with dask_client(dask, workers=dask_workers) as client:
-            result = run_model_dask(
-                panel,
-                master,
-                params,
-                client,
-                exclude=breaks,
-                block_rows=block_rows,
-                progress=say,
-            )
-    if result.notes.get("caps_imputed"):
-        say(
-            f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
-            "cap of their group (see docs/DECISIONS.md, caps)"
-        )
+    result = finish_model(
+        plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
+    )
+    _say_caps(result, say)
     content = SnapshotContent(
         result=result,
         panel=panel,
@@ -198,6 +199,64 @@ def publish_panel(
         build=build,
     )
     return write_snapshot(home, content, keep=keep, progress=say)
+
+
+def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
+    if result.notes.get("caps_imputed"):
+        say(
+            f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
+            "cap of their group (see docs/DECISIONS.md, caps)"
+        )
+
+
+def _publish_dask(
+    home: Path,
+    plan: ModelPlan,
+    panel: Panel,
+    master: pd.DataFrame,
+    meta: dict[str, Any],
+    digests: dict[str, Any],
+    build: dict[str, Any],
+    *,
+    address: str,
+    workers: int | None,
+    block_rows: int,
+    keep: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """A Dask build: the workers write the arrays into a staging folder of the snapshot store
+    (every host mounts it), which the new version takes over; this process writes the tables
+    from the written chunks and never holds an (n x T) output array."""
+    from eqrisk.snapshot.distributed import dask_client, write_model_dask
+
+    staging = snapshots_dir(home) / f".staging-{uuid.uuid4().hex[:12]}"
+    try:
+        say(f"starting Dask ({address})")
+        with dask_client(address, workers=workers) as client:
+            staged, names = write_model_dask(
+                plan,
+                client,
+                staging,
+                previous=share_from(home),
+                block_rows=block_rows,
+                progress=say,
+            )
+        written = open_arrays(staging, staged.arrays)
+        result = result_of(plan, {name: cast(np.ndarray, written[name]) for name in names})
+        _say_caps(result, say)
+        content = SnapshotContent(
+            result=result,
+            panel=panel,
+            master=master,
+            data_source=str(meta.get("data_source", "unknown")),
+            ingest={k: meta.get(k) for k in ingest_keys},
+            inputs=digests,
+            build=build,
+            staged=staged,
+        )
+        return write_snapshot(home, content, keep=keep, progress=say)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 ingest_keys = ("data_source", "files", "ingested_at", "report_dir")

@@ -1,13 +1,20 @@
-"""`eqrisk build --dask`: the model's per-symbol work on a Dask cluster, block by block.
+"""`eqrisk build --dask`: the model's per-symbol work on a Dask cluster, block by block, each
+worker writing the chunk files of its own blocks into the new version.
 
-The builder plans the run (returns, factor layout, flat factors: what needs the universe),
-scatters the small shared factor series to every worker once, and sends each block of symbols
-its own rows only; the workers run `eqrisk.model.run.run_block`, the very function of the local
-build, so the numbers are the same bit for bit. Blocks go out a few per worker at a time, so a
-worker holds a bounded number of blocks (plus the shared series), never the universe. Their
-arrays come back to the builder, which writes the version as a local build does.
+The builder plans the run (returns, factor layout, flat factors, the cap rank: what needs the
+universe), scatters the small shared factor series to every worker once, and sends each task
+the rows of whole blocks of the snapshot's chunk grid (`chunks.BLOCK_SYMBOLS` symbols each):
+their returns, prices and leave-one-out factor rows. The worker runs
+`eqrisk.model.run.run_block`, the very function of the local build, adds the price metrics of
+its rows and writes its blocks' chunks (`chunks.write_block`, hard links to the previous
+version's equal files) into a staging folder of the snapshot store, which every host mounts at
+the same path. It returns only the chunk codes, the fields its rows could derive, the write
+stats and each row's latest values: the builder never holds an (n x T) output array; it joins
+the codes into the manifest, moves the staging folder's arrays into the new version and writes
+the long table and the symbols table from the written chunks, one time chunk at a time.
 
-Workers need eqrisk installed (the same version as the builder); they read and write no file.
+`run_model_dask` (the arrays brought back to the caller) remains for callers that want the
+numbers in memory.
 """
 
 from __future__ import annotations
@@ -16,9 +23,11 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -28,12 +37,18 @@ from eqrisk.data.panel import Panel
 from eqrisk.model.run import (
     BlockInput,
     ModelParams,
+    ModelPlan,
     ModelResult,
+    PriceRows,
     SharedFactors,
     finish_model,
+    join_metrics,
     plan_model,
+    row_price_metrics,
     run_block,
 )
+from eqrisk.snapshot import chunks
+from eqrisk.snapshot.tables import PANEL_ARRAYS, Staged
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -171,3 +186,274 @@ def run_model_dask(
             joined[name][start : start + len(arr)] = arr
         say(f"blocks {done}/{len(bounds)} done")
     return finish_model(plan, [(0, joined)])
+
+
+# ---------------------------------------------------------------- workers write their blocks
+
+
+@dataclass(frozen=True)
+class BlockJob:
+    """One task of a writing Dask build: grid blocks [b0, b1) (rows [start, stop)), their
+    inputs, and where to write. `derive` None: leave out the derivable fields this block can
+    derive; else exactly those (a second pass, when another block could not derive one)."""
+
+    folder: str
+    previous: str | None
+    grid: chunks.ChunkGrid
+    b0: int
+    b1: int
+    rows: BlockInput
+    # The rows of the price arrays (close, market_cap and PANEL_ARRAYS, stored as a local
+    # build stores them); None where all NaN (not sent: a source without open/high/low).
+    prices: dict[str, np.ndarray | None]
+    rank: np.ndarray | None  # (b x T) cap rank rows, None = all NaN (no caps)
+    derive: tuple[str, ...] | None = None
+
+    def price(self, name: str) -> np.ndarray:
+        """The rows of one price array; an all-NaN one as a read-only view (no memory)."""
+        values = self.prices[name]
+        return values if values is not None else _nans(self.rows.returns.shape)
+
+
+def _nans(shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(np.float64(np.nan), shape)
+
+
+@dataclass
+class BlockWritten:
+    """What a task returns: no (rows x T) array, only per-row values and the chunk codes."""
+
+    b0: int
+    b1: int
+    names: list[str]  # the metrics, in the published order
+    codes: dict[str, list[str]]  # per stored field, one code line per grid block
+    derived: list[str]  # the fields left out (derived on read)
+    stats: chunks.WriteStats
+    last: np.ndarray  # (rows,) last priced session, -1 = none
+    first: np.ndarray  # (rows,) first priced session, -1 = none
+    latest: dict[str, np.ndarray] = field(default_factory=dict)  # each metric at `last`
+
+    def nbytes(self) -> int:
+        """The bytes of the arrays it carries (per row: the latest values and two indexes)."""
+        return int(self.last.nbytes + self.first.nbytes) + sum(
+            int(v.nbytes) for v in self.latest.values()
+        )
+
+
+PRICE_INPUTS = ("close", "market_cap", *PANEL_ARRAYS)
+
+
+def _unless_all_nan(values: np.ndarray) -> np.ndarray | None:
+    return None if np.isnan(values).all() else values
+
+
+def _rows_of(values: np.ndarray | None, start: int, stop: int) -> np.ndarray | None:
+    return values[start:stop] if values is not None else None
+
+
+class _Rows:
+    """Rows [start, start + b) of an (n x T) field, indexed with the whole field's row numbers
+    (what `chunks.write_block` slices with)."""
+
+    def __init__(self, values: np.ndarray, start: int, n: int) -> None:
+        self.values, self.start = values, start
+        self.shape = (n, values.shape[1])
+
+    def __getitem__(self, key: tuple[slice, slice]) -> np.ndarray:
+        rows, cols = key
+        return self.values[rows.start - self.start : rows.stop - self.start, cols]
+
+
+def _block_files(folder: Path, b: int) -> Iterator[Path]:
+    arrays = folder / "arrays"
+    if arrays.is_dir():
+        for sub in arrays.iterdir():
+            yield from sub.glob(f"{b}.*.npy")
+
+
+def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> BlockWritten:
+    """What a worker runs for one job: compute, write the blocks' chunks, return the codes."""
+    import numba
+
+    with _KERNEL_LOCK:
+        if threads:
+            ceiling = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
+            numba.set_num_threads(max(1, min(threads, ceiling)))
+        out = run_block(shared, job.rows)
+    size, n_t = job.rows.returns.shape
+    rank = job.rank if job.rank is not None else _nans((size, n_t))
+    price = {name: job.price(name) for name in PRICE_INPUTS}
+    prices = PriceRows(
+        close=price["close"],
+        close_raw=price["close_raw"],
+        volume=price["volume"],
+        market_cap=price["market_cap"],
+        returns=job.rows.returns,
+    )
+    metrics = join_metrics(out, row_price_metrics(prices, rank))
+    fields: dict[str, np.ndarray] = {**metrics}
+    fields.update({name: price[name] for name in PANEL_ARRAYS})
+    local = chunks.ChunkGrid(size, n_t)
+    if job.derive is None:
+        derived = [name for name in sorted(fields) if chunks.derivable(name, fields, local)]
+    else:
+        derived = list(job.derive)
+        if not all(chunks.derivable(name, fields, local) for name in derived):
+            raise RuntimeError(f"blocks {job.b0}-{job.b1}: a derivation changed between passes")
+    folder = Path(job.folder)
+    for b in range(job.b0, job.b1):  # a second pass replaces the first pass's files
+        for path in _block_files(folder, b):
+            path.unlink()
+    start = job.rows.start
+    stored = {k: _Rows(v, start, job.grid.n) for k, v in fields.items() if k not in derived}
+    stats = chunks.WriteStats()
+    codes: dict[str, list[str]] = {name: [] for name in sorted(stored)}
+    previous = Path(job.previous) if job.previous is not None else None
+    for b in range(job.b0, job.b1):
+        lines = chunks.write_block(folder, stored, job.grid, b, previous=previous, stats=stats)
+        for name, line in lines.items():
+            codes[name].append(line)
+    has = np.isfinite(metrics["price_close"])
+    priced = has.any(axis=1)
+    last = np.where(priced, n_t - 1 - np.argmax(has[:, ::-1], axis=1), -1)
+    first = np.where(priced, np.argmax(has, axis=1), -1)
+    rows = np.flatnonzero(last >= 0)
+    latest = {}
+    for name, arr in metrics.items():
+        values = np.full(size, np.nan)
+        values[rows] = arr[rows, last[rows]]
+        latest[name] = values
+    return BlockWritten(
+        b0=job.b0,
+        b1=job.b1,
+        names=list(metrics),
+        codes=codes,
+        derived=derived,
+        stats=stats,
+        last=last,
+        first=first,
+        latest=latest,
+    )
+
+
+def write_model_dask(
+    plan: ModelPlan,
+    client: Client,
+    folder: Path,
+    *,
+    previous: Path | None = None,
+    block_rows: int = chunks.BLOCK_SYMBOLS,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Staged, list[str]]:
+    """Run the model on the cluster of `client`, the workers writing the arrays of the version
+    into `folder` (a staging folder on the shared store; chunks equal to `previous`'s are hard
+    links to them). Tasks take whole blocks of the chunk grid: `block_rows` rounded up to a
+    multiple of its block. Returns the staged arrays and the metric names in published order.
+
+    A field is derived on read (not stored) when every block can derive it, as in a local
+    build; a block that left out a field another block could not derive is run again."""
+    from distributed import as_completed
+
+    say = progress or (lambda _msg: None)
+    n, n_t = plan.returns.shape
+    grid = chunks.ChunkGrid(n, n_t)
+    per_task = max(1, -(-block_rows // grid.block))
+    bounds = [(b, min(b + per_task, grid.blocks)) for b in range(0, grid.blocks, per_task)]
+    workers, threads = _worker_threads(client)
+    shared = client.scatter(plan.shared, broadcast=True, hash=False)
+    rank = plan.cap_ranks()
+    run_id = uuid.uuid4().hex[:8]
+    folder.mkdir(parents=True, exist_ok=True)
+    sent = {name: _unless_all_nan(getattr(plan.panel, name)) for name in PRICE_INPUTS}
+
+    def job(b0: int, b1: int, derive: tuple[str, ...] | None = None) -> BlockJob:
+        start, stop = grid.rows(b0)[0], grid.rows(b1 - 1)[1]
+        return BlockJob(
+            folder=str(folder),
+            previous=str(previous) if previous is not None else None,
+            grid=grid,
+            b0=b0,
+            b1=b1,
+            rows=plan.block(start, stop),
+            prices={name: _rows_of(values, start, stop) for name, values in sent.items()},
+            rank=rank[start:stop] if rank is not None else None,
+            derive=derive,
+        )
+
+    def run(
+        jobs: Sequence[tuple[int, int, tuple[str, ...] | None]], what: str
+    ) -> list[BlockWritten]:
+        queue = iter(jobs)
+        running = as_completed()
+
+        def submit_next() -> None:
+            item = next(queue, None)
+            if item is None:
+                return
+            b0, b1, derive = item
+            scattered = client.scatter(job(b0, b1, derive), hash=False)
+            running.add(
+                client.submit(
+                    _write_task,
+                    shared,
+                    scattered,
+                    threads,
+                    key=f"eqrisk-write-{run_id}-{what}-{b0}",
+                    pure=False,
+                )
+            )
+
+        for _ in range(workers * IN_FLIGHT_PER_WORKER):
+            submit_next()
+        got: list[BlockWritten] = []
+        for done, future in enumerate(running, start=1):
+            got.append(future.result())
+            future.release()
+            submit_next()
+            say(f"blocks {done}/{len(jobs)} {what}")
+        return got
+
+    say(
+        f"blocks 0/{len(bounds)} written ({workers} workers, {grid.block * per_task} symbols "
+        "a task, written by the workers)"
+    )
+    written = {w.b0: w for w in run([(b0, b1, None) for b0, b1 in bounds], "written")}
+    derived = sorted(set.intersection(*(set(w.derived) for w in written.values())))
+    again = [(w.b0, w.b1, tuple(derived)) for w in written.values() if w.derived != derived]
+    if again:
+        say(f"{len(again)} blocks written again: a field not derivable everywhere is stored")
+        written.update({w.b0: w for w in run(again, "rewritten")})
+    return _staged(folder, grid, [written[b0] for b0, _ in bounds], derived), written[0].names
+
+
+def _staged(
+    folder: Path, grid: chunks.ChunkGrid, parts: list[BlockWritten], derived: list[str]
+) -> Staged:
+    """The parts (in block order) joined: the manifest's `arrays` block, stats, per-row values."""
+    stats = chunks.WriteStats(derived=list(derived))
+    table: dict[str, list[str]] = {name: [] for name in sorted(parts[0].codes)}
+    for part in parts:
+        if set(part.codes) != set(table):
+            raise RuntimeError("the blocks stored different fields")
+        for name, lines in part.codes.items():
+            table[name].extend(lines)
+        stats.written += part.stats.written
+        stats.shared += part.stats.shared
+        stats.empty += part.stats.empty
+        stats.bytes_written += part.stats.bytes_written
+        stats.written_files.extend(part.stats.written_files)
+    arrays: dict[str, Any] = {
+        "layout": chunks.LAYOUT,
+        "grid": grid.describe(),
+        "chunks": table,
+        "derived": {name: list(chunks.DERIVATIONS[name]) for name in derived},
+    }
+    latest = {name: np.concatenate([p.latest[name] for p in parts]) for name in parts[0].latest}
+    return Staged(
+        folder=folder,
+        arrays=arrays,
+        stats=stats,
+        last=np.concatenate([p.last for p in parts]),
+        first=np.concatenate([p.first for p in parts]),
+        latest=latest,
+    )

@@ -240,8 +240,10 @@ def tail_offsets(start: int, window: int) -> tuple[int, int]:
 
 def run_tail(plan: ModelPlan, start: int) -> dict[str, np.ndarray]:
     """Every metric at sessions t >= `start`, as (n x (T - start)) arrays, bitwise equal to a
-    full run's: the per-symbol work of `run_block` on the inputs from a re-anchoring point one
-    or two windows earlier (`tail_offsets`), so a one-session update costs about 2 windows."""
+    full run's: the per-symbol work of `run_block` on the inputs from a re-anchoring point two
+    windows earlier (`tail_offsets`), each series computed from the point it needs only (the
+    cascade from one window before `start`, the flat model from `start` - 1, the 23-session
+    volatility from its own anchor), so a one-session update costs about one window."""
     params = plan.shared.params
     o, o_short = tail_offsets(start, params.window)
     shared = plan.in_process()
@@ -260,13 +262,25 @@ def run_tail(plan: ModelPlan, start: int) -> dict[str, np.ndarray]:
         model_fidx=full.model_fidx,
         exposure=full.exposure,
     )
-    out = {name: arr[:, start - o :] for name, arr in run_block(sliced, block).items()}
-    out["vol_23d"] = (
-        rolling_std(plan.returns[:, o_short:], window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS)[
-            :, start - o_short :
-        ]
-        * ANNUALIZATION
-    )
+    s = start - o
+    if s >= 2 * params.window:  # each series from the point it needs (see run_block)
+        computed = run_block(sliced, block, start=s)
+    else:  # the first two windows: the whole run
+        computed = {name: arr[:, s:] for name, arr in run_block(sliced, block).items()}
+    short = np.ascontiguousarray(plan.returns[:, o_short:])
+    vol_short = rolling_std(
+        short,
+        window=VOL_SHORT_WINDOW,
+        min_obs=VOL_SHORT_MIN_OBS,
+        out=np.empty(short.shape),
+        start=start - o_short,
+    )[:, start - o_short :]
+    out: dict[str, np.ndarray] = {}
+    for name, arr in computed.items():  # the order of a full run's metrics
+        if name == "vol_252d_ann":
+            out["vol_23d"] = vol_short * ANNUALIZATION
+        if name != "vol_23d":
+            out[name] = arr
     out.update(plan.price_metrics_from(start))
     return out
 
@@ -296,7 +310,7 @@ class TailArray:
             raise IndexError("a tail array takes unit-step slices")
         if lo >= s:
             return self.tail[rows, lo - s : hi - s]
-        head = np.asarray(self._before()[rows, lo : min(hi, s)], dtype=np.float64)
+        head = self._read_before(rows, lo, min(hi, s))
         if hi <= s:
             return head
         return np.concatenate([head, self.tail[rows, 0 : hi - s]], axis=-1)
@@ -319,6 +333,32 @@ class TailArray:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         whole = np.asarray(self[:, 0 : self.shape[1]], dtype=np.float64)
         return whole if dtype is None else whole.astype(dtype)
+
+    def _read_before(self, rows: Any, lo: int, hi: int) -> np.ndarray:
+        """Sessions [lo, hi) of `rows` from the previous version: for a slice of rows of a
+        chunked field, copied chunk by chunk (the long table's monthly file reads a year of
+        every row this way); otherwise through the field's own indexing."""
+        before = self._before()
+        if not isinstance(before, chunks.ChunkedArray) or not isinstance(rows, slice):
+            return np.asarray(before[rows, lo:hi], dtype=np.float64)
+        r0, r1, step = rows.indices(self.shape[0])
+        if step != 1:
+            return np.asarray(before[rows, lo:hi], dtype=np.float64)
+        g = before.grid
+        out = np.empty((max(0, r1 - r0), max(0, hi - lo)))
+        for b in range(r0 // g.block, -(-r1 // g.block)):
+            b0, b1 = g.rows(b)
+            a0, a1 = max(r0, b0), min(r1, b1)
+            for c in range(lo // g.chunk, -(-hi // g.chunk)):
+                c0, c1 = g.cols(c)
+                x0, x1 = max(lo, c0), min(hi, c1)
+                stored = before.chunk(b, c)
+                target = out[a0 - r0 : a1 - r0, x0 - lo : x1 - lo]
+                if stored is None:  # all NaN, not stored
+                    target[...] = np.nan
+                else:
+                    target[...] = stored[a0 - b0 : a1 - b0, x0 - c0 : x1 - c0]
+        return out
 
     def _before(self) -> chunks.FieldArray:
         if self.before is None:

@@ -10,6 +10,7 @@ every unchanged file with the previous one.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,6 +73,26 @@ class Reuse:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """The arrays of a version already written, block by block, by the workers of a Dask build
+    into `folder/arrays` (on the store every host mounts), with what the driver keeps of them:
+    the manifest's `arrays` block, the write stats, each row's first and last priced session
+    and the value there of every metric (`latest`, the symbols table's); no (n x T) array."""
+
+    folder: Path
+    arrays: dict[str, Any]
+    stats: chunks.WriteStats
+    last: np.ndarray
+    first: np.ndarray
+    latest: dict[str, np.ndarray]
+
+    def adopt(self, folder: Path) -> tuple[dict[str, Any], chunks.WriteStats]:
+        """Move the written arrays into the version folder being built (one rename)."""
+        os.replace(self.folder / "arrays", folder / "arrays")
+        return self.arrays, self.stats
+
+
+@dataclass(frozen=True)
 class SnapshotContent:
     """Everything a build produced: the model result, the panel it came from, the master."""
 
@@ -83,6 +104,7 @@ class SnapshotContent:
     reuse: Reuse | None = None
     inputs: dict[str, Any] | None = None  # digests of the model's inputs (`incremental`)
     build: dict[str, Any] | None = None  # how it was built and why (full / incremental)
+    staged: Staged | None = None  # arrays the workers of a Dask build wrote already
 
 
 def write_content(
@@ -100,24 +122,29 @@ def write_content(
     say = progress or (lambda _msg: None)
     result, panel = content.result, content.panel
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "arrays").mkdir()
-    say("writing arrays")
-    fields: dict[str, np.ndarray] = dict(result.metrics)
+    fields: dict[str, Any] = dict(result.metrics)
     for name in PANEL_ARRAYS:
         fields[name] = getattr(panel, name)
     grid = chunks.ChunkGrid(len(result.symbols), len(panel.sessions))
     reuse = content.reuse
     if reuse is not None:
         previous = reuse.previous
-    arrays, stats = chunks.write_arrays(
-        folder,
-        fields,
-        grid,
-        previous=previous,
-        progress=say,
-        reuse=reuse.chunks if reuse is not None else 0,
-        previous_arrays=reuse.manifest["arrays"] if reuse is not None else None,
-    )
+    if content.staged is not None:
+        say("taking the arrays the workers wrote")
+        arrays, stats = content.staged.adopt(folder)
+        fields = dict(chunks.open_arrays(folder, arrays))  # read back chunk by chunk below
+    else:
+        (folder / "arrays").mkdir()
+        say("writing arrays")
+        arrays, stats = chunks.write_arrays(
+            folder,
+            fields,
+            grid,
+            previous=previous,
+            progress=say,
+            reuse=reuse.chunks if reuse is not None else 0,
+            previous_arrays=reuse.manifest["arrays"] if reuse is not None else None,
+        )
     np.save(folder / "sessions.npy", panel.sessions.astype("datetime64[D]"))
     np.save(folder / "factors.npy", np.ascontiguousarray(result.flat.returns, dtype=np.float64))
 
@@ -207,8 +234,11 @@ def symbols_table(content: SnapshotContent) -> pd.DataFrame:
     result = content.result
     master = content.master.set_index("symbol").reindex(result.symbols)
     hierarchy = result.hierarchy.set_index("symbol").reindex(result.symbols)
+    staged = content.staged
     if content.reuse is not None:
         last, first = content.reuse.last, content.reuse.first
+    elif staged is not None:
+        last, first = staged.last, staged.first
     else:
         price = result.metrics["price_close"]
         last = _latest_index(price)
@@ -227,7 +257,12 @@ def symbols_table(content: SnapshotContent) -> pd.DataFrame:
         for c in ("name", "gics_sector", "gics_sub_industry", "sector_code", "asset_type")
     }
     hier_cols = {c: hierarchy[c].tolist() for c in ("market", "sector", "subsector")}
-    latest_cols = {k: latest_values(result.metrics[k], last) for k in latest_fields}
+    latest_cols = {
+        k: [_clean(v) for v in staged.latest[k].tolist()]
+        if staged is not None
+        else latest_values(result.metrics[k], last)
+        for k in latest_fields
+    }
     for i, ticker in enumerate(result.symbols.tolist()):
         t = int(last[i])
         latest = {k: latest_cols[k][i] for k in latest_fields}
