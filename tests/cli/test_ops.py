@@ -283,6 +283,25 @@ def test_pruning_never_removes_the_version_made_current_by_use(home: Path) -> No
     assert list_versions(home) == [v1, v2]
 
 
+def test_a_killed_dask_builds_staging_folder_is_removed_a_running_ones_kept(home: Path) -> None:
+    """A Dask build's workers write into a staging folder of the store; a build killed midway
+    leaves it behind. The next build removes it, but never the staging folder of a build that
+    is still running (its owner holds the folder's lock)."""
+    from eqrisk.snapshot.versions import STAGING_LOCK, snapshots_dir, staging_folder
+
+    root = snapshots_dir(home)
+    dead = root / ".staging-killed"
+    (dead / "arrays").mkdir(parents=True)
+    (dead / STAGING_LOCK).touch()  # its owner is gone: nobody holds the lock
+    (dead / "arrays" / "debris.npy").write_bytes(b"x" * 1000)
+    with staging_folder(root) as live:
+        (live / "arrays").mkdir()
+        build_snapshot(home, PARAMS, keep=3)
+        assert not dead.exists()
+        assert (live / "arrays").is_dir()  # a running build's folder survives
+    assert not live.exists()  # and its owner removes it when it ends
+
+
 # --------------------------------------------------------------------------- damaged versions
 
 

@@ -3,8 +3,6 @@ the three; the model itself does no I/O); and the demo pipeline (generate -> ing
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -36,6 +34,7 @@ from eqrisk.snapshot.versions import (
     current_version,
     share_from,
     snapshots_dir,
+    staging_folder,
     write_snapshot,
 )
 
@@ -229,8 +228,7 @@ def _publish_dask(
     from the written chunks and never holds an (n x T) output array."""
     from eqrisk.snapshot.distributed import dask_client, write_model_dask
 
-    staging = snapshots_dir(home) / f".staging-{uuid.uuid4().hex[:12]}"
-    try:
+    with staging_folder(snapshots_dir(home)) as staging:
         say(f"starting Dask ({address})")
         with dask_client(address, workers=workers) as client:
             staged, names = write_model_dask(
@@ -255,8 +253,6 @@ def _publish_dask(
             staged=staged,
         )
         return write_snapshot(home, content, keep=keep, progress=say)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 ingest_keys = ("data_source", "files", "ingested_at", "report_dir")

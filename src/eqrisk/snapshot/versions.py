@@ -104,12 +104,49 @@ def _build_lock(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+STAGING_PREFIX = ".staging-"
+STAGING_LOCK = ".owner.lock"
+
+
+@contextmanager
+def staging_folder(root: Path) -> Iterator[Path]:
+    """A folder of the store where a Dask build's workers write its arrays before the version
+    takes them over. Its owner holds a lock inside it for as long as it lives, so a later
+    build tells a killed build's leftovers (lock free) from a running build's (held), even on
+    another host; removed when the block ends, whatever happens."""
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=root))
+    try:
+        with open(folder / STAGING_LOCK, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _abandoned(folder: Path) -> bool:
+    """True when no live build holds the staging folder's lock (its owner was killed)."""
+    try:
+        with open(folder / STAGING_LOCK, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return not (folder / STAGING_LOCK).exists()
+
+
 def _remove_stale_builds(root: Path) -> None:
-    """Debris of killed builds: unfinished version folders and pointer files never renamed."""
+    """Debris of killed builds: unfinished version folders, pointer files never renamed, and
+    the staging folders of Dask builds whose owner is gone (a running one's is left alone)."""
     for path in root.glob(".building-*"):
         shutil.rmtree(path, ignore_errors=True)
     for path in root.glob(".current-*"):
         path.unlink(missing_ok=True)
+    for path in root.glob(f"{STAGING_PREFIX}*"):
+        if path.is_dir() and _abandoned(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _fsync_dir(path: Path) -> None:
