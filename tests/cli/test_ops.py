@@ -283,6 +283,29 @@ def test_pruning_never_removes_the_version_made_current_by_use(home: Path) -> No
     assert list_versions(home) == [v1, v2]
 
 
+def test_use_waits_for_a_build_that_holds_the_lock(home: Path) -> None:
+    """`snapshots use` takes the build lock: while a build publishes (holds it), the switch
+    waits, and it lands after the build, so the operator's choice is what is served."""
+    import threading
+
+    from eqrisk.snapshot.versions import (
+        _build_lock,
+        current_version,
+        snapshots_dir,
+        use_version,
+    )
+
+    v1, v2 = list_versions(home)
+    done = threading.Event()
+    with _build_lock(snapshots_dir(home)):
+        worker = threading.Thread(target=lambda: (use_version(home, "1"), done.set()))
+        worker.start()
+        assert not done.wait(0.5)  # blocked on the lock
+        assert current_version(home) == v2
+    worker.join(timeout=30)
+    assert done.is_set() and current_version(home) == v1
+
+
 # --------------------------------------------------------------------------- damaged versions
 
 
