@@ -302,6 +302,29 @@ def test_a_killed_dask_builds_staging_folder_is_removed_a_running_ones_kept(home
     assert not live.exists()  # and its owner removes it when it ends
 
 
+def test_use_waits_for_a_build_that_holds_the_lock(home: Path) -> None:
+    """`snapshots use` takes the build lock: while a build publishes (holds it), the switch
+    waits, and it lands after the build, so the operator's choice is what is served."""
+    import threading
+
+    from eqrisk.snapshot.versions import (
+        _build_lock,
+        current_version,
+        snapshots_dir,
+        use_version,
+    )
+
+    v1, v2 = list_versions(home)
+    done = threading.Event()
+    with _build_lock(snapshots_dir(home)):
+        worker = threading.Thread(target=lambda: (use_version(home, "1"), done.set()))
+        worker.start()
+        assert not done.wait(0.5)  # blocked on the lock
+        assert current_version(home) == v2
+    worker.join(timeout=30)
+    assert done.is_set() and current_version(home) == v1
+
+
 # --------------------------------------------------------------------------- damaged versions
 
 

@@ -194,16 +194,20 @@ def resolve_version(home: Path, name: str) -> str:
 
 
 def use_version(home: Path, name: str) -> str:
-    """Make the kept version `name` current after checking it opens; returns its full name."""
-    version = resolve_version(home, name)
-    try:
-        Snapshot.open(snapshots_dir(home) / version)
-    except SnapshotError as exc:
-        raise SnapshotError(
-            f"{exc}; it cannot be made current: choose another version (`eqrisk snapshots`) "
-            "or run `eqrisk build`"
-        ) from exc
-    set_current(home, version)
+    """Make the kept version `name` current after checking it opens; returns its full name.
+
+    Under the build lock: a build that is publishing finishes first (its pruning never removes
+    the version this makes current), and the build after this sees the new CURRENT."""
+    with _build_lock(snapshots_dir(home)):
+        version = resolve_version(home, name)
+        try:
+            Snapshot.open(snapshots_dir(home) / version)
+        except SnapshotError as exc:
+            raise SnapshotError(
+                f"{exc}; it cannot be made current: choose another version (`eqrisk snapshots`) "
+                "or run `eqrisk build`"
+            ) from exc
+        set_current(home, version)
     return version
 
 
