@@ -3,16 +3,20 @@
 Each (n x T) metric is cut along a grid of symbol blocks x time chunks, rows [b*S, (b+1)*S) x
 sessions [c*L, (c+1)*L), into files:
 
-    arrays/_rows/<b>.<c>.npy     (rows x fields x L) float64: the chunk of every float64 field,
-                                 a row's fields side by side (a ticker's history: one run a chunk)
-    arrays/<field>/<b>.<c>.npy   (rows x L): the chunk of a field stored in a narrower dtype
+    arrays/_rows/<b>.<c>.npy       (runs x L) float64: the chunk of every float64 field, one
+                                   run of L sessions per (row, field) that holds a number, a
+                                   row's runs side by side (a ticker's history: one piece a chunk)
+    arrays/_rows/<b>.<c>.runs.npy  (rows x fields) int32: where each (row, field) run is in the
+                                   group file, -1 where it is all NaN (not stored)
+    arrays/<field>/<b>.<c>.npy     (rows x L): the chunk of a field stored in a narrower dtype
 
 with fixed boundaries at multiples of S and L, so that a new session changes only the last
 time chunk of each block (the last chunk holds only the sessions that exist: it grows), and a
 worker that computed one symbol block writes that block's files alone. Why these choices, and
 the measurements behind them, are in docs/DECISIONS.md ("Issue 10: versions that share history").
 
-- A chunk whose values are all NaN is not stored (the manifest says so; it reads back as NaN).
+- A chunk whose values are all NaN is not stored (the manifest says so; it reads back as NaN),
+  nor is the run of a row that is all NaN within a group file (its runs index says -1).
 - A chunk is stored in the narrowest of uint8, uint16, float32 and float64 that gives back the
   same float64 bits, so counts (n_obs) take a byte and floats stay exact.
 - A field that is an exact function of stored ones (an alias, `a - b`, `1 - a`: IEEE operations
@@ -39,7 +43,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-LAYOUT = "chunks-1"
+LAYOUT = "chunks-2"  # group files hold only the runs with a number (`runs_path`)
+DENSE_GROUPS = "chunks-1"  # the layout before: group files (rows x fields x L), every run
 CHUNK_SESSIONS = 128  # L: a one-session update rewrites at most L/T of a version
 BLOCK_SYMBOLS = 1024  # S: the rows one worker writes as a unit
 EMPTY = "."  # manifest code of a chunk that is not stored (all NaN)
@@ -53,6 +58,8 @@ CODES: dict[str, np.dtype[Any]] = {
     "d": np.dtype(np.float64),
 }
 CODE_OF = {dtype: code for code, dtype in CODES.items()}
+RUNS = "i"  # the dtype code of a group's runs index (`runs_path`)
+FILE_DTYPES: dict[str, np.dtype[Any]] = {**CODES, RUNS: np.dtype(np.int32)}
 
 # Fields that are exact functions of others: (operation, source fields). Stored anyway when the
 # writer finds a single differing bit.
@@ -63,6 +70,10 @@ DERIVATIONS: dict[str, tuple[str, ...]] = {
     "l2_rr": ("minus", "return", "l2_cfr"),
     "l3_rr": ("minus", "return", "l3_cfr"),
     "l1_res_er": ("one_minus", "l1_mkt_er"),
+    # The cascade's `1.0 - er_m - er_s [- er_u]`, left to right; a row without the deeper
+    # level (an ETF: L1 carried into the L2/L3 columns, its sector share NaN) stops earlier.
+    "l2_res_er": ("one_minus_known", "l2_mkt_er", "l2_sec_er"),
+    "l3_res_er": ("one_minus_known", "l3_mkt_er", "l3_sec_er", "l3_sub_er"),
 }
 
 
@@ -130,6 +141,20 @@ def chunk_path(name: str, b: int, c: int) -> Path:
 def group_path(b: int, c: int) -> Path:
     """Path of the group file of (block b, chunk c): its float64 fields, (rows x fields x L)."""
     return Path("arrays") / GROUP_DIR / f"{b}.{c}.npy"
+
+
+def runs_path(b: int, c: int) -> Path:
+    """Path of the runs index of group file (b, c): (rows x fields) int32, -1 = not stored."""
+    return Path("arrays") / GROUP_DIR / f"{b}.{c}.runs.npy"
+
+
+def group_runs(stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A (rows x fields x L) group as (runs x L) float64, the runs holding a number in
+    row-major order, and the (rows x fields) int32 index of each run (-1: all NaN)."""
+    kept = ~np.isnan(stacked).all(axis=2)
+    index = np.full(kept.shape, -1, dtype=np.int32)
+    index[kept] = np.arange(int(kept.sum()), dtype=np.int32)
+    return np.ascontiguousarray(stacked[kept]), index
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -267,6 +292,7 @@ def write_block(
                     stats.shared += 1
             if grouped:
                 link_unread(folder, group_path(b, c), previous)
+                link_unread(folder, runs_path(b, c), previous)
                 stats.shared += 1
     for c in range(reuse, grid.chunks):
         c0, c1 = grid.cols(c)
@@ -285,7 +311,8 @@ def write_block(
             else:
                 _store(folder, chunk_path(name, b, c), stored, previous, stats)
         if group:
-            _store(folder, group_path(b, c), np.stack(group, axis=1), previous, stats)
+            data, index = group_runs(np.stack(group, axis=1))
+            _store_group(folder, b, c, data, index, previous, stats)
     return {name: "".join(line) for name, line in codes.items()}
 
 
@@ -300,6 +327,30 @@ def _store(
         stats.written_files.append(str(rel))
 
 
+def _store_group(
+    folder: Path,
+    b: int,
+    c: int,
+    data: np.ndarray,
+    index: np.ndarray,
+    previous: Path | None,
+    stats: WriteStats,
+) -> None:
+    """A group file and its runs index: one chunk in the stats (written when either file is)."""
+    linked = [
+        share_or_write(folder, rel, previous, _chunk_equals(values), _saver(values))
+        for rel, values in ((group_path(b, c), data), (runs_path(b, c), index))
+    ]
+    if all(linked):
+        stats.shared += 1
+        return
+    stats.written += 1
+    for rel, was_linked in zip((group_path(b, c), runs_path(b, c)), linked, strict=True):
+        if not was_linked:
+            stats.bytes_written += (folder / rel).stat().st_size
+            stats.written_files.append(str(rel))
+
+
 def derive(op: str, sources: list[Any]) -> Any:
     """Apply one derivation to values read from its sources (arrays or scalars)."""
     if op == "same":
@@ -308,6 +359,11 @@ def derive(op: str, sources: list[Any]) -> Any:
         return np.subtract(sources[0], sources[1])
     if op == "one_minus":
         return np.subtract(1.0, sources[0])
+    if op == "one_minus_known":
+        out = np.subtract(1.0, sources[0])
+        for more in sources[1:]:
+            out = np.where(np.isnan(more), out, np.subtract(out, more))
+        return out[()] if np.ndim(out) == 0 else out  # one value stays a scalar
     raise ValueError(f"unknown derivation {op!r}")
 
 
@@ -407,6 +463,25 @@ def _index(key: Any, size: int) -> int | slice | np.ndarray:
     return arr % size
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """What chunk (b, c) of a version holds, opened once: the group's runs (`data`, (runs x L))
+    and their index (`runs`, (rows x members)), the positions (in `ChunkStore.names`) of the
+    group's fields as a slice when contiguous (`members`), each field's column in `runs`
+    (`slot`), per row its first run where the row has every member's run (`whole`, else -1),
+    the fields stored on their own (position, array) and the positions of those not stored."""
+
+    width: int
+    data: np.ndarray | None
+    runs: np.ndarray | None
+    positions: np.ndarray
+    members: Any
+    slot: dict[int, int]
+    whole: np.ndarray | None
+    own: list[tuple[int, np.ndarray]]
+    empty: list[int]
+
+
 class ChunkStore:
     """The stored chunks of one version: opened on first use, and the assembled rows.
 
@@ -414,10 +489,21 @@ class ChunkStore:
     the fields asked); assembling every stored field of that row at once reads one contiguous
     run per chunk (the group file) instead of one per field and chunk. So a read spanning more
     than two chunks assembles the whole row and keeps it for the next fields (first in, first
-    out, ROW_CACHE_BYTES at most); short reads take the field's own chunks."""
+    out, ROW_CACHE_BYTES at most); short reads take the field's own runs.
 
-    def __init__(self, folder: Path, grid: ChunkGrid, codes: Mapping[str, list[str]]) -> None:
-        self.folder, self.grid, self.codes = folder, grid, codes
+    Reads both layouts: `chunks-2` (group files of the runs that hold a number, and their
+    index) and `chunks-1` (group files of every run, read as if indexed in order)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        grid: ChunkGrid,
+        codes: Mapping[str, list[str]],
+        layout: str = LAYOUT,
+    ) -> None:
+        if layout not in (LAYOUT, DENSE_GROUPS):
+            raise ValueError(f"unknown chunk layout {layout!r}")
+        self.folder, self.grid, self.codes, self.layout = folder, grid, codes, layout
 
         # Rows of an assembled row: the fields stored only in group files first (so that a
         # group lands in one contiguous run of rows), then the others; alphabetical within.
@@ -429,9 +515,7 @@ class ChunkStore:
         self.names = sorted(stored, key=lambda n: (not only_grouped(n), n))
         self.position = {name: i for i, name in enumerate(self.names)}
         self._files: dict[Path, np.ndarray] = {}
-        self._chunks: dict[tuple[str, int, int], np.ndarray | None] = {}
-        self._members: dict[tuple[int, int], list[int]] = {}
-        self._plans: dict[tuple[int, int], tuple[np.ndarray | None, Any, list[Any], list[int]]] = {}
+        self._cells: dict[tuple[int, int], _Cell] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
         row_bytes = max(1, len(self.names) * grid.t * 8)
@@ -444,35 +528,79 @@ class ChunkStore:
             self._files[rel] = arr
         return arr
 
-    def members(self, b: int, c: int) -> list[int]:
-        """Positions (in `names`) of the fields in the group file of (b, c), in file order
-        (alphabetical, as the writer stacked them)."""
-        found = self._members.get((b, c))
+    def cell(self, b: int, c: int) -> _Cell:
+        """Chunk (b, c), opened once (see `_Cell`)."""
+        found = self._cells.get((b, c))
         if found is None:
-            found = [self.position[n] for n in sorted(self.codes) if self.codes[n][b][c] == GROUPED]
-            self._members[b, c] = found
+            found = self._open_cell(b, c)
+            self._cells[b, c] = found
         return found
 
-    def chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
-        """One field's (rows x L) chunk, its stored dtype; None when not stored (all NaN).
-        Kept once found: a ticker's latest metrics read one value of many fields."""
-        key = (name, b, c)
-        try:
-            return self._chunks[key]
-        except KeyError:
-            pass
-        found = self._find_chunk(name, b, c)
-        self._chunks[key] = found
-        return found
+    def _open_cell(self, b: int, c: int) -> _Cell:
+        c0, c1 = self.grid.cols(c)
+        # Group file order: alphabetical, as the writer stacked them.
+        grouped = [n for n in sorted(self.codes) if self.codes[n][b][c] == GROUPED]
+        positions = [self.position[n] for n in grouped]
+        data = runs = whole = None
+        if positions:
+            data = self._file(group_path(b, c))
+            if self.layout == DENSE_GROUPS:  # every run stored, in row-major order
+                rows, k, width = data.shape
+                data = data.reshape(rows * k, width)
+                runs = np.arange(rows * k, dtype=np.int32).reshape(rows, k)
+            else:
+                runs = np.array(self._file(runs_path(b, c)))
+            whole = np.where((runs >= 0).all(axis=1), runs[:, 0], -1)
+        members: Any = np.asarray(positions, dtype=np.int64)
+        if positions and positions == list(range(positions[0], positions[0] + len(positions))):
+            members = slice(positions[0], positions[0] + len(positions))
+        own = [
+            (i, self._file(chunk_path(name, b, c)))
+            for i, name in enumerate(self.names)
+            if self.codes[name][b][c] not in (EMPTY, GROUPED)
+        ]
+        empty = [i for i, name in enumerate(self.names) if self.codes[name][b][c] == EMPTY]
+        return _Cell(
+            width=c1 - c0,
+            data=data,
+            runs=runs,
+            positions=np.asarray(positions, dtype=np.int64),
+            members=members,
+            slot={p: j for j, p in enumerate(positions)},
+            whole=whole,
+            own=own,
+            empty=empty,
+        )
 
-    def _find_chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
+    def run(self, name: str, b: int, c: int, local: int) -> np.ndarray | None:
+        """Row `local` of block b of one field over chunk c (its stored dtype), None when not
+        stored (all NaN). A ticker's latest metrics read one value of many fields this way."""
         code = self.codes[name][b][c]  # a field never stored has only EMPTY codes
         if code == EMPTY:
             return None
         if code != GROUPED:
+            own: np.ndarray = self._file(chunk_path(name, b, c))[local]
+            return own
+        cell = self.cell(b, c)
+        assert cell.runs is not None and cell.data is not None
+        at = int(cell.runs[local, cell.slot[self.position[name]]])
+        return None if at < 0 else cell.data[at]
+
+    def dense(self, name: str, b: int, c: int) -> np.ndarray | None:
+        """One field's (rows x L) chunk (its stored dtype; a grouped field's runs placed in a
+        new NaN array); None when not stored (all NaN)."""
+        code = self.codes[name][b][c]
+        if code == EMPTY:
+            return None
+        if code != GROUPED:
             return self._file(chunk_path(name, b, c))
-        group = self._file(group_path(b, c))
-        return group[:, self.members(b, c).index(self.position[name]), :]
+        cell = self.cell(b, c)
+        assert cell.runs is not None and cell.data is not None
+        at = cell.runs[:, cell.slot[self.position[name]]]
+        out = np.full((len(at), cell.width), np.nan)
+        kept = at >= 0
+        out[kept] = cell.data[at[kept]]
+        return out
 
     def cached_row(self, r: int) -> np.ndarray:
         """The assembled (fields x T) row r: kept for the next fields of the same answer."""
@@ -490,41 +618,28 @@ class ChunkStore:
         with self._lock:
             self._rows.clear()
 
-    def _plan(self, b: int, c: int) -> tuple[np.ndarray | None, Any, list[Any], list[int]]:
-        """What chunk (b, c) holds: its group file, the rows its fields go to (a slice when
-        contiguous), the (position, array) of each field stored on its own, and the positions
-        of the fields it does not store (all NaN there); opened once."""
-        plan = self._plans.get((b, c))
-        if plan is None:
-            positions = self.members(b, c)
-            group = self._file(group_path(b, c)) if positions else None
-            members: Any = positions
-            if positions and positions == list(range(positions[0], positions[0] + len(positions))):
-                members = slice(positions[0], positions[0] + len(positions))
-            own = [
-                (i, self._file(chunk_path(name, b, c)))
-                for i, name in enumerate(self.names)
-                if self.codes[name][b][c] not in (EMPTY, GROUPED)
-            ]
-            empty = [i for i, name in enumerate(self.names) if self.codes[name][b][c] == EMPTY]
-            plan = (group, members, own, empty)
-            self._plans[b, c] = plan
-        return plan
-
     def full_row(self, r: int) -> np.ndarray:
         """Every stored field of row r over all sessions, (fields x T) float64, read-only."""
         g = self.grid
         b, local = divmod(r, g.block)
         out = np.empty((len(self.names), g.t))
         for c in range(g.chunks):
-            c0, c1 = c * g.chunk, min(g.t, (c + 1) * g.chunk)
-            group, members, own, empty = self._plan(b, c)
-            if group is not None:
-                out[members, c0:c1] = group[local]
-            for i, arr in own:
+            c0 = c * g.chunk
+            cell = self._cells.get((b, c)) or self.cell(b, c)
+            c1 = c0 + cell.width
+            if cell.data is not None:
+                first = cell.whole[local]  # type: ignore[index]
+                if first >= 0:  # the row has every member's run: one contiguous copy
+                    out[cell.members, c0:c1] = cell.data[first : first + len(cell.positions)]
+                else:
+                    at = cell.runs[local]  # type: ignore[index]
+                    kept = at >= 0
+                    out[cell.positions[kept], c0:c1] = cell.data[at[kept]]
+                    out[cell.positions[~kept], c0:c1] = np.nan
+            for i, arr in cell.own:
                 out[i, c0:c1] = arr[local]
-            if empty:
-                out[empty, c0:c1] = np.nan
+            if cell.empty:
+                out[cell.empty, c0:c1] = np.nan
         out.flags.writeable = False
         return out
 
@@ -540,33 +655,17 @@ class ChunkedArray:
         self.store, self.name, self.grid = store, name, store.grid
         self.shape = (store.grid.n, store.grid.t)
         self._position = store.position.get(name, -1)  # -1: never stored, all NaN
-        self._pieces: dict[int, list[np.ndarray]] = {}
 
     def __len__(self) -> int:
         return self.grid.n
 
     def chunk(self, b: int, c: int) -> np.ndarray | None:
-        """The stored chunk (memory-mapped, its own dtype), None when not stored (all NaN)."""
-        return self.store.chunk(self.name, b, c)
-
-    def pieces(self, b: int) -> list[np.ndarray]:
-        """Every chunk of block b in time order (an all-NaN chunk is a read-only NaN view)."""
-        found = self._pieces.get(b)
-        if found is None:
-            r0, r1 = self.grid.rows(b)
-            found = []
-            for c in range(self.grid.chunks):
-                arr = self.chunk(b, c)
-                if arr is None:
-                    c0, c1 = self.grid.cols(c)
-                    arr = np.broadcast_to(np.float64(np.nan), (r1 - r0, c1 - c0))
-                found.append(arr)
-            self._pieces[b] = found
-        return found
+        """The (rows x L) chunk (its stored dtype), None when not stored (all NaN)."""
+        return self.store.dense(self.name, b, c)
 
     def row(self, r: int, lo: int, hi: int) -> np.ndarray:
         """Sessions [lo, hi) of row r: the per-ticker read (from the assembled row when the
-        store keeps it, else one copy of the chunks it spans)."""
+        store keeps it, else one copy of the runs it spans)."""
         if hi <= lo or self._position < 0:
             return np.full(max(0, hi - lo), np.nan)
         L = self.grid.chunk
@@ -575,7 +674,13 @@ class ChunkedArray:
             out: np.ndarray = self.store.cached_row(r)[self._position, lo:hi]
             return out
         b, local = divmod(r, self.grid.block)
-        parts = [p[local] for p in self.pieces(b)[first:last]]
+        parts = []
+        for c in range(first, last):
+            part = self.store.run(self.name, b, c, local)
+            if part is None:
+                c0, c1 = self.grid.cols(c)
+                part = np.full(c1 - c0, np.nan)
+            parts.append(part)
         joined = np.concatenate(parts, dtype=np.float64, casting="safe")
         return joined[lo - first * L : hi - first * L]
 
@@ -623,11 +728,11 @@ class ChunkedArray:
             if step == 1:
                 return self.row(r, lo, hi)
         if isinstance(r, int) and isinstance(c, int):
-            # One value (a ticker's latest metric): its chunk, directly.
+            # One value (a ticker's latest metric): its run, directly.
             b, local = divmod(r, self.grid.block)
             k, at = divmod(c, self.grid.chunk)
-            arr = self.chunk(b, k)
-            return np.float64(np.nan) if arr is None else np.float64(arr[local, at])
+            run = self.store.run(self.name, b, k, local) if self._position >= 0 else None
+            return np.float64(np.nan) if run is None else np.float64(run[at])
         if isinstance(r, int) and isinstance(c, np.ndarray) and c.ndim == 1 and c.size:
             # Sessions picked from one row (Service A: the days a price is published): one
             # row read over their span, then a gather, instead of a lookup per chunk.
@@ -674,16 +779,21 @@ class DerivedArray:
 
 def open_arrays(folder: Path, arrays: Mapping[str, Any]) -> dict[str, FieldArray]:
     """Every field of a chunked version (stored and derived), from its manifest block."""
-    store = ChunkStore(folder, ChunkGrid.of(arrays["grid"]), arrays["chunks"])
+    layout = str(arrays.get("layout", DENSE_GROUPS))
+    store = ChunkStore(folder, ChunkGrid.of(arrays["grid"]), arrays["chunks"], layout)
     out: dict[str, FieldArray] = {name: ChunkedArray(store, name) for name in arrays["chunks"]}
     for name, (op, *sources) in arrays["derived"].items():
         out[name] = DerivedArray(op, [out[s] for s in sources])
     return out
 
 
-def expected_chunks(arrays: Mapping[str, Any]) -> Iterator[tuple[Path, tuple[int, ...], str]]:
-    """(path, shape, dtype code) of every chunk file a manifest's `arrays` block lists."""
+def expected_chunks(
+    arrays: Mapping[str, Any],
+) -> Iterator[tuple[Path, tuple[int | None, ...], str]]:
+    """(path, shape, dtype code in FILE_DTYPES) of every chunk file a manifest's `arrays` block
+    lists; None in a shape is any length (the runs a group file holds)."""
     grid = ChunkGrid.of(arrays["grid"])
+    dense_groups = arrays.get("layout", DENSE_GROUPS) == DENSE_GROUPS
     table = arrays["chunks"]
     for name, codes in table.items():
         if len(codes) != grid.blocks or any(len(line) != grid.chunks for line in codes):
@@ -698,9 +808,19 @@ def expected_chunks(arrays: Mapping[str, Any]) -> Iterator[tuple[Path, tuple[int
                 grouped += 1
             elif code != EMPTY:
                 yield chunk_path(name, b, c), (r1 - r0, c1 - c0), code
-        if grouped:
+        if grouped and dense_groups:
             yield group_path(b, c), (r1 - r0, grouped, c1 - c0), GROUPED
+        elif grouped:
+            yield group_path(b, c), (None, c1 - c0), GROUPED
+            yield runs_path(b, c), (r1 - r0, grouped), RUNS
     for name, (_op, *sources) in arrays["derived"].items():
         missing = [s for s in sources if s not in table]
         if missing:
             raise ValueError(f"derived field {name} names sources not stored: {missing}")
+
+
+def shape_fits(found: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
+    """True when a file's shape is the expected one (None: any length on that axis)."""
+    return len(found) == len(expected) and all(
+        e is None or f == e for f, e in zip(found, expected, strict=True)
+    )
