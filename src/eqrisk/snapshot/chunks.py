@@ -35,6 +35,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -362,7 +363,8 @@ def derive(op: str, sources: list[Any]) -> Any:
     if op == "one_minus_known":
         out = np.subtract(1.0, sources[0])
         for more in sources[1:]:
-            out = np.where(np.isnan(more), out, np.subtract(out, more))
+            # `more == more` is False where NaN: there the level is absent, nothing subtracted.
+            out = np.subtract(out, more, out=np.asarray(out), where=np.equal(more, more))
         return out[()] if np.ndim(out) == 0 else out  # one value stays a scalar
     raise ValueError(f"unknown derivation {op!r}")
 
@@ -463,23 +465,42 @@ def _index(key: Any, size: int) -> int | slice | np.ndarray:
     return arr % size
 
 
+Copy = tuple[int, int, int]  # rows [lo, hi) of an assembled row <- runs from `off` (-1: NaN)
+
+
 @dataclass(frozen=True)
 class _Cell:
     """What chunk (b, c) of a version holds, opened once: the group's runs (`data`, (runs x L))
-    and their index (`runs`, (rows x members)), the positions (in `ChunkStore.names`) of the
-    group's fields as a slice when contiguous (`members`), each field's column in `runs`
-    (`slot`), per row its first run where the row has every member's run (`whole`, else -1),
-    the fields stored on their own (position, array) and the positions of those not stored."""
+    and their index (`runs`, (rows x members)), each field's column in `runs` (`slot`), and
+    how a row of it lands in an assembled row: the row's first run (`first`) and its pattern
+    (`pattern`: which members have a run) whose copies (`copies`) move stretches of
+    consecutive runs as slices (a stretch of fields without a run, or not stored, is one NaN
+    fill); the fields stored on their own in this chunk: (position, array)."""
 
     width: int
     data: np.ndarray | None
     runs: np.ndarray | None
-    positions: np.ndarray
-    members: Any
     slot: dict[int, int]
-    whole: np.ndarray | None
+    first: np.ndarray
+    pattern: np.ndarray
+    copies: list[list[Copy]]
     own: list[tuple[int, np.ndarray]]
-    empty: list[int]
+
+
+def _copies(kinds: list[tuple[int, int]]) -> list[Copy]:
+    """Merge per-position sources ((position, run offset or -1 for NaN), positions ascending)
+    into slices: consecutive positions with consecutive offsets (or both NaN) are one copy."""
+    out: list[Copy] = []
+    for pos, off in kinds:
+        if out:
+            lo, hi, first = out[-1]
+            nan_after_nan = off < 0 and first < 0
+            run_after_run = off >= 0 and first >= 0 and off == first + hi - lo
+            if pos == hi and (nan_after_nan or run_after_run):
+                out[-1] = (lo, hi + 1, first)
+                continue
+        out.append((pos, pos + 1, off))
+    return out
 
 
 class ChunkStore:
@@ -487,9 +508,9 @@ class ChunkStore:
 
     An answer reads several fields of a row (a ticker's answer: 27; Service A: the price and
     the fields asked); assembling every stored field of that row at once reads one contiguous
-    run per chunk (the group file) instead of one per field and chunk. So a read spanning more
-    than two chunks assembles the whole row and keeps it for the next fields (first in, first
-    out, ROW_CACHE_BYTES at most); short reads take the field's own runs.
+    piece per chunk (a row's runs in the group file) instead of one per field and chunk. So a
+    read spanning more than two chunks assembles the whole row and keeps it for the next fields
+    (first in, first out, ROW_CACHE_BYTES at most); short reads take the field's own runs.
 
     Reads both layouts: `chunks-2` (group files of the runs that hold a number, and their
     index) and `chunks-1` (group files of every run, read as if indexed in order)."""
@@ -514,9 +535,16 @@ class ChunkStore:
         stored = [n for n in codes if set("".join(codes[n])) != {EMPTY}]
         self.names = sorted(stored, key=lambda n: (not only_grouped(n), n))
         self.position = {name: i for i, name in enumerate(self.names)}
+        # Fields never in a group file (counts): copied into a row from their chunks at once.
+        self._narrow = [
+            (i, n) for i, n in enumerate(self.names) if GROUPED not in "".join(codes[n])
+        ]
         self._files: dict[Path, np.ndarray] = {}
         self._cells: dict[tuple[int, int], _Cell] = {}
+        self._pieces: dict[tuple[str, int], list[np.ndarray]] = {}
+        self._plans: dict[int, list[tuple[Any, ...]]] = {}
         self._rows: dict[int, np.ndarray] = {}
+        self._spare: list[np.ndarray] = []  # evicted rows' memory, for the next (`_recycle`)
         self._lock = threading.Lock()
         row_bytes = max(1, len(self.names) * grid.t * 8)
         self._keep = max(2, ROW_CACHE_BYTES // row_bytes)
@@ -538,11 +566,14 @@ class ChunkStore:
 
     def _open_cell(self, b: int, c: int) -> _Cell:
         c0, c1 = self.grid.cols(c)
+        r0, r1 = self.grid.rows(b)
         # Group file order: alphabetical, as the writer stacked them.
         grouped = [n for n in sorted(self.codes) if self.codes[n][b][c] == GROUPED]
-        positions = [self.position[n] for n in grouped]
-        data = runs = whole = None
-        if positions:
+        slot = {self.position[n]: j for j, n in enumerate(grouped)}
+        data = runs = None
+        present = np.zeros((r1 - r0, 0), dtype=bool)
+        first = np.zeros(r1 - r0, dtype=np.int64)
+        if grouped:
             data = self._file(group_path(b, c))
             if self.layout == DENSE_GROUPS:  # every run stored, in row-major order
                 rows, k, width = data.shape
@@ -550,27 +581,57 @@ class ChunkStore:
                 runs = np.arange(rows * k, dtype=np.int32).reshape(rows, k)
             else:
                 runs = np.array(self._file(runs_path(b, c)))
-            whole = np.where((runs >= 0).all(axis=1), runs[:, 0], -1)
-        members: Any = np.asarray(positions, dtype=np.int64)
-        if positions and positions == list(range(positions[0], positions[0] + len(positions))):
-            members = slice(positions[0], positions[0] + len(positions))
+            present = runs >= 0
+            # A row's runs are consecutive in member order: its first one is its least.
+            first = np.where(present, runs, np.iinfo(np.int32).max).min(axis=1)
+            first = np.where(present.any(axis=1), first, 0).astype(np.int64)
+        kinds, pattern = np.unique(present, axis=0, return_inverse=True)
+        narrow = {i for i, _ in self._narrow}
+        copies = []
+        for kind in kinds:
+            sources: list[tuple[int, int]] = []
+            offset = 0
+            for i, name in enumerate(self.names):
+                code = self.codes[name][b][c]
+                if i in narrow or code not in (EMPTY, GROUPED):
+                    continue  # copied from its own chunk
+                if code == GROUPED and kind[slot[i]]:
+                    sources.append((i, offset))
+                    offset += 1
+                else:
+                    sources.append((i, -1))
+            copies.append(_copies(sources))
         own = [
             (i, self._file(chunk_path(name, b, c)))
             for i, name in enumerate(self.names)
-            if self.codes[name][b][c] not in (EMPTY, GROUPED)
+            if i not in narrow and self.codes[name][b][c] not in (EMPTY, GROUPED)
         ]
-        empty = [i for i, name in enumerate(self.names) if self.codes[name][b][c] == EMPTY]
         return _Cell(
             width=c1 - c0,
             data=data,
             runs=runs,
-            positions=np.asarray(positions, dtype=np.int64),
-            members=members,
-            slot={p: j for j, p in enumerate(positions)},
-            whole=whole,
+            slot=slot,
+            first=first,
+            pattern=np.asarray(pattern, dtype=np.int64).ravel(),
+            copies=copies,
             own=own,
-            empty=empty,
         )
+
+    def pieces(self, name: str, b: int) -> list[np.ndarray]:
+        """Every chunk of a field stored on its own, block b, in time order (an all-NaN chunk
+        is a read-only NaN view)."""
+        found = self._pieces.get((name, b))
+        if found is None:
+            r0, r1 = self.grid.rows(b)
+            found = []
+            for c in range(self.grid.chunks):
+                if self.codes[name][b][c] == EMPTY:
+                    c0, c1 = self.grid.cols(c)
+                    found.append(np.broadcast_to(np.float64(np.nan), (r1 - r0, c1 - c0)))
+                else:
+                    found.append(self._file(chunk_path(name, b, c)))
+            self._pieces[name, b] = found
+        return found
 
     def run(self, name: str, b: int, c: int, local: int) -> np.ndarray | None:
         """Row `local` of block b of one field over chunk c (its stored dtype), None when not
@@ -606,40 +667,64 @@ class ChunkStore:
         """The assembled (fields x T) row r: kept for the next fields of the same answer."""
         row = self._rows.get(r)  # a dict read is atomic: no lock on the hit path
         if row is None:
-            row = self.full_row(r)
+            with self._lock:
+                spare = self._spare.pop() if self._spare else None
+            row = self.full_row(r, spare)
             with self._lock:
                 self._rows[r] = row
                 while len(self._rows) > self._keep:  # first in, first out
-                    self._rows.pop(next(iter(self._rows)))
+                    self._recycle(self._rows.pop(next(iter(self._rows))))
         return row
+
+    def _recycle(self, row: np.ndarray) -> None:
+        """Keep an evicted row's memory for the next assembly when nothing else holds it (no
+        view of it is alive: a view holds a reference to it): a fresh (fields x T) array is
+        a fresh mapping whose every page faults on first write, which costs as much as the
+        assembly. Called under the lock."""
+        if sys.getrefcount(row) <= 2 and len(self._spare) < 2:  # this frame + the call's
+            self._spare.append(row)
 
     def forget(self) -> None:
         """Drop the assembled rows (a benchmark times reads, not this cache)."""
         with self._lock:
-            self._rows.clear()
+            while self._rows:
+                self._recycle(self._rows.popitem()[1])
 
-    def full_row(self, r: int) -> np.ndarray:
-        """Every stored field of row r over all sessions, (fields x T) float64, read-only."""
+    def _block_plan(self, b: int) -> list[tuple[Any, ...]]:
+        """Per chunk of block b, what `full_row` needs, as plain Python values (a row's
+        assembly is a loop over these: no attribute or numpy-scalar lookups in it)."""
+        plan = self._plans.get(b)
+        if plan is None:
+            plan = []
+            for c in range(self.grid.chunks):
+                cell = self.cell(b, c)
+                c0 = c * self.grid.chunk
+                first, pattern = cell.first.tolist(), cell.pattern.tolist()
+                plan.append((c0, c0 + cell.width, cell.data, first, pattern, cell.copies, cell.own))
+            self._plans[b] = plan
+        return plan
+
+    def full_row(self, r: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Every stored field of row r over all sessions, (fields x T) float64, read-only;
+        written into `out` (a recycled row, no longer referenced) when given."""
         g = self.grid
         b, local = divmod(r, g.block)
-        out = np.empty((len(self.names), g.t))
-        for c in range(g.chunks):
-            c0 = c * g.chunk
-            cell = self._cells.get((b, c)) or self.cell(b, c)
-            c1 = c0 + cell.width
-            if cell.data is not None:
-                first = cell.whole[local]  # type: ignore[index]
-                if first >= 0:  # the row has every member's run: one contiguous copy
-                    out[cell.members, c0:c1] = cell.data[first : first + len(cell.positions)]
+        if out is None:
+            out = np.empty((len(self.names), g.t))
+        else:
+            out.flags.writeable = True
+        nan = np.nan
+        for c0, c1, data, first, pattern, copies, own in self._block_plan(b):
+            start = first[local]
+            for lo, hi, off in copies[pattern[local]]:
+                if off < 0:
+                    out[lo:hi, c0:c1] = nan
                 else:
-                    at = cell.runs[local]  # type: ignore[index]
-                    kept = at >= 0
-                    out[cell.positions[kept], c0:c1] = cell.data[at[kept]]
-                    out[cell.positions[~kept], c0:c1] = np.nan
-            for i, arr in cell.own:
+                    out[lo:hi, c0:c1] = data[start + off : start + off + hi - lo]
+            for i, arr in own:
                 out[i, c0:c1] = arr[local]
-            if cell.empty:
-                out[cell.empty, c0:c1] = np.nan
+        for i, name in self._narrow:
+            np.concatenate([p[local] for p in self.pieces(name, b)], out=out[i], casting="safe")
         out.flags.writeable = False
         return out
 
@@ -716,6 +801,11 @@ class ChunkedArray:
         return out
 
     def __getitem__(self, key: Any) -> Any:
+        if type(key) is tuple and len(key) == 2:  # the per-ticker read `[row, lo:hi]`, first
+            r0, c0 = key
+            if type(r0) is int and type(c0) is slice and c0.step is None and 0 <= r0 < self.grid.n:
+                lo, hi, _ = c0.indices(self.grid.t)
+                return self.row(r0, lo, hi)
         if not isinstance(key, tuple):
             key = (key,)
         if len(key) == 1:
