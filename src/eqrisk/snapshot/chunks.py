@@ -134,6 +134,17 @@ class ChunkGrid:
         )
 
 
+# Fields a row often lacks (a level the symbol does not have: an ETF's sector, most stocks'
+# subsector), last in a group file and in an assembled row, the deepest last: a row without
+# them is then one contiguous piece and one NaN fill per chunk.
+SPARSE_LAST = ("l2_sec_er", "l2_sec_hr", "l3_sec_er", "l3_sec_hr", "l3_sub_er", "l3_sub_hr")
+
+
+def group_order(name: str) -> tuple[int, str]:
+    """Order of the fields in a group file (layout chunks-2; chunks-1: alphabetical)."""
+    return (SPARSE_LAST.index(name) + 1 if name in SPARSE_LAST else 0, name)
+
+
 def chunk_path(name: str, b: int, c: int) -> Path:
     """Path of one field's own chunk file (a narrow dtype) inside a version folder."""
     return Path("arrays") / name / f"{b}.{c}.npy"
@@ -273,7 +284,7 @@ def write_block(
     A worker that computed block b calls this alone. Returns, per field, the block's code
     string: one character per chunk, `EMPTY` or the stored dtype ('d': in the group)."""
     stats = stats if stats is not None else WriteStats()
-    names = sorted(fields)
+    names = sorted(fields, key=group_order)
     codes: dict[str, list[str]] = {name: [] for name in names}
     r0, r1 = grid.rows(b)
     if reuse:
@@ -527,13 +538,15 @@ class ChunkStore:
         self.folder, self.grid, self.codes, self.layout = folder, grid, codes, layout
 
         # Rows of an assembled row: the fields stored only in group files first (so that a
-        # group lands in one contiguous run of rows), then the others; alphabetical within.
+        # group lands in one contiguous run of rows), then the others; in group order within.
         def only_grouped(name: str) -> bool:
             return set("".join(codes[name])) - {EMPTY} == {GROUPED}
 
         # Fields never stored (all NaN) have no row in it.
         stored = [n for n in codes if set("".join(codes[n])) != {EMPTY}]
-        self.names = sorted(stored, key=lambda n: (not only_grouped(n), n))
+        order: Callable[[str], Any] = group_order if layout == LAYOUT else str  # chunks-1: a-z
+        self._order = order
+        self.names = sorted(stored, key=lambda n: (not only_grouped(n), order(n)))
         self.position = {name: i for i, name in enumerate(self.names)}
         # Fields never in a group file (counts): copied into a row from their chunks at once.
         self._narrow = [
@@ -567,8 +580,8 @@ class ChunkStore:
     def _open_cell(self, b: int, c: int) -> _Cell:
         c0, c1 = self.grid.cols(c)
         r0, r1 = self.grid.rows(b)
-        # Group file order: alphabetical, as the writer stacked them.
-        grouped = [n for n in sorted(self.codes) if self.codes[n][b][c] == GROUPED]
+        # Group file order: as the writer stacked them.
+        grouped = [n for n in sorted(self.codes, key=self._order) if self.codes[n][b][c] == GROUPED]
         slot = {self.position[n]: j for j, n in enumerate(grouped)}
         data = runs = None
         present = np.zeros((r1 - r0, 0), dtype=bool)
