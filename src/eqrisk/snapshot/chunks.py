@@ -19,8 +19,8 @@ the measurements behind them, are in docs/DECISIONS.md ("Issue 10: versions that
   nor is the run of a row that is all NaN within a group file (its runs index says -1).
 - A chunk is stored in the narrowest of uint8, uint16, float32 and float64 that gives back the
   same float64 bits, so counts (n_obs) take a byte and floats stay exact.
-- A field that is an exact function of stored ones (an alias, `a - b`, `1 - a`: IEEE operations
-  that give the same bits on every machine) is not stored when the writer has checked, on the
+- A field that is an exact function of stored ones (an alias, `a - b`, `1 - a`, `1 - a - b`
+  skipping NaN terms: IEEE operations that give the same bits on every machine) is not stored when the writer has checked, on the
   whole array, that the function gives its very bits back.
 - A chunk equal, byte for byte, to the same chunk of the previous version is a hard link to that
   file, never written again: versions are whole folders that share inodes, so removing one (`rm

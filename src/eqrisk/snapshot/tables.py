@@ -1,10 +1,11 @@
 """What one snapshot version holds, and how it is laid out on disk (see `versions` for the folder).
 
-Two layouts of the same numbers: the spec's tables (`symbols`, and `security_history` in long
-entity-attribute-value form with daily and monthly periodicity, as Parquet files along time) for
-interoperability, and per-metric arrays (symbols x sessions, in chunks along time: `chunks`) that
-the services slice directly. Both are cut at fixed session boundaries so that a version shares
-every unchanged file with the previous one.
+The numbers are stored once, as per-metric arrays (symbols x sessions, in chunks along time:
+`chunks`) that the services slice directly; the spec's tables are `symbols` (Parquet) and
+`security_history` in long entity-attribute-value form: its monthly rows (aggregates) as Parquet
+files per year, its daily rows generated from the arrays (`daily_tables`) on read or for an
+export. Files are cut at fixed session boundaries so that a version shares every unchanged
+file with the previous one.
 """
 
 from __future__ import annotations

@@ -8,17 +8,20 @@ names (EQRISK_SNAPSHOTS: several servers with their own homes serve one store):
     v3-20261121T120000Z/          one immutable version
         manifest.json             model_version, data_as_of, data_source, method, fields, ...
         sessions.npy              (T,) datetime64[D]
-        arrays/_rows/<b>.<c>.npy  symbol block b x time chunk c of every float64 metric (`chunks`)
+        arrays/_rows/<b>.<c>.npy  symbol block b x time chunk c of every float64 metric (`chunks`):
+                                  the runs that hold a number, and their index (<b>.<c>.runs.npy)
         arrays/<field>/<b>.<c>.npy  the same chunk of a metric stored narrower (counts: uint8)
         factors.npy               (K x T) Service A factor returns
         symbols.parquet           the spec's `symbols` table (+ row index and hierarchy)
-        security_history/         the spec's long table: daily-<c>.parquet, monthly-<year>.parquet
+        security_history/         the spec's long table's monthly rows (monthly-<year>.parquet);
+                                  its daily rows are the arrays' (`Snapshot.security_history`)
     .building-*/                  a build in progress; never read, removed when stale
 
 Versions share history: a chunk (array or Parquet file) equal to the one of the version served
 when the build started is a hard link to it, so a new version costs disk only for what changed,
 and removing a version (pruning) frees only the files no other version links. Versions written
-before chunking (`arrays/<field>.npy`, one `security_history.parquet`) are still read.
+before chunking (`arrays/<field>.npy`, one `security_history.parquet`), and chunked ones that
+store the daily files too (layout `chunks-1`), are still read.
 
 A build writes a complete version folder under a temporary name, renames it into place and only
 then replaces CURRENT; a build that fails or is killed leaves the served version untouched.
