@@ -150,10 +150,17 @@ def test_a_new_version_links_equal_chunks_and_writes_only_changed_ones(tmp_path:
     arrays, grown = chunks.write_arrays(
         folder, {"x": longer, "n": counts}, grid, previous=tmp_path / "base"
     )
+    # A group's runs index is rewritten only where a row's runs changed (not here: it is
+    # linked like any equal file).
     assert sorted(grown.written_files) == sorted(
         [f"arrays/_rows/{b}.6.npy" for b in range(3)] + [f"arrays/n/{b}.6.npy" for b in range(3)]
     )
-    assert grown.shared == len(list((tmp_path / "base").rglob("*.npy"))) - 6
+    for b in range(3):
+        rel = f"arrays/_rows/{b}.6.runs.npy"
+        assert (folder / rel).samefile(tmp_path / "base" / rel)
+    # A group file and its runs index count as one chunk.
+    data_files = [p for p in (tmp_path / "base").rglob("*.npy") if ".runs." not in p.name]
+    assert grown.shared == len(data_files) - 6
     opened = chunks.open_arrays(folder, arrays)
     _same(np.asarray(opened["x"]), longer)
     _same(np.asarray(opened["n"]), counts)
@@ -227,6 +234,7 @@ def test_a_rebuild_on_the_same_data_shares_every_chunk(home: Path) -> None:
     assert storage["previous"] == first
     assert storage["chunks_written"] == 0 and storage["bytes_written"] == 0
     files = list((snapshots_dir(home) / first).glob("arrays/*/*.npy"))
+    files = [p for p in files if ".runs." not in p.name]  # counted with their group file
     files += list((snapshots_dir(home) / first).glob("security_history/*.parquet"))
     assert storage["chunks_shared"] == len(files) > 50
     added = _new_bytes(snapshots_dir(home) / manifest["model_version"])
@@ -239,7 +247,8 @@ def test_appending_a_session_rewrites_only_the_chunks_it_touches(
     demo_home: Path, tmp_path: Path
 ) -> None:
     """Ingest the demo prices without their last session, build, ingest them whole, build: each
-    stored field rewrites its last chunk, the long table its last daily and yearly files."""
+    stored field rewrites its last chunk, the long table its yearly file (its daily rows are
+    the arrays')."""
     home = tmp_path / "append"
     prices = pd.read_csv(demo_home / "demo" / "demo_prices.csv.gz")
     last = prices["date"].max()
@@ -257,15 +266,17 @@ def test_appending_a_session_rewrites_only_the_chunks_it_touches(
     own = [name for name, codes in new["arrays"]["chunks"].items() if codes[0][-1] in "BHf"]
     assert "n_obs" in own and "l3_mkt_hr" not in own  # float64 fields share the group file
     year = str(new["data_as_of"])[:4]
-    # The group file and the narrow fields of the last chunk, daily-<last>, monthly-<year>.
-    assert new["storage"]["chunks_written"] == 1 + len(own) + 2
+    # The group file (with its runs index) and the narrow fields of the last chunk,
+    # monthly-<year>.
+    assert new["storage"]["chunks_written"] == 1 + len(own) + 1
     added = _new_bytes(snapshots_dir(home) / new["model_version"])
-    assert {p for p in added if p.startswith("arrays/")} == {
+    # (the group's runs index is new only where a row's runs changed: a symbol listed or
+    # published a first value on the new day)
+    assert {p for p in added if p.startswith("arrays/") and ".runs." not in p} == {
         f"arrays/_rows/0.{last}.npy",
         *(f"arrays/{name}/0.{last}.npy" for name in own),
     }
     assert sorted(p for p in added if p.startswith("security_history/")) == [
-        f"security_history/daily-{grid.chunks - 1:05d}.parquet",
         f"security_history/monthly-{year}.parquet",
     ]
     full = sum(p.stat().st_size for p in (snapshots_dir(home) / old["model_version"]).rglob("*"))
@@ -305,7 +316,7 @@ def test_a_damaged_or_missing_chunk_is_refused_at_open(home: Path) -> None:
         Snapshot.open(folder)
     chunk.write_bytes(saved)
     Snapshot.open(folder)
-    daily = sorted((folder / "security_history").glob("daily-*.parquet"))[0]
+    daily = sorted((folder / "security_history").glob("monthly-*.parquet"))[0]
     daily.rename(daily.with_suffix(".bak"))
     with pytest.raises(SnapshotError, match=rf"{daily.name} is missing"):
         Snapshot.open(folder)

@@ -57,6 +57,8 @@ DERIVED = {
     "l2_rr": ("minus", "return", "l2_cfr"),
     "l3_rr": ("minus", "return", "l3_cfr"),
     "l1_res_er": ("one_minus", "l1_mkt_er"),
+    "l2_res_er": ("one_minus_known", "l2_mkt_er", "l2_sec_er"),
+    "l3_res_er": ("one_minus_known", "l3_mkt_er", "l3_sec_er", "l3_sub_er"),
 }
 
 
@@ -146,7 +148,8 @@ def write_version(
     grid: chunks.ChunkGrid,
     previous: Path | None,
 ) -> tuple[dict[str, Any], chunks.WriteStats]:
-    """What `write_content` writes for the arrays and the long table (the same functions)."""
+    """What `write_content` writes for the arrays and the long table (the same functions: the
+    monthly files; the daily rows are the arrays')."""
     folder.mkdir(parents=True)
     arrays, stats = chunks.write_arrays(folder, fields, grid, previous=previous)
     sessions = np.datetime64("1996-01-02") + np.arange(grid.t)  # calendar days: any dates do
@@ -213,10 +216,10 @@ def _run(b: BuildBench, work: Path, say: Callable[[str], None]) -> dict[str, Any
         work / "v2", synthetic_fields(n, t + 1, b.seed, t), grown, work / "v1"
     )
     added = disk_bytes(work / "v2", only_new=True)
-    # Per block: its group file and each narrow field's file of the last chunk; + the last
-    # daily file and this year's monthly file of the long table.
+    # Per block: its group file (with its runs index) and each narrow field's file of the last
+    # chunk; + this year's monthly file of the long table.
     table = second["arrays"]["chunks"]
-    expected_rewrites = 2
+    expected_rewrites = 1
     for blk in range(grown.blocks):
         last = [table[name][blk][-1] for name in table]
         expected_rewrites += (chunks.GROUPED in last) + sum(code in "BHf" for code in last)
@@ -283,6 +286,55 @@ def _run(b: BuildBench, work: Path, say: Callable[[str], None]) -> dict[str, Any
             run_model_builds(n, t, seed=b.seed, folder=work, check=b.model_check, say=say)
         )
     return result
+
+
+def read_version(folder: Path, reads: int = 200, seed: int = 0) -> dict[str, Any]:
+    """A built version (the real data set's, say): its disk, and one ticker's full history of
+    every field of READ_FIELDS it has, read from it and from dense memory-mapped `.npy` files
+    of the same values (written next to it in a temporary folder), in one run."""
+    from eqrisk.snapshot.versions import Snapshot
+
+    snap = Snapshot.open(folder)
+    names = [f for f in READ_FIELDS if f in snap.manifest["fields"]]
+    n, t = int(snap.manifest["universe_size"]), int(snap.manifest["sessions"])
+    work = Path(tempfile.mkdtemp(prefix="eqrisk-bench-read-"))
+    try:
+        for name in names:
+            np.save(work / f"{name}.npy", np.asarray(snap.array(name), dtype=np.float64))
+        mono = {name: np.load(work / f"{name}.npy", mmap_mode="r") for name in names}
+        arrays = {name: snap.array(name) for name in names}
+        rows = np.random.default_rng(seed + 1).choice(n, size=min(reads, n), replace=False)
+
+        def read_mono(r: int) -> list[np.ndarray]:
+            return [np.array(mono[f][r, 0:t]) for f in names]
+
+        def read_version(r: int) -> list[np.ndarray]:
+            return [np.asarray(arrays[f][r, 0:t]) for f in names]
+
+        identical = all(
+            a.tobytes() == b.tobytes()
+            for r in rows
+            for a, b in zip(read_mono(int(r)), read_version(int(r)), strict=True)
+        )
+        store = next(a for a in arrays.values() if isinstance(a, chunks.ChunkedArray)).store
+        mono_s = _time_reads(read_mono, rows)
+        version_s = _time_reads(read_version, rows, store.forget)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "version": folder.name,
+        "layout": snap.manifest["arrays"].get("layout", chunks.DENSE_GROUPS),
+        "symbols": n,
+        "sessions": t,
+        "version_mb": round(disk_bytes(folder) / 1e6, 1),
+        "arrays_mb": round(disk_bytes(folder / "arrays") / 1e6, 1),
+        "security_history_mb": round(disk_bytes(folder / tables.HISTORY_DIR) / 1e6, 1),
+        "read_fields": len(names),
+        "read_us_per_ticker_monolithic_npy": round(mono_s * 1e6, 1),
+        "read_us_per_ticker_version": round(version_s * 1e6, 1),
+        "read_ratio_version_vs_monolithic": round(version_s / mono_s, 2),
+        "reads_identical": identical,
+    }
 
 
 def _zarr_reads(

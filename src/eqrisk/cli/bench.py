@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -144,10 +145,18 @@ def bench_build(
     quick: Annotated[
         bool, typer.Option(help="Small sizes (300 x 1000): checks the bench.")
     ] = False,
+    snapshot: Annotated[
+        Path | None,
+        typer.Option(help="A built version folder: its disk and per-ticker reads instead."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Disk of a version, disk added by one more session, per-ticker reads vs monolithic .npy."""
-    from eqrisk.bench.build import BuildBench, run
+    from eqrisk.bench.build import BuildBench, read_version, run
+
+    if snapshot is not None:
+        print_mapping(read_version(snapshot, reads), as_json, "measure")
+        return
 
     if quick:
         symbols, sessions, reads = min(symbols, 300), min(sessions, 1000), min(reads, 50)

@@ -1,8 +1,10 @@
-"""`eqrisk snapshots`: list the kept versions, use one, pin or unpin one."""
+"""`eqrisk snapshots`: list the kept versions, use one, pin or unpin one; `eqrisk export`:
+a version's long table as the spec's Parquet dataset."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -121,3 +123,42 @@ def snapshots_unpin(version: VersionArg, as_json: JsonOpt = False) -> None:
     home = get_settings().home_dir
     chosen = _versioned(lambda: set_pinned(home, version, False))
     show({"pinned": pinned_versions(home)}, as_json, f"unpinned {chosen}")
+
+
+export_app = typer.Typer(help="Write a version's tables as files for other tools.")
+app.add_typer(export_app, name="export")
+
+OutOpt = Annotated[
+    Path, typer.Option("--out", help="Folder to write the Parquet dataset into (created).")
+]
+VersionOpt = Annotated[
+    str | None, typer.Option("--version", help="A kept version (default: the current one).")
+]
+
+
+@export_app.command("security-history")
+def export_security_history(
+    out_dir: OutOpt, version: VersionOpt = None, as_json: JsonOpt = False
+) -> None:
+    """The spec's long table `security_history` as a Parquet dataset (daily-<chunk>.parquet,
+    monthly-<year>.parquet): a version keeps its daily rows in the arrays only."""
+    from eqrisk.snapshot.versions import (
+        Snapshot,
+        SnapshotError,
+        current_version,
+        resolve_version,
+        snapshots_dir,
+    )
+
+    home = get_settings().home_dir
+    name = _versioned(lambda: resolve_version(home, version)) if version else current_version(home)
+    if name is None:
+        raise SnapshotError(f"no snapshot built under {snapshots_dir(home)}: run `eqrisk build`")
+    snap = Snapshot.open(snapshots_dir(home) / name)
+    files = snap.export_security_history(out_dir)
+    size = sum(f.stat().st_size for f in files)
+    show(
+        {"version": name, "out": str(out_dir), "files": [f.name for f in files], "bytes": size},
+        as_json,
+        f"security_history of {name}: {len(files)} files ({size / 1e6:.1f} MB) in {out_dir}",
+    )

@@ -3,20 +3,24 @@
 Each (n x T) metric is cut along a grid of symbol blocks x time chunks, rows [b*S, (b+1)*S) x
 sessions [c*L, (c+1)*L), into files:
 
-    arrays/_rows/<b>.<c>.npy     (rows x fields x L) float64: the chunk of every float64 field,
-                                 a row's fields side by side (a ticker's history: one run a chunk)
-    arrays/<field>/<b>.<c>.npy   (rows x L): the chunk of a field stored in a narrower dtype
+    arrays/_rows/<b>.<c>.npy       (runs x L) float64: the chunk of every float64 field, one
+                                   run of L sessions per (row, field) that holds a number, a
+                                   row's runs side by side (a ticker's history: one piece a chunk)
+    arrays/_rows/<b>.<c>.runs.npy  (rows x fields) int32: where each (row, field) run is in the
+                                   group file, -1 where it is all NaN (not stored)
+    arrays/<field>/<b>.<c>.npy     (rows x L): the chunk of a field stored in a narrower dtype
 
 with fixed boundaries at multiples of S and L, so that a new session changes only the last
 time chunk of each block (the last chunk holds only the sessions that exist: it grows), and a
 worker that computed one symbol block writes that block's files alone. Why these choices, and
 the measurements behind them, are in docs/DECISIONS.md ("Issue 10: versions that share history").
 
-- A chunk whose values are all NaN is not stored (the manifest says so; it reads back as NaN).
+- A chunk whose values are all NaN is not stored (the manifest says so; it reads back as NaN),
+  nor is the run of a row that is all NaN within a group file (its runs index says -1).
 - A chunk is stored in the narrowest of uint8, uint16, float32 and float64 that gives back the
   same float64 bits, so counts (n_obs) take a byte and floats stay exact.
-- A field that is an exact function of stored ones (an alias, `a - b`, `1 - a`: IEEE operations
-  that give the same bits on every machine) is not stored when the writer has checked, on the
+- A field that is an exact function of stored ones (an alias, `a - b`, `1 - a`, `1 - a - b`
+  skipping NaN terms: IEEE operations that give the same bits on every machine) is not stored when the writer has checked, on the
   whole array, that the function gives its very bits back.
 - A chunk equal, byte for byte, to the same chunk of the previous version is a hard link to that
   file, never written again: versions are whole folders that share inodes, so removing one (`rm
@@ -31,6 +35,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +44,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-LAYOUT = "chunks-1"
+LAYOUT = "chunks-2"  # group files hold only the runs with a number (`runs_path`)
+DENSE_GROUPS = "chunks-1"  # the layout before: group files (rows x fields x L), every run
 CHUNK_SESSIONS = 128  # L: a one-session update rewrites at most L/T of a version
 BLOCK_SYMBOLS = 1024  # S: the rows one worker writes as a unit
 EMPTY = "."  # manifest code of a chunk that is not stored (all NaN)
@@ -53,6 +59,8 @@ CODES: dict[str, np.dtype[Any]] = {
     "d": np.dtype(np.float64),
 }
 CODE_OF = {dtype: code for code, dtype in CODES.items()}
+RUNS = "i"  # the dtype code of a group's runs index (`runs_path`)
+FILE_DTYPES: dict[str, np.dtype[Any]] = {**CODES, RUNS: np.dtype(np.int32)}
 
 # Fields that are exact functions of others: (operation, source fields). Stored anyway when the
 # writer finds a single differing bit.
@@ -63,6 +71,10 @@ DERIVATIONS: dict[str, tuple[str, ...]] = {
     "l2_rr": ("minus", "return", "l2_cfr"),
     "l3_rr": ("minus", "return", "l3_cfr"),
     "l1_res_er": ("one_minus", "l1_mkt_er"),
+    # The cascade's `1.0 - er_m - er_s [- er_u]`, left to right; a row without the deeper
+    # level (an ETF: L1 carried into the L2/L3 columns, its sector share NaN) stops earlier.
+    "l2_res_er": ("one_minus_known", "l2_mkt_er", "l2_sec_er"),
+    "l3_res_er": ("one_minus_known", "l3_mkt_er", "l3_sec_er", "l3_sub_er"),
 }
 
 
@@ -122,6 +134,17 @@ class ChunkGrid:
         )
 
 
+# Fields a row often lacks (a level the symbol does not have: an ETF's sector, most stocks'
+# subsector), last in a group file and in an assembled row, the deepest last: a row without
+# them is then one contiguous piece and one NaN fill per chunk.
+SPARSE_LAST = ("l2_sec_er", "l2_sec_hr", "l3_sec_er", "l3_sec_hr", "l3_sub_er", "l3_sub_hr")
+
+
+def group_order(name: str) -> tuple[int, str]:
+    """Order of the fields in a group file (layout chunks-2; chunks-1: alphabetical)."""
+    return (SPARSE_LAST.index(name) + 1 if name in SPARSE_LAST else 0, name)
+
+
 def chunk_path(name: str, b: int, c: int) -> Path:
     """Path of one field's own chunk file (a narrow dtype) inside a version folder."""
     return Path("arrays") / name / f"{b}.{c}.npy"
@@ -130,6 +153,20 @@ def chunk_path(name: str, b: int, c: int) -> Path:
 def group_path(b: int, c: int) -> Path:
     """Path of the group file of (block b, chunk c): its float64 fields, (rows x fields x L)."""
     return Path("arrays") / GROUP_DIR / f"{b}.{c}.npy"
+
+
+def runs_path(b: int, c: int) -> Path:
+    """Path of the runs index of group file (b, c): (rows x fields) int32, -1 = not stored."""
+    return Path("arrays") / GROUP_DIR / f"{b}.{c}.runs.npy"
+
+
+def group_runs(stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A (rows x fields x L) group as (runs x L) float64, the runs holding a number in
+    row-major order, and the (rows x fields) int32 index of each run (-1: all NaN)."""
+    kept = ~np.isnan(stacked).all(axis=2)
+    index = np.full(kept.shape, -1, dtype=np.int32)
+    index[kept] = np.arange(int(kept.sum()), dtype=np.int32)
+    return np.ascontiguousarray(stacked[kept]), index
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -247,7 +284,7 @@ def write_block(
     A worker that computed block b calls this alone. Returns, per field, the block's code
     string: one character per chunk, `EMPTY` or the stored dtype ('d': in the group)."""
     stats = stats if stats is not None else WriteStats()
-    names = sorted(fields)
+    names = sorted(fields, key=group_order)
     codes: dict[str, list[str]] = {name: [] for name in names}
     r0, r1 = grid.rows(b)
     if reuse:
@@ -267,6 +304,7 @@ def write_block(
                     stats.shared += 1
             if grouped:
                 link_unread(folder, group_path(b, c), previous)
+                link_unread(folder, runs_path(b, c), previous)
                 stats.shared += 1
     for c in range(reuse, grid.chunks):
         c0, c1 = grid.cols(c)
@@ -285,7 +323,8 @@ def write_block(
             else:
                 _store(folder, chunk_path(name, b, c), stored, previous, stats)
         if group:
-            _store(folder, group_path(b, c), np.stack(group, axis=1), previous, stats)
+            data, index = group_runs(np.stack(group, axis=1))
+            _store_group(folder, b, c, data, index, previous, stats)
     return {name: "".join(line) for name, line in codes.items()}
 
 
@@ -300,6 +339,30 @@ def _store(
         stats.written_files.append(str(rel))
 
 
+def _store_group(
+    folder: Path,
+    b: int,
+    c: int,
+    data: np.ndarray,
+    index: np.ndarray,
+    previous: Path | None,
+    stats: WriteStats,
+) -> None:
+    """A group file and its runs index: one chunk in the stats (written when either file is)."""
+    linked = [
+        share_or_write(folder, rel, previous, _chunk_equals(values), _saver(values))
+        for rel, values in ((group_path(b, c), data), (runs_path(b, c), index))
+    ]
+    if all(linked):
+        stats.shared += 1
+        return
+    stats.written += 1
+    for rel, was_linked in zip((group_path(b, c), runs_path(b, c)), linked, strict=True):
+        if not was_linked:
+            stats.bytes_written += (folder / rel).stat().st_size
+            stats.written_files.append(str(rel))
+
+
 def derive(op: str, sources: list[Any]) -> Any:
     """Apply one derivation to values read from its sources (arrays or scalars)."""
     if op == "same":
@@ -308,6 +371,12 @@ def derive(op: str, sources: list[Any]) -> Any:
         return np.subtract(sources[0], sources[1])
     if op == "one_minus":
         return np.subtract(1.0, sources[0])
+    if op == "one_minus_known":
+        out = np.subtract(1.0, sources[0])
+        for more in sources[1:]:
+            # `more == more` is False where NaN: there the level is absent, nothing subtracted.
+            out = np.subtract(out, more, out=np.asarray(out), where=np.equal(more, more))
+        return out[()] if np.ndim(out) == 0 else out  # one value stays a scalar
     raise ValueError(f"unknown derivation {op!r}")
 
 
@@ -407,32 +476,88 @@ def _index(key: Any, size: int) -> int | slice | np.ndarray:
     return arr % size
 
 
+Copy = tuple[int, int, int]  # rows [lo, hi) of an assembled row <- runs from `off` (-1: NaN)
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """What chunk (b, c) of a version holds, opened once: the group's runs (`data`, (runs x L))
+    and their index (`runs`, (rows x members)), each field's column in `runs` (`slot`), and
+    how a row of it lands in an assembled row: the row's first run (`first`) and its pattern
+    (`pattern`: which members have a run) whose copies (`copies`) move stretches of
+    consecutive runs as slices (a stretch of fields without a run, or not stored, is one NaN
+    fill); the fields stored on their own in this chunk: (position, array)."""
+
+    width: int
+    data: np.ndarray | None
+    runs: np.ndarray | None
+    slot: dict[int, int]
+    first: np.ndarray
+    pattern: np.ndarray
+    copies: list[list[Copy]]
+    own: list[tuple[int, np.ndarray]]
+
+
+def _copies(kinds: list[tuple[int, int]]) -> list[Copy]:
+    """Merge per-position sources ((position, run offset or -1 for NaN), positions ascending)
+    into slices: consecutive positions with consecutive offsets (or both NaN) are one copy."""
+    out: list[Copy] = []
+    for pos, off in kinds:
+        if out:
+            lo, hi, first = out[-1]
+            nan_after_nan = off < 0 and first < 0
+            run_after_run = off >= 0 and first >= 0 and off == first + hi - lo
+            if pos == hi and (nan_after_nan or run_after_run):
+                out[-1] = (lo, hi + 1, first)
+                continue
+        out.append((pos, pos + 1, off))
+    return out
+
+
 class ChunkStore:
     """The stored chunks of one version: opened on first use, and the assembled rows.
 
     An answer reads several fields of a row (a ticker's answer: 27; Service A: the price and
     the fields asked); assembling every stored field of that row at once reads one contiguous
-    run per chunk (the group file) instead of one per field and chunk. So a read spanning more
-    than two chunks assembles the whole row and keeps it for the next fields (first in, first
-    out, ROW_CACHE_BYTES at most); short reads take the field's own chunks."""
+    piece per chunk (a row's runs in the group file) instead of one per field and chunk. So a
+    read spanning more than two chunks assembles the whole row and keeps it for the next fields
+    (first in, first out, ROW_CACHE_BYTES at most); short reads take the field's own runs.
 
-    def __init__(self, folder: Path, grid: ChunkGrid, codes: Mapping[str, list[str]]) -> None:
-        self.folder, self.grid, self.codes = folder, grid, codes
+    Reads both layouts: `chunks-2` (group files of the runs that hold a number, and their
+    index) and `chunks-1` (group files of every run, read as if indexed in order)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        grid: ChunkGrid,
+        codes: Mapping[str, list[str]],
+        layout: str = LAYOUT,
+    ) -> None:
+        if layout not in (LAYOUT, DENSE_GROUPS):
+            raise ValueError(f"unknown chunk layout {layout!r}")
+        self.folder, self.grid, self.codes, self.layout = folder, grid, codes, layout
 
         # Rows of an assembled row: the fields stored only in group files first (so that a
-        # group lands in one contiguous run of rows), then the others; alphabetical within.
+        # group lands in one contiguous run of rows), then the others; in group order within.
         def only_grouped(name: str) -> bool:
             return set("".join(codes[name])) - {EMPTY} == {GROUPED}
 
         # Fields never stored (all NaN) have no row in it.
         stored = [n for n in codes if set("".join(codes[n])) != {EMPTY}]
-        self.names = sorted(stored, key=lambda n: (not only_grouped(n), n))
+        order: Callable[[str], Any] = group_order if layout == LAYOUT else str  # chunks-1: a-z
+        self._order = order
+        self.names = sorted(stored, key=lambda n: (not only_grouped(n), order(n)))
         self.position = {name: i for i, name in enumerate(self.names)}
+        # Fields never in a group file (counts): copied into a row from their chunks at once.
+        self._narrow = [
+            (i, n) for i, n in enumerate(self.names) if GROUPED not in "".join(codes[n])
+        ]
         self._files: dict[Path, np.ndarray] = {}
-        self._chunks: dict[tuple[str, int, int], np.ndarray | None] = {}
-        self._members: dict[tuple[int, int], list[int]] = {}
-        self._plans: dict[tuple[int, int], tuple[np.ndarray | None, Any, list[Any], list[int]]] = {}
+        self._cells: dict[tuple[int, int], _Cell] = {}
+        self._pieces: dict[tuple[str, int], list[np.ndarray]] = {}
+        self._plans: dict[int, list[tuple[Any, ...]]] = {}
         self._rows: dict[int, np.ndarray] = {}
+        self._spare: list[np.ndarray] = []  # evicted rows' memory, for the next (`_recycle`)
         self._lock = threading.Lock()
         row_bytes = max(1, len(self.names) * grid.t * 8)
         self._keep = max(2, ROW_CACHE_BYTES // row_bytes)
@@ -444,87 +569,175 @@ class ChunkStore:
             self._files[rel] = arr
         return arr
 
-    def members(self, b: int, c: int) -> list[int]:
-        """Positions (in `names`) of the fields in the group file of (b, c), in file order
-        (alphabetical, as the writer stacked them)."""
-        found = self._members.get((b, c))
+    def cell(self, b: int, c: int) -> _Cell:
+        """Chunk (b, c), opened once (see `_Cell`)."""
+        found = self._cells.get((b, c))
         if found is None:
-            found = [self.position[n] for n in sorted(self.codes) if self.codes[n][b][c] == GROUPED]
-            self._members[b, c] = found
+            found = self._open_cell(b, c)
+            self._cells[b, c] = found
         return found
 
-    def chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
-        """One field's (rows x L) chunk, its stored dtype; None when not stored (all NaN).
-        Kept once found: a ticker's latest metrics read one value of many fields."""
-        key = (name, b, c)
-        try:
-            return self._chunks[key]
-        except KeyError:
-            pass
-        found = self._find_chunk(name, b, c)
-        self._chunks[key] = found
+    def _open_cell(self, b: int, c: int) -> _Cell:
+        c0, c1 = self.grid.cols(c)
+        r0, r1 = self.grid.rows(b)
+        # Group file order: as the writer stacked them.
+        grouped = [n for n in sorted(self.codes, key=self._order) if self.codes[n][b][c] == GROUPED]
+        slot = {self.position[n]: j for j, n in enumerate(grouped)}
+        data = runs = None
+        present = np.zeros((r1 - r0, 0), dtype=bool)
+        first = np.zeros(r1 - r0, dtype=np.int64)
+        if grouped:
+            data = self._file(group_path(b, c))
+            if self.layout == DENSE_GROUPS:  # every run stored, in row-major order
+                rows, k, width = data.shape
+                data = data.reshape(rows * k, width)
+                runs = np.arange(rows * k, dtype=np.int32).reshape(rows, k)
+            else:
+                runs = np.array(self._file(runs_path(b, c)))
+            present = runs >= 0
+            # A row's runs are consecutive in member order: its first one is its least.
+            first = np.where(present, runs, np.iinfo(np.int32).max).min(axis=1)
+            first = np.where(present.any(axis=1), first, 0).astype(np.int64)
+        kinds, pattern = np.unique(present, axis=0, return_inverse=True)
+        narrow = {i for i, _ in self._narrow}
+        copies = []
+        for kind in kinds:
+            sources: list[tuple[int, int]] = []
+            offset = 0
+            for i, name in enumerate(self.names):
+                code = self.codes[name][b][c]
+                if i in narrow or code not in (EMPTY, GROUPED):
+                    continue  # copied from its own chunk
+                if code == GROUPED and kind[slot[i]]:
+                    sources.append((i, offset))
+                    offset += 1
+                else:
+                    sources.append((i, -1))
+            copies.append(_copies(sources))
+        own = [
+            (i, self._file(chunk_path(name, b, c)))
+            for i, name in enumerate(self.names)
+            if i not in narrow and self.codes[name][b][c] not in (EMPTY, GROUPED)
+        ]
+        return _Cell(
+            width=c1 - c0,
+            data=data,
+            runs=runs,
+            slot=slot,
+            first=first,
+            pattern=np.asarray(pattern, dtype=np.int64).ravel(),
+            copies=copies,
+            own=own,
+        )
+
+    def pieces(self, name: str, b: int) -> list[np.ndarray]:
+        """Every chunk of a field stored on its own, block b, in time order (an all-NaN chunk
+        is a read-only NaN view)."""
+        found = self._pieces.get((name, b))
+        if found is None:
+            r0, r1 = self.grid.rows(b)
+            found = []
+            for c in range(self.grid.chunks):
+                if self.codes[name][b][c] == EMPTY:
+                    c0, c1 = self.grid.cols(c)
+                    found.append(np.broadcast_to(np.float64(np.nan), (r1 - r0, c1 - c0)))
+                else:
+                    found.append(self._file(chunk_path(name, b, c)))
+            self._pieces[name, b] = found
         return found
 
-    def _find_chunk(self, name: str, b: int, c: int) -> np.ndarray | None:
+    def run(self, name: str, b: int, c: int, local: int) -> np.ndarray | None:
+        """Row `local` of block b of one field over chunk c (its stored dtype), None when not
+        stored (all NaN). A ticker's latest metrics read one value of many fields this way."""
         code = self.codes[name][b][c]  # a field never stored has only EMPTY codes
         if code == EMPTY:
             return None
         if code != GROUPED:
+            own: np.ndarray = self._file(chunk_path(name, b, c))[local]
+            return own
+        cell = self.cell(b, c)
+        assert cell.runs is not None and cell.data is not None
+        at = int(cell.runs[local, cell.slot[self.position[name]]])
+        return None if at < 0 else cell.data[at]
+
+    def dense(self, name: str, b: int, c: int) -> np.ndarray | None:
+        """One field's (rows x L) chunk (its stored dtype; a grouped field's runs placed in a
+        new NaN array); None when not stored (all NaN)."""
+        code = self.codes[name][b][c]
+        if code == EMPTY:
+            return None
+        if code != GROUPED:
             return self._file(chunk_path(name, b, c))
-        group = self._file(group_path(b, c))
-        return group[:, self.members(b, c).index(self.position[name]), :]
+        cell = self.cell(b, c)
+        assert cell.runs is not None and cell.data is not None
+        at = cell.runs[:, cell.slot[self.position[name]]]
+        out = np.full((len(at), cell.width), np.nan)
+        kept = at >= 0
+        out[kept] = cell.data[at[kept]]
+        return out
 
     def cached_row(self, r: int) -> np.ndarray:
         """The assembled (fields x T) row r: kept for the next fields of the same answer."""
         row = self._rows.get(r)  # a dict read is atomic: no lock on the hit path
         if row is None:
-            row = self.full_row(r)
+            with self._lock:
+                spare = self._spare.pop() if self._spare else None
+            row = self.full_row(r, spare)
             with self._lock:
                 self._rows[r] = row
                 while len(self._rows) > self._keep:  # first in, first out
-                    self._rows.pop(next(iter(self._rows)))
+                    self._recycle(self._rows.pop(next(iter(self._rows))))
         return row
+
+    def _recycle(self, row: np.ndarray) -> None:
+        """Keep an evicted row's memory for the next assembly when nothing else holds it (no
+        view of it is alive: a view holds a reference to it): a fresh (fields x T) array is
+        a fresh mapping whose every page faults on first write, which costs as much as the
+        assembly. Called under the lock."""
+        if sys.getrefcount(row) <= 2 and len(self._spare) < 2:  # this frame + the call's
+            self._spare.append(row)
 
     def forget(self) -> None:
         """Drop the assembled rows (a benchmark times reads, not this cache)."""
         with self._lock:
-            self._rows.clear()
+            while self._rows:
+                self._recycle(self._rows.popitem()[1])
 
-    def _plan(self, b: int, c: int) -> tuple[np.ndarray | None, Any, list[Any], list[int]]:
-        """What chunk (b, c) holds: its group file, the rows its fields go to (a slice when
-        contiguous), the (position, array) of each field stored on its own, and the positions
-        of the fields it does not store (all NaN there); opened once."""
-        plan = self._plans.get((b, c))
+    def _block_plan(self, b: int) -> list[tuple[Any, ...]]:
+        """Per chunk of block b, what `full_row` needs, as plain Python values (a row's
+        assembly is a loop over these: no attribute or numpy-scalar lookups in it)."""
+        plan = self._plans.get(b)
         if plan is None:
-            positions = self.members(b, c)
-            group = self._file(group_path(b, c)) if positions else None
-            members: Any = positions
-            if positions and positions == list(range(positions[0], positions[0] + len(positions))):
-                members = slice(positions[0], positions[0] + len(positions))
-            own = [
-                (i, self._file(chunk_path(name, b, c)))
-                for i, name in enumerate(self.names)
-                if self.codes[name][b][c] not in (EMPTY, GROUPED)
-            ]
-            empty = [i for i, name in enumerate(self.names) if self.codes[name][b][c] == EMPTY]
-            plan = (group, members, own, empty)
-            self._plans[b, c] = plan
+            plan = []
+            for c in range(self.grid.chunks):
+                cell = self.cell(b, c)
+                c0 = c * self.grid.chunk
+                first, pattern = cell.first.tolist(), cell.pattern.tolist()
+                plan.append((c0, c0 + cell.width, cell.data, first, pattern, cell.copies, cell.own))
+            self._plans[b] = plan
         return plan
 
-    def full_row(self, r: int) -> np.ndarray:
-        """Every stored field of row r over all sessions, (fields x T) float64, read-only."""
+    def full_row(self, r: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Every stored field of row r over all sessions, (fields x T) float64, read-only;
+        written into `out` (a recycled row, no longer referenced) when given."""
         g = self.grid
         b, local = divmod(r, g.block)
-        out = np.empty((len(self.names), g.t))
-        for c in range(g.chunks):
-            c0, c1 = c * g.chunk, min(g.t, (c + 1) * g.chunk)
-            group, members, own, empty = self._plan(b, c)
-            if group is not None:
-                out[members, c0:c1] = group[local]
+        if out is None:
+            out = np.empty((len(self.names), g.t))
+        else:
+            out.flags.writeable = True
+        nan = np.nan
+        for c0, c1, data, first, pattern, copies, own in self._block_plan(b):
+            start = first[local]
+            for lo, hi, off in copies[pattern[local]]:
+                if off < 0:
+                    out[lo:hi, c0:c1] = nan
+                else:
+                    out[lo:hi, c0:c1] = data[start + off : start + off + hi - lo]
             for i, arr in own:
                 out[i, c0:c1] = arr[local]
-            if empty:
-                out[empty, c0:c1] = np.nan
+        for i, name in self._narrow:
+            np.concatenate([p[local] for p in self.pieces(name, b)], out=out[i], casting="safe")
         out.flags.writeable = False
         return out
 
@@ -540,33 +753,17 @@ class ChunkedArray:
         self.store, self.name, self.grid = store, name, store.grid
         self.shape = (store.grid.n, store.grid.t)
         self._position = store.position.get(name, -1)  # -1: never stored, all NaN
-        self._pieces: dict[int, list[np.ndarray]] = {}
 
     def __len__(self) -> int:
         return self.grid.n
 
     def chunk(self, b: int, c: int) -> np.ndarray | None:
-        """The stored chunk (memory-mapped, its own dtype), None when not stored (all NaN)."""
-        return self.store.chunk(self.name, b, c)
-
-    def pieces(self, b: int) -> list[np.ndarray]:
-        """Every chunk of block b in time order (an all-NaN chunk is a read-only NaN view)."""
-        found = self._pieces.get(b)
-        if found is None:
-            r0, r1 = self.grid.rows(b)
-            found = []
-            for c in range(self.grid.chunks):
-                arr = self.chunk(b, c)
-                if arr is None:
-                    c0, c1 = self.grid.cols(c)
-                    arr = np.broadcast_to(np.float64(np.nan), (r1 - r0, c1 - c0))
-                found.append(arr)
-            self._pieces[b] = found
-        return found
+        """The (rows x L) chunk (its stored dtype), None when not stored (all NaN)."""
+        return self.store.dense(self.name, b, c)
 
     def row(self, r: int, lo: int, hi: int) -> np.ndarray:
         """Sessions [lo, hi) of row r: the per-ticker read (from the assembled row when the
-        store keeps it, else one copy of the chunks it spans)."""
+        store keeps it, else one copy of the runs it spans)."""
         if hi <= lo or self._position < 0:
             return np.full(max(0, hi - lo), np.nan)
         L = self.grid.chunk
@@ -575,7 +772,13 @@ class ChunkedArray:
             out: np.ndarray = self.store.cached_row(r)[self._position, lo:hi]
             return out
         b, local = divmod(r, self.grid.block)
-        parts = [p[local] for p in self.pieces(b)[first:last]]
+        parts = []
+        for c in range(first, last):
+            part = self.store.run(self.name, b, c, local)
+            if part is None:
+                c0, c1 = self.grid.cols(c)
+                part = np.full(c1 - c0, np.nan)
+            parts.append(part)
         joined = np.concatenate(parts, dtype=np.float64, casting="safe")
         return joined[lo - first * L : hi - first * L]
 
@@ -611,6 +814,11 @@ class ChunkedArray:
         return out
 
     def __getitem__(self, key: Any) -> Any:
+        if type(key) is tuple and len(key) == 2:  # the per-ticker read `[row, lo:hi]`, first
+            r0, c0 = key
+            if type(r0) is int and type(c0) is slice and c0.step is None and 0 <= r0 < self.grid.n:
+                lo, hi, _ = c0.indices(self.grid.t)
+                return self.row(r0, lo, hi)
         if not isinstance(key, tuple):
             key = (key,)
         if len(key) == 1:
@@ -623,11 +831,11 @@ class ChunkedArray:
             if step == 1:
                 return self.row(r, lo, hi)
         if isinstance(r, int) and isinstance(c, int):
-            # One value (a ticker's latest metric): its chunk, directly.
+            # One value (a ticker's latest metric): its run, directly.
             b, local = divmod(r, self.grid.block)
             k, at = divmod(c, self.grid.chunk)
-            arr = self.chunk(b, k)
-            return np.float64(np.nan) if arr is None else np.float64(arr[local, at])
+            run = self.store.run(self.name, b, k, local) if self._position >= 0 else None
+            return np.float64(np.nan) if run is None else np.float64(run[at])
         if isinstance(r, int) and isinstance(c, np.ndarray) and c.ndim == 1 and c.size:
             # Sessions picked from one row (Service A: the days a price is published): one
             # row read over their span, then a gather, instead of a lookup per chunk.
@@ -674,16 +882,21 @@ class DerivedArray:
 
 def open_arrays(folder: Path, arrays: Mapping[str, Any]) -> dict[str, FieldArray]:
     """Every field of a chunked version (stored and derived), from its manifest block."""
-    store = ChunkStore(folder, ChunkGrid.of(arrays["grid"]), arrays["chunks"])
+    layout = str(arrays.get("layout", DENSE_GROUPS))
+    store = ChunkStore(folder, ChunkGrid.of(arrays["grid"]), arrays["chunks"], layout)
     out: dict[str, FieldArray] = {name: ChunkedArray(store, name) for name in arrays["chunks"]}
     for name, (op, *sources) in arrays["derived"].items():
         out[name] = DerivedArray(op, [out[s] for s in sources])
     return out
 
 
-def expected_chunks(arrays: Mapping[str, Any]) -> Iterator[tuple[Path, tuple[int, ...], str]]:
-    """(path, shape, dtype code) of every chunk file a manifest's `arrays` block lists."""
+def expected_chunks(
+    arrays: Mapping[str, Any],
+) -> Iterator[tuple[Path, tuple[int | None, ...], str]]:
+    """(path, shape, dtype code in FILE_DTYPES) of every chunk file a manifest's `arrays` block
+    lists; None in a shape is any length (the runs a group file holds)."""
     grid = ChunkGrid.of(arrays["grid"])
+    dense_groups = arrays.get("layout", DENSE_GROUPS) == DENSE_GROUPS
     table = arrays["chunks"]
     for name, codes in table.items():
         if len(codes) != grid.blocks or any(len(line) != grid.chunks for line in codes):
@@ -698,9 +911,19 @@ def expected_chunks(arrays: Mapping[str, Any]) -> Iterator[tuple[Path, tuple[int
                 grouped += 1
             elif code != EMPTY:
                 yield chunk_path(name, b, c), (r1 - r0, c1 - c0), code
-        if grouped:
+        if grouped and dense_groups:
             yield group_path(b, c), (r1 - r0, grouped, c1 - c0), GROUPED
+        elif grouped:
+            yield group_path(b, c), (None, c1 - c0), GROUPED
+            yield runs_path(b, c), (r1 - r0, grouped), RUNS
     for name, (_op, *sources) in arrays["derived"].items():
         missing = [s for s in sources if s not in table]
         if missing:
             raise ValueError(f"derived field {name} names sources not stored: {missing}")
+
+
+def shape_fits(found: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
+    """True when a file's shape is the expected one (None: any length on that axis)."""
+    return len(found) == len(expected) and all(
+        e is None or f == e for f, e in zip(found, expected, strict=True)
+    )

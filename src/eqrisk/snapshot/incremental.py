@@ -133,6 +133,9 @@ def decide(
     old = previous.get("inputs")
     if not isinstance(old, dict) or old.get("scheme") != DIGESTS or "arrays" not in previous:
         return Decision(0, ["the previous version records no input digests (built before them)"])
+    if previous["arrays"].get("layout") != chunks.LAYOUT:
+        was = previous["arrays"].get("layout")
+        return Decision(0, [f"the previous version's chunks have another layout ({was})"])
     now_u, old_u = digests["universe"], old["universe"]
     reasons: list[str] = []
     if now_u.get("code") != old_u.get("code"):

@@ -1,17 +1,18 @@
 """What one snapshot version holds, and how it is laid out on disk (see `versions` for the folder).
 
-Two layouts of the same numbers: the spec's tables (`symbols`, and `security_history` in long
-entity-attribute-value form with daily and monthly periodicity, as Parquet files along time) for
-interoperability, and per-metric arrays (symbols x sessions, in chunks along time: `chunks`) that
-the services slice directly. Both are cut at fixed session boundaries so that a version shares
-every unchanged file with the previous one.
+The numbers are stored once, as per-metric arrays (symbols x sessions, in chunks along time:
+`chunks`) that the services slice directly; the spec's tables are `symbols` (Parquet) and
+`security_history` in long entity-attribute-value form: its monthly rows (aggregates) as Parquet
+files per year, its daily rows generated from the arrays (`daily_tables`) on read or for an
+export. Files are cut at fixed session boundaries so that a version shares every unchanged
+file with the previous one.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -340,15 +341,21 @@ HISTORY_WRITE = {
 
 
 def _history_table(
-    symbols: pa.Array[Any], lo: int, values: np.ndarray, dates: np.ndarray, periodicity: int
+    symbols: pa.Array[Any],
+    rows: np.ndarray | None,
+    values: np.ndarray,
+    dates: np.ndarray,
+    periodicity: int,
 ) -> pa.Table:
-    """Long rows of a (rows x keys x sessions) block, in (symbol, metric_key, teo) order."""
+    """Long rows of a (rows x keys x sessions) block, in (symbol, metric_key, teo) order;
+    `rows` are the symbols' indexes in `symbols` (None: 0, 1, ...)."""
     sym_i, key_i, t_i = np.nonzero(np.isfinite(values))
+    symbol_index = sym_i if rows is None else np.asarray(rows, dtype=np.int64)[sym_i]
     key_dict = pa.array(list(HISTORY_KEYS), type=pa.string())
     per_dict = pa.array(["daily", "monthly"], type=pa.string())
     batch = pa.record_batch(
         [
-            pa.DictionaryArray.from_arrays(pa.array(sym_i + lo, type=pa.int32()), symbols),
+            pa.DictionaryArray.from_arrays(pa.array(symbol_index, type=pa.int32()), symbols),
             pa.array(dates[t_i], type=pa.date32()),
             pa.DictionaryArray.from_arrays(pa.array(key_i, type=pa.int8()), key_dict),
             pa.array(values[sym_i, key_i, t_i], type=pa.float64()),
@@ -361,7 +368,55 @@ def _history_table(
     return pa.Table.from_batches([batch])
 
 
-def _parquet_bytes(table: pa.Table) -> bytes:
+def _history_block(
+    fields: Mapping[str, chunks.Sliceable], rows: Any, lo: int, hi: int
+) -> np.ndarray:
+    """(rows x keys x sessions [lo, hi)) of the arrays behind the long table's metric keys."""
+    return np.stack(
+        [np.asarray(fields[name][rows, lo:hi], dtype=np.float64) for name in HISTORY_KEYS.values()],
+        axis=1,
+    )
+
+
+def daily_tables(
+    fields: Mapping[str, chunks.Sliceable],
+    symbol_names: list[str],
+    sessions: np.ndarray,
+    grid: chunks.ChunkGrid,
+    rows: np.ndarray | None = None,
+    first: int = 0,
+) -> Iterator[tuple[int, pa.Table]]:
+    """The daily rows of the long table, per time chunk c of the grid: (c, rows of chunk c),
+    generated from the arrays (the same values, in the order `daily-<c>.parquet` held them).
+    `rows` limits them to those symbols (indexes into `symbol_names`, ascending), `first`
+    to the chunks from it on."""
+    symbols = pa.array(symbol_names, type=pa.string())
+    days = np.asarray(sessions).astype("datetime64[D]")
+    picked = None
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.int64)
+        # A few symbols: each one's whole rows read once (the per-ticker read), then cut.
+        picked = np.empty((len(rows), len(HISTORY_KEYS), grid.t))
+        for i, r in enumerate(rows.tolist()):
+            for k, name in enumerate(HISTORY_KEYS.values()):
+                picked[i, k] = np.asarray(fields[name][r, 0 : grid.t], dtype=np.float64)
+    for c in range(first, grid.chunks):
+        lo, hi = grid.cols(c)
+        values = (
+            picked[:, :, lo:hi]
+            if picked is not None
+            else _history_block(fields, slice(0, grid.n), lo, hi)
+        )
+        yield c, _history_table(symbols, rows, values, days[lo:hi], 0)
+
+
+def daily_file(c: int) -> Path:
+    """The file of chunk c's daily rows in the spec's Parquet dataset (an export's)."""
+    return Path(HISTORY_DIR) / f"daily-{c:05d}.parquet"
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A long-table file's bytes (the encodings of HISTORY_WRITE): the same rows, same bytes."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **HISTORY_WRITE)  # type: ignore[arg-type]
     return bytes(sink.getvalue().to_pybytes())
@@ -396,14 +451,16 @@ def write_security_history(
     progress: Callable[[str], None] | None = None,
     reuse: int = 0,
     previous_files: list[str] | None = None,
+    daily: bool = False,
 ) -> list[str]:
     """Write the spec's long table as Parquet files under `security_history/`, one dataset:
-    the daily rows of each time chunk of the grid (`daily-<chunk>.parquet`) and the monthly
-    rows of each calendar year (`monthly-<year>.parquet`: a month's row depends only on that
-    month's sessions). A new session changes the last daily file and the current year's
-    monthly file; every other file equal to the previous version's is a hard link to it.
-    With `reuse` = c0 (an incremental build), the daily files of chunks c < c0 and the monthly
-    files of the years that end before chunk c0 are linked from `previous` unread.
+    the monthly rows of each calendar year (`monthly-<year>.parquet`: a month's row depends
+    only on that month's sessions) and, with `daily` (an export; a version does not store
+    them: `daily_tables` generates them from the arrays), the daily rows of each time chunk of
+    the grid (`daily-<chunk>.parquet`). A new session changes the current year's monthly file
+    (and the last daily file); every other file equal to the previous version's is a hard link
+    to it. With `reuse` = c0 (an incremental build), the daily files of chunks c < c0 and the
+    monthly files of the years that end before chunk c0 are linked from `previous` unread.
     Returns the files written, relative to `folder`."""
     stats = stats if stats is not None else chunks.WriteStats()
     keys = list(HISTORY_KEYS)
@@ -414,28 +471,25 @@ def write_security_history(
     files: list[str] = []
 
     def block(lo: int, hi: int) -> np.ndarray:
-        return np.stack(
-            [np.asarray(fields[HISTORY_KEYS[k]][:n, lo:hi], dtype=np.float64) for k in keys],
-            axis=1,
-        )
+        return _history_block(fields, slice(0, n), lo, hi)
 
     (folder / HISTORY_DIR).mkdir(exist_ok=True)
     old = set(previous_files or [])
-    for c in range(reuse):
-        rel = Path(HISTORY_DIR) / f"daily-{c:05d}.parquet"
-        if str(rel) in old and previous is not None:
-            chunks.link_unread(folder, rel, previous)
-            stats.shared += 1
-            files.append(str(rel))
-    for c in range(reuse, grid.chunks):
-        lo, hi = grid.cols(c)
-        table = _history_table(symbols, 0, block(lo, hi), days[lo:hi], 0)
-        if table.num_rows:
-            rel = Path(HISTORY_DIR) / f"daily-{c:05d}.parquet"
-            _share_history(folder, rel, _parquet_bytes(table), previous, stats)
-            files.append(str(rel))
-        if progress:
-            progress(f"security_history daily {c + 1}/{grid.chunks}")
+    if daily:
+        for c in range(reuse):
+            rel = daily_file(c)
+            if str(rel) in old and previous is not None:
+                chunks.link_unread(folder, rel, previous)
+                stats.shared += 1
+                files.append(str(rel))
+        later = {k: v for k, v in fields.items() if k in HISTORY_KEYS.values()}
+        for c, table in daily_tables(later, symbol_names, sessions, grid, first=reuse):
+            if table.num_rows:
+                rel = daily_file(c)
+                _share_history(folder, rel, parquet_bytes(table), previous, stats)
+                files.append(str(rel))
+            if progress:
+                progress(f"security_history daily {c + 1}/{grid.chunks}")
     years = days.astype("datetime64[Y]")
     reused_to = grid.cols(reuse)[0] if reuse else 0
     for year in np.unique(years):
@@ -453,10 +507,10 @@ def write_security_history(
         monthly = np.empty((*values.shape[:2], len(month_dates)))
         monthly[:, ~flow] = m_level
         monthly[:, flow] = m_flow
-        table = _history_table(symbols, 0, monthly, month_dates, 1)
+        table = _history_table(symbols, None, monthly, month_dates, 1)
         if table.num_rows:
             rel = Path(HISTORY_DIR) / f"monthly-{year}.parquet"
-            _share_history(folder, rel, _parquet_bytes(table), previous, stats)
+            _share_history(folder, rel, parquet_bytes(table), previous, stats)
             files.append(str(rel))
     return files
 

@@ -8,17 +8,20 @@ names (EQRISK_SNAPSHOTS: several servers with their own homes serve one store):
     v3-20261121T120000Z/          one immutable version
         manifest.json             model_version, data_as_of, data_source, method, fields, ...
         sessions.npy              (T,) datetime64[D]
-        arrays/_rows/<b>.<c>.npy  symbol block b x time chunk c of every float64 metric (`chunks`)
+        arrays/_rows/<b>.<c>.npy  symbol block b x time chunk c of every float64 metric (`chunks`):
+                                  the runs that hold a number, and their index (<b>.<c>.runs.npy)
         arrays/<field>/<b>.<c>.npy  the same chunk of a metric stored narrower (counts: uint8)
         factors.npy               (K x T) Service A factor returns
         symbols.parquet           the spec's `symbols` table (+ row index and hierarchy)
-        security_history/         the spec's long table: daily-<c>.parquet, monthly-<year>.parquet
+        security_history/         the spec's long table's monthly rows (monthly-<year>.parquet);
+                                  its daily rows are the arrays' (`Snapshot.security_history`)
     .building-*/                  a build in progress; never read, removed when stale
 
 Versions share history: a chunk (array or Parquet file) equal to the one of the version served
 when the build started is a hard link to it, so a new version costs disk only for what changed,
 and removing a version (pruning) frees only the files no other version links. Versions written
-before chunking (`arrays/<field>.npy`, one `security_history.parquet`) are still read.
+before chunking (`arrays/<field>.npy`, one `security_history.parquet`), and chunked ones that
+store the daily files too (layout `chunks-1`), are still read.
 
 A build writes a complete version folder under a temporary name, renames it into place and only
 then replaces CURRENT; a build that fails or is killed leaves the served version untouched.
@@ -47,6 +50,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eqrisk.settings import get_settings
@@ -388,17 +392,77 @@ class Snapshot:
         """The version's lookups (tickers, sessions, factors), built on first use, kept with it."""
         return SymbolIndex(self)
 
+    @property
+    def stores_daily_history(self) -> bool:
+        """Whether the long table's daily rows are files of this version (versions written
+        before layout `chunks-2`); else they are generated from the arrays on read."""
+        if not self.chunked:
+            return True
+        return any(Path(f).name.startswith("daily-") for f in self.manifest["security_history"])
+
     def security_history(self, **filters: Any) -> pd.DataFrame:
-        """The spec's long table, optionally filtered by column equality (pushed down)."""
+        """The spec's long table, optionally filtered by column equality (pushed down): the
+        daily rows (generated from the arrays, or read where a version stores them), then the
+        monthly rows (stored)."""
         expr: list[Any] = [(k, "=", v) for k, v in filters.items()]
         if not self.chunked:
             source = self.path / "security_history.parquet"
             return pq.read_table(source, filters=expr or None).to_pandas()
         files = [str(self.path / rel) for rel in self.manifest["security_history"]]
-        if not files:
+        parts = [] if self.stores_daily_history else [self._daily_history(filters, expr)]
+        if files:
+            parts.append(pq.ParquetDataset(files, filters=expr or None).read())
+        if not parts:
             return tables.history_schema().empty_table().to_pandas()
-        dataset = pq.ParquetDataset(files, filters=expr or None)
-        return dataset.read().to_pandas()
+        schema = tables.history_schema()
+        return pa.concat_tables([part.cast(schema) for part in parts]).to_pandas()
+
+    def _daily_history(self, filters: dict[str, Any], expr: list[Any]) -> pa.Table:
+        """The daily rows of the long table from the arrays (a symbol filter reads that
+        symbol's rows only), the other filters applied after."""
+        names = self._symbol_names
+        rows = None
+        if "symbol" in filters:
+            at = self.row_of.get(str(filters["symbol"]))
+            rows = np.array([] if at is None else [at], dtype=np.int64)
+        fields = {name: self.array(name) for name in tables.HISTORY_KEYS.values()}
+        grid = chunks.ChunkGrid.of(self.manifest["arrays"]["grid"])
+        found = [t for _c, t in tables.daily_tables(fields, names, self.sessions, grid, rows)]
+        table = pa.concat_tables(found) if found else tables.history_schema().empty_table()
+        if expr:
+            table = table.filter(pq.filters_to_expression(expr))
+        return table
+
+    @cached_property
+    def _symbol_names(self) -> list[str]:
+        """Tickers in row order (the arrays' rows)."""
+        frame = self.symbols.sort_values("row")
+        return [str(t) for t in frame["ticker"]]
+
+    def export_security_history(self, out: Path) -> list[Path]:
+        """Write the spec's long table as a Parquet dataset into the folder `out` (the files a
+        version held before `chunks-2`: `daily-<chunk>.parquet` from the arrays, and a copy of
+        each `monthly-<year>.parquet`; an older version's files are copied as they are).
+        Returns the files written."""
+        out.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        if not self.chunked:
+            target = out / "security_history.parquet"
+            shutil.copyfile(self.path / "security_history.parquet", target)
+            return [target]
+        if not self.stores_daily_history:
+            fields = {name: self.array(name) for name in tables.HISTORY_KEYS.values()}
+            grid = chunks.ChunkGrid.of(self.manifest["arrays"]["grid"])
+            for c, table in tables.daily_tables(fields, self._symbol_names, self.sessions, grid):
+                if table.num_rows:
+                    target = out / tables.daily_file(c).name
+                    target.write_bytes(tables.parquet_bytes(table))
+                    written.append(target)
+        for rel in self.manifest["security_history"]:
+            target = out / Path(rel).name
+            shutil.copyfile(self.path / rel, target)
+            written.append(target)
+        return written
 
     def metadata(self) -> dict[str, Any]:
         """The `_metadata` block every answer carries."""
@@ -438,7 +502,7 @@ def _check_files(path: Path, manifest: dict[str, Any]) -> None:
     """Every file of a version present, whole and of the shape the manifest implies."""
     try:
         n, t = int(manifest["universe_size"]), int(manifest["sessions"])
-        expected: dict[Path, tuple[tuple[int, ...], str | None]] = {
+        expected: dict[Path, tuple[tuple[int | None, ...], str | None]] = {
             Path("sessions.npy"): ((t,), None),
             Path("factors.npy"): ((len(manifest["factors"]["names"]), t), None),
         }
@@ -458,10 +522,10 @@ def _check_files(path: Path, manifest: dict[str, Any]) -> None:
         raise SnapshotError(f"{path}/manifest.json lacks {exc}: not a snapshot manifest") from exc
     for rel, (shape, code) in expected.items():
         found, dtype, problem = _npy_shape(path / rel)
-        if not problem and found != shape:
+        if not problem and not chunks.shape_fits(found, shape):
             problem = f"has shape {found} where the manifest implies {shape}"
-        if not problem and code is not None and dtype != chunks.CODES.get(code):
-            problem = f"holds {dtype} where the manifest implies {chunks.CODES.get(code)}"
+        if not problem and code is not None and dtype != chunks.FILE_DTYPES.get(code):
+            problem = f"holds {dtype} where the manifest implies {chunks.FILE_DTYPES.get(code)}"
         if problem:
             raise SnapshotError(f"snapshot {path.name} is damaged: {rel} {problem}")
     for name in parquet_files:
