@@ -190,7 +190,9 @@ def test_what_a_task_returns_is_per_row(market: tuple[Panel, pd.DataFrame], tmp_
     outputs = rows * T * 8 * len(done.names)
     assert answer < outputs / 50
     files = sorted(p.name for p in (tmp_path / "arrays" / "_rows").iterdir())
-    assert files == [f"1.{c}.npy" for c in range(grid.chunks)]  # its block's chunks only
+    own = [chunks.group_path(1, c) for c in range(grid.chunks)]
+    own += [chunks.runs_path(1, c) for c in range(grid.chunks)]
+    assert files == sorted(p.name for p in own)  # its block's chunks (and their runs) only
 
 
 def _perturbed(run_block: Any, row: int) -> Any:
