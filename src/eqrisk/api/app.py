@@ -4,8 +4,10 @@ log line per request."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import re
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -135,6 +137,47 @@ class RequestIdMiddleware:
         )
         await send({"type": "http.response.body", "body": body})
         return len(body)
+
+
+# How long a thread that wants the GIL waits before asking the holder to drop it: Python's
+# default is 5 ms, a stall the event loop pays each time a render thread holds the GIL when a
+# request arrives (docs/DECISIONS.md, "Issue 9: large answers").
+SWITCH_INTERVAL_S = 0.0005
+# glibc's malloc: blocks up to this size come from the heap, and up to this much free memory
+# stays at its top, so a large answer's buffers reuse pages instead of fresh zeroed ones.
+MMAP_THRESHOLD, TRIM_THRESHOLD = 64 << 20, 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+
+
+def keep_freed_memory() -> bool:
+    """Lets glibc reuse freed memory for the next large answer (`MMAP_THRESHOLD`,
+    `TRIM_THRESHOLD`). By default every block over 128 kB (32 MB once adapted) is a fresh
+    mapping, and the kernel zeroes each of its pages on first touch: on this VM that cost more
+    than formatting the answer (20,000 page faults, 8 ms, with the GIL held, for one 8.8 MB
+    JSON answer). False where the C library has no mallopt (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+
+
+def tune_process() -> None:
+    """The serving process's own settings (the interpreter's switch interval, the allocator):
+    set by `create_server_app` in every worker process, not by `create_app`, so that a test
+    or a notebook that builds an app keeps its interpreter as it was."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    keep_freed_memory()
+
+
+def create_server_app() -> FastAPI:
+    """The app as `eqrisk serve` runs it (uvicorn's factory, called in each worker process):
+    the process tuned (`tune_process`), then `create_app()` from the environment's settings."""
+    tune_process()
+    return create_app()
 
 
 def create_app(settings: Settings | None = None, services: Sequence[str] | None = None) -> FastAPI:

@@ -135,7 +135,7 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
     # The head of a request (request line and headers) is bounded before the app sees it;
     # the app answers what fits with 414 / 431 / 413 problem+json (eqrisk.api.bounds).
     uvicorn.run(
-        "eqrisk.api.app:create_app",
+        "eqrisk.api.app:create_server_app",
         factory=True,
         host=host,
         port=port,
