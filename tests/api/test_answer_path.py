@@ -4,7 +4,9 @@ own settings (switch interval, allocator)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import threading
 from typing import Any
 
 import pytest
@@ -74,3 +76,16 @@ def test_the_server_factory_tunes_its_process(demo_settings, monkeypatch) -> Non
     finally:
         sys.setswitchinterval(before)
     assert app_module.keep_freed_memory() is (sys.platform == "linux")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads have their own niceness on Linux")
+def test_render_threads_run_at_a_lower_priority_than_the_event_loop(demo_settings) -> None:
+    app = create_app(demo_settings)
+    try:
+        mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        pool = app.state.render_pool
+        theirs = pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        assert theirs.result() == min(mine + app_module.RENDER_NICENESS, 19) > mine
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    finally:
+        app.state.render_pool.shutdown()

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import re
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -165,6 +167,19 @@ def keep_freed_memory() -> bool:
     )
 
 
+# How much lower than the process's the render threads' CPU priority is (Linux `nice`): when
+# a small request wakes the event loop while a render thread computes, the loop gets the core.
+RENDER_NICENESS = 10
+
+
+def lower_thread_priority(step: int = RENDER_NICENESS) -> None:
+    """Lowers the calling thread's CPU priority by `step` (Linux schedules threads one by
+    one; elsewhere, where the call would lower the whole process, nothing is done)."""
+    if sys.platform == "linux":
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + step, 19))
+
+
 def tune_process() -> None:
     """The serving process's own settings (the interpreter's switch interval, the allocator):
     set by `create_server_app` in every worker process, not by `create_app`, so that a test
@@ -204,9 +219,12 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     app.state.prices = PriceTable.load(settings.pricing_file)
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
-    # Large answers render here, one at a time by default (formats.answer).
+    # Large answers render here, one at a time by default (formats.answer), at a lower CPU
+    # priority than the event loop's (docs/DECISIONS.md, "Issue 9: large answers").
     writers.warm_up()
-    app.state.render_pool = ThreadPoolExecutor(settings.render_threads, thread_name_prefix="render")
+    app.state.render_pool = ThreadPoolExecutor(
+        settings.render_threads, thread_name_prefix="render", initializer=lower_thread_priority
+    )
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
