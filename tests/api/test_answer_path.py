@@ -1,5 +1,5 @@
 """The answer path of large answers (issue 9): bodies sent in pieces, the serving process's
-own settings (switch interval, allocator)."""
+own settings (allocator, render threads' priority)."""
 
 from __future__ import annotations
 
@@ -64,17 +64,14 @@ def test_large_answers_arrive_whole_over_http(demo_settings) -> None:
 
 
 def test_the_server_factory_tunes_its_process(demo_settings, monkeypatch) -> None:
-    """`create_server_app` (what `eqrisk serve` runs) sets the switch interval and the
-    allocator; `create_app` leaves the interpreter as it was."""
-    before = sys.getswitchinterval()
-    try:
-        create_app(demo_settings)
-        assert sys.getswitchinterval() == before
-        monkeypatch.setattr(app_module, "create_app", lambda: "app")
-        assert app_module.create_server_app() == "app"
-        assert sys.getswitchinterval() == pytest.approx(app_module.SWITCH_INTERVAL_S)
-    finally:
-        sys.setswitchinterval(before)
+    """`create_server_app` (what `eqrisk serve` runs) sets the allocator, then builds the app;
+    `keep_freed_memory` sets glibc's thresholds (mallopt says so) where there is glibc."""
+    tuned: list[str] = []
+    monkeypatch.setattr(app_module, "keep_freed_memory", lambda: tuned.append("malloc"))
+    monkeypatch.setattr(app_module, "create_app", lambda: tuned.append("app") or "app")
+    assert app_module.create_server_app() == "app"
+    assert tuned == ["malloc", "app"]
+    monkeypatch.undo()
     assert app_module.keep_freed_memory() is (sys.platform == "linux")
 
 

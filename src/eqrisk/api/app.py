@@ -141,10 +141,6 @@ class RequestIdMiddleware:
         return len(body)
 
 
-# How long a thread that wants the GIL waits before asking the holder to drop it: Python's
-# default is 5 ms, a stall the event loop pays each time a render thread holds the GIL when a
-# request arrives (docs/DECISIONS.md, "Issue 9: large answers").
-SWITCH_INTERVAL_S = 0.0005
 # glibc's malloc: blocks up to this size come from the heap, and up to this much free memory
 # stays at its top, so a large answer's buffers reuse pages instead of fresh zeroed ones.
 MMAP_THRESHOLD, TRIM_THRESHOLD = 64 << 20, 256 << 20
@@ -181,10 +177,10 @@ def lower_thread_priority(step: int = RENDER_NICENESS) -> None:
 
 
 def tune_process() -> None:
-    """The serving process's own settings (the interpreter's switch interval, the allocator):
-    set by `create_server_app` in every worker process, not by `create_app`, so that a test
-    or a notebook that builds an app keeps its interpreter as it was."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    """The serving process's own settings (the allocator; the interpreter's switch interval
+    stays at its default: 0.5 ms measured no better, docs/DECISIONS.md): set by
+    `create_server_app` in every worker process, not by `create_app`, so that a test or a
+    notebook that builds an app keeps its process as it was."""
     keep_freed_memory()
 
 
