@@ -367,3 +367,33 @@ def test_cells_of_every_width_around_the_eight_byte_words(width: int) -> None:
     lines = writers.csv_rows(columns).decode().splitlines()
     assert [lines[k].split(",")[0] for k in (4, 6, 8)] == ["inf", "", "-inf"]  # rows 3, 5, 7
     assert len(orjson.dumps(by_width[width])) == width
+
+
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), pool_texts, st.just(math.nan)), st.integers(1, 400)),
+        min_size=1,
+        max_size=12,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_columns_in_runs_are_coded_by_their_runs(runs: list[tuple[Any, int]]) -> None:
+    """A symbol or a sector repeats in runs along a multi-symbol answer: the runs' first
+    values are coded; the answer is the same as a cell at a time."""
+    values = [v for v, length in runs for _ in range(length)]
+    n = len(values)
+    columns: dict[str, Any] = {
+        "symbol": np.array(values, dtype=object),
+        "day": [dt.date(2020, 1, 1) + dt.timedelta(days=k // 7) for k in range(n)],
+        "x": np.arange(n) / 8,
+    }
+    assert writers.json_rows(columns) == reference_json(columns)
+    if any(isinstance(v, str) for v in values) and not any(isinstance(v, float) for v in values):
+        assert writers.csv_rows(columns) == reference_csv(columns)  # (pyarrow refuses NaN in text)
+
+
+def test_runs_of_values_a_hash_table_would_merge_keep_their_own_text() -> None:
+    mixed = np.array([1] * 600 + [1.0] * 600 + [True] * 600 + ["1"] * 600, dtype=object)
+    assert writers.json_rows({"m": mixed}) == reference_json({"m": mixed})
+    dates = [dt.date(2024, 1, 2)] * 900 + [dt.datetime(2024, 1, 2)] * 900
+    assert writers.json_rows({"d": dates}) == reference_json({"d": dates})

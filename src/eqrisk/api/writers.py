@@ -275,7 +275,7 @@ def _dictionary(
     values = np.empty(len(col), dtype=object)
     try:
         values[:] = col
-        codes, found = pd.factorize(values)
+        codes, found = _factorize(values)
     except (TypeError, ValueError):  # nested or unhashable values: written a cell at a time
         return None
     distinct: list[Any] = found.tolist()
@@ -286,6 +286,30 @@ def _dictionary(
         codes = np.where(codes < 0, len(distinct), codes)
         distinct.append(None)
     return codes, distinct
+
+
+RUN_PROBE = 1024  # leading values looked at to decide whether a column comes in runs
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`pandas.factorize` of an object column; a column in runs of equal values (the symbol
+    or the sector of a multi-symbol answer, one run per symbol) is factorized by the first
+    value of each run, the codes repeated along the runs: comparing neighbours costs a third
+    of hashing every value. Equal neighbours are one run even where they would be written
+    differently (1 and 1.0): the caller keeps a coding only when every distinct value is a
+    `str`, or every one a `datetime.date`, which equal nothing of another kind."""
+    n = len(values)
+    probe = values[: RUN_PROBE + 1]
+    if n < 2 or np.count_nonzero(probe[1:] != probe[:-1]) * 4 > len(probe):
+        return pd.factorize(values)
+    change = values[1:] != values[:-1]
+    if not isinstance(change, np.ndarray) or change.dtype != np.bool_:
+        raise TypeError("values that do not compare one by one")
+    heads = np.concatenate(([0], np.flatnonzero(change) + 1))
+    if len(heads) * 4 > n:
+        return pd.factorize(values)
+    head_codes, found = pd.factorize(values[heads])
+    return np.repeat(head_codes, np.diff(np.append(heads, n))), found
 
 
 def _plan_column(plan: _Plan, col: Sequence[Any] | np.ndarray, csv: bool) -> None:
