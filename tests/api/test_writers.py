@@ -298,3 +298,102 @@ def test_column_layout_is_asked_for_with_its_media_type(demo_settings) -> None:
     # An explicit format wins over Accept, as for the other media types.
     explicit = client.get(path + "&format=json", headers={**bearer(TEST_KEY), **columns_type})
     assert explicit.content == rows.content
+
+
+# ------------------------------------------------------------------------------ repeated values
+# Dates and text are formatted once per distinct value (codes into a dictionary); numbers are
+# cut out of orjson's array text by the layout kernel, eight bytes at a time.
+
+pool_texts = st.sampled_from(["AAPL", "NVDA", 'say "hi"', "a,b", "line\nbreak", "", "é", "x\\y"])
+pool_dates = st.sampled_from([dt.date(2024, 1, 2), dt.date(1999, 12, 31), dt.date(2024, 2, 29)])
+
+
+@given(
+    st.lists(st.one_of(st.none(), pool_texts), min_size=1, max_size=80),
+    st.lists(st.one_of(st.none(), pool_dates), min_size=80, max_size=80),
+    st.lists(st.integers(-3, 3), min_size=80, max_size=80),
+)
+@settings(max_examples=150, deadline=None)
+def test_repeated_text_and_dates_are_written_as_each_row_alone(
+    texts: list[str | None], dates: list[dt.date | None], days: list[int]
+) -> None:
+    n = len(texts)
+    stamps = np.datetime64("2024-03-01") + np.array(days[:n])
+    stamps[::7] = np.datetime64("NaT")
+    columns: dict[str, Any] = {
+        "symbol": np.array(texts, dtype=object),
+        "listed": texts,
+        "day": dates[:n],
+        "stamp": stamps,
+        "second": stamps.astype("datetime64[s]"),
+        "x": np.linspace(-1.5, 1e17, n),
+    }
+    assert writers.json_rows(columns) == reference_json(columns)
+    if any(t is not None for t in texts) and any(d is not None for d in dates[:n]):
+        assert_same_csv(reference_csv(columns), writers.csv_rows(columns))
+        del columns["x"]  # without the exponent notation of large numbers: the same bytes
+        assert writers.csv_rows(columns) == reference_csv(columns)
+
+
+def test_values_a_hash_table_would_merge_keep_their_own_text() -> None:
+    """1, 1.0 and True are one key to a hash table; a str column with NaN and None is not
+    merged with anything else; a date and the datetime of its midnight stay apart."""
+    mixed = [1, 1.0, True, "1", None, 1, True, 1.0]
+    nulls = np.array(["a", None, np.nan, "a", None], dtype=object)
+    days = [dt.date(2024, 1, 2), dt.datetime(2024, 1, 2), dt.date(2024, 1, 2), None]
+    for columns in ({"m": mixed}, {"n": nulls}, {"d": days}):
+        assert writers.json_rows(columns) == reference_json(columns)
+    assert writers.json_rows({"m": mixed}) == (
+        b'[{"m":1},{"m":1.0},{"m":true},{"m":"1"},{"m":null},{"m":1},{"m":true},{"m":1.0}]'
+    )
+    assert writers.csv_rows({"n": nulls}) == b'"n"\n"a"\n\n\n"a"\n\n'
+
+
+@pytest.mark.parametrize("width", [3, 7, 8, 9, 15, 16, 17, 23, 24])
+def test_cells_of_every_width_around_the_eight_byte_words(width: int) -> None:
+    """Number cells end anywhere in a word: 3 to 24 bytes (-2.2250738585072014e-308 is 24),
+    next to text cells of every length, over many rows; infinities in CSV as pyarrow wrote
+    them, next to NaN."""
+    by_width = {
+        3: 7.0, 7: 12345.5, 8: 123456.5, 9: 1234567.5, 15: 0.1234567890123, 16: 0.12345678901234,
+        17: 0.123456789012345, 23: -2.225073858507201e-308, 24: -2.2250738585072014e-308,
+    }  # fmt: skip
+    x = np.full(40, by_width[width])
+    x[3], x[5], x[7] = np.inf, np.nan, -np.inf
+    text = np.array(["t" * (k % 19) for k in range(40)], dtype=object)
+    columns = {"x": x, "text": text, "n": np.arange(40) * 10 ** min(width, 17), "y": x[::-1].copy()}
+    assert writers.json_rows(columns) == reference_json(columns)
+    assert_same_csv(reference_csv(columns), writers.csv_rows(columns))
+    lines = writers.csv_rows(columns).decode().splitlines()
+    assert [lines[k].split(",")[0] for k in (4, 6, 8)] == ["inf", "", "-inf"]  # rows 3, 5, 7
+    assert len(orjson.dumps(by_width[width])) == width
+
+
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), pool_texts, st.just(math.nan)), st.integers(1, 400)),
+        min_size=1,
+        max_size=12,
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_columns_in_runs_are_coded_by_their_runs(runs: list[tuple[Any, int]]) -> None:
+    """A symbol or a sector repeats in runs along a multi-symbol answer: the runs' first
+    values are coded; the answer is the same as a cell at a time."""
+    values = [v for v, length in runs for _ in range(length)]
+    n = len(values)
+    columns: dict[str, Any] = {
+        "symbol": np.array(values, dtype=object),
+        "day": [dt.date(2020, 1, 1) + dt.timedelta(days=k // 7) for k in range(n)],
+        "x": np.arange(n) / 8,
+    }
+    assert writers.json_rows(columns) == reference_json(columns)
+    if any(isinstance(v, str) for v in values) and not any(isinstance(v, float) for v in values):
+        assert writers.csv_rows(columns) == reference_csv(columns)  # (pyarrow refuses NaN in text)
+
+
+def test_runs_of_values_a_hash_table_would_merge_keep_their_own_text() -> None:
+    mixed = np.array([1] * 600 + [1.0] * 600 + [True] * 600 + ["1"] * 600, dtype=object)
+    assert writers.json_rows({"m": mixed}) == reference_json({"m": mixed})
+    dates = [dt.date(2024, 1, 2)] * 900 + [dt.datetime(2024, 1, 2)] * 900
+    assert writers.json_rows({"d": dates}) == reference_json({"d": dates})

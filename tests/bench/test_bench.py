@@ -146,6 +146,7 @@ def test_bench_writers_quick_mode_measures_the_same_rows_every_way(demo_settings
         result = render.measure(answer, repeats=1)
         ways = result["ways"]
         assert result["json_identical"] is True
+        assert result["csv_same_cells"] is True
         n = len(next(iter(answer.columns.values())))
         assert result["rows"] == n > 200 and result["columns"] == len(answer.columns)
         same_rows = [
@@ -155,6 +156,11 @@ def test_bench_writers_quick_mode_measures_the_same_rows_every_way(demo_settings
         assert ways[same_rows[0]]["mb"] == ways[same_rows[1]]["mb"]
         # CSV: the same cells; only where exponent notation starts may differ in length
         assert ways["writer csv"]["mb"] == pytest.approx(ways["before csv (pyarrow)"]["mb"], 0.05)
+        alone = ways["pyarrow write_csv alone (table built beforehand)"]
+        assert alone["mb"] == ways["before csv (pyarrow)"]["mb"]
+        assert result["csv_speedup_vs_write_csv_alone"] == pytest.approx(
+            alone["ms"] / ways["writer csv"]["ms"]
+        )
         # the column layout and orjson's numpy columns hold the same arrays
         assert ways["writer json columns"]["mb"] < ways["writer json"]["mb"]
         for fig in ways.values():

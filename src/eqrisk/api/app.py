@@ -5,9 +5,13 @@ log line per request."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import logging
+import os
 import re
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -139,6 +143,49 @@ class RequestIdMiddleware:
         return len(body)
 
 
+# glibc's malloc: blocks up to this size come from the heap, and up to this much free memory
+# stays at its top, so a large answer's buffers reuse pages instead of fresh zeroed ones.
+MMAP_THRESHOLD, TRIM_THRESHOLD = 64 << 20, 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+
+
+def keep_freed_memory() -> bool:
+    """Lets glibc reuse freed memory for the next large answer (`MMAP_THRESHOLD`,
+    `TRIM_THRESHOLD`). By default every block over 128 kB (32 MB once adapted) is a fresh
+    mapping, and the kernel zeroes each of its pages on first touch: on this VM that cost more
+    than formatting the answer (20,000 page faults, 8 ms, with the GIL held, for one 8.8 MB
+    JSON answer). False where the C library has no mallopt (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+
+
+# How much lower than the process's the render threads' CPU priority is (Linux `nice`): when
+# a small request wakes the event loop while a render thread computes, the loop gets the core.
+RENDER_NICENESS = 10
+
+
+def lower_thread_priority(step: int = RENDER_NICENESS) -> None:
+    """Lowers the calling thread's CPU priority by `step` (Linux schedules threads one by
+    one; elsewhere, where the call would lower the whole process, nothing is done)."""
+    if sys.platform == "linux":
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + step, 19))
+
+
+def tune_process() -> None:
+    """The serving process's own settings (the allocator; the interpreter's switch interval
+    stays at its default: 0.5 ms measured no better, docs/DECISIONS.md): set by
+    `serving_app` in every worker process, not by `create_app`, so that a test or a
+    notebook that builds an app keeps its process as it was."""
+    keep_freed_memory()
+
+
 def create_app(settings: Settings | None = None, services: Sequence[str] | None = None) -> FastAPI:
     """Build the application for `services` ("daily" = Service A, "risk" = Service B)."""
     settings = settings or get_settings()
@@ -163,9 +210,12 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     app.state.prices = PriceTable.load(settings.pricing_file)
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
-    # Large answers render here, one at a time by default (formats.answer).
+    # Large answers render here, one at a time by default (formats.answer), at a lower CPU
+    # priority than the event loop's (docs/DECISIONS.md, "Issue 9: large answers").
     writers.warm_up()
-    app.state.render_pool = ThreadPoolExecutor(settings.render_threads, thread_name_prefix="render")
+    app.state.render_pool = ThreadPoolExecutor(
+        settings.render_threads, thread_name_prefix="render", initializer=lower_thread_priority
+    )
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
@@ -212,14 +262,16 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
 
 
 def serving_app() -> FastAPI:
-    """The application as `eqrisk serve` runs it (in each worker): built, the served snapshot
-    opened, then everything made so far moved out of the garbage collector's reach.
+    """The application as `eqrisk serve` runs it (uvicorn's factory, in each worker): the
+    process tuned (`tune_process`), the app built from the environment's settings, the served
+    snapshot opened, then everything made so far moved out of the garbage collector's reach.
 
     Startup leaves a few hundred thousand long-lived objects (modules, FastAPI's and pydantic's
     models, the snapshot's index); every full collection walked them all: 130-330 ms with the
     event loop stopped, a few times in a 5 s load of metered calls (the p99 of those calls was
     160 ms where their charge's p99 was 10 ms). `gc.freeze()` keeps them out of collections;
     they are never garbage, so nothing is lost."""
+    tune_process()
     app = create_app()
     # None to serve yet: the routes say so, and the first version opens on demand.
     with contextlib.suppress(ApiError):

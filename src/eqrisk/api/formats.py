@@ -13,7 +13,8 @@ Rendering a large answer takes long enough to stall every other request of the w
 runs on the event loop, so `cached` renders a cache miss in a worker thread, when the answer
 is sent (`DeferredResponse`); 304s and cache hits, which render nothing, stay on the loop.
 Large answers queue for the app's render pool (one thread by default), so that at most that
-many renderings compete with the event loop for the GIL.
+many renderings compete with the event loop for the GIL. A large body goes to the server in
+pieces (`PiecewiseResponse`), so the event loop never spends one long step writing megabytes.
 """
 
 from __future__ import annotations
@@ -179,6 +180,35 @@ RENDERERS: dict[str, Renderer] = {
 }
 
 
+# Bytes per ASGI body message of a large answer: one socket write of about a tenth of a
+# millisecond, after which the event loop may serve other connections.
+SEND_PIECE = 256 * 1024
+
+
+class PiecewiseResponse(Response):
+    """A response whose body is sent in pieces of `SEND_PIECE` bytes, with a turn of the event
+    loop between two pieces. A multi-megabyte body sent whole is one socket write with the GIL
+    held (uvloop tries the write at once), and the loop serves nothing else meanwhile; in
+    pieces, another request (`/api/health`) waits at most for one piece. Content-Length is
+    the whole body's, as before."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self.body
+        if len(body) <= SEND_PIECE:
+            await super().__call__(scope, receive, send)
+            return
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        for at in range(0, len(body), SEND_PIECE):
+            more = at + SEND_PIECE < len(body)
+            piece = bytes(body[at : at + SEND_PIECE])
+            await send({"type": "http.response.body", "body": piece, "more_body": more})
+            if more:
+                await anyio.sleep(0)
+        if self.background is not None:
+            await self.background()
+
+
 def render(
     fmt: str,
     columns: Columns,
@@ -190,7 +220,8 @@ def render(
     """One response in `fmt` (a key of `RENDERERS`; `negotiate` admits no other). CSV and
     Parquet carry rows only, as an attachment."""
     body, extra = RENDERERS[fmt](columns, envelope, filename)
-    return Response(body, media_type=MEDIA_TYPES[fmt], headers={**(headers or {}), **extra})
+    headers = {**(headers or {}), **extra}
+    return PiecewiseResponse(body, media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 def answer(
@@ -261,7 +292,7 @@ class RenderCache:
                 return None
             self._items.move_to_end(key)
         body, media_type, headers = item
-        return Response(body, media_type=media_type, headers=headers)
+        return PiecewiseResponse(body, media_type=media_type, headers=headers)
 
     def put(self, key: str, response: Response) -> None:
         body = bytes(response.body)

@@ -2,10 +2,10 @@
 
 A row answer used to be a Python dict per row handed to orjson (and pyarrow's CSV writer for
 CSV): most of the time went into building and walking those objects. Here each column is
-formatted once, in bulk, by orjson (numpy float64, integer and bool columns straight from
-their buffers; dates and text through one list each); the column texts are cut into cells
-(numpy for numbers, a numba scan that knows JSON strings for text) and a numba kernel without
-the GIL lays the rows out from them.
+formatted once, in bulk, by orjson: a numeric column (float64, integer, bool) in one call
+straight from its buffer, a date or text column once per distinct value (a symbol or a date
+repeats across the rows of a multi-symbol answer). A numba kernel without the GIL then lays
+the rows out, cutting the numbers out of orjson's array text itself, eight bytes at a time.
 
 The text of every value is orjson's, as before: floats in the shortest form that parses back
 to the identical float64, NaN as null, dates as YYYY-MM-DD. CSV cells follow pyarrow's CSV
@@ -24,22 +24,24 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from eqrisk.api.writer_kernels import (
+    BOUNDS,
     COMMA,
     NEWLINE,
     QUOTE,
-    assemble_rows,
-    empty_bounds,
+    SCAN,
+    SLACK,
+    lay_out_rows,
     split_elements,
 )
 
 Columns = Mapping[str, Sequence[Any] | np.ndarray]
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
-BLOCK_CELLS = 32_768  # float values per orjson call (about 1 ms with the GIL held)
 _INF, _MINUS_INF = b"inf", b"-inf"
 
 
@@ -94,15 +96,12 @@ class _Source:
         self.size += len(data)
         return offset
 
-    def joined(self) -> np.ndarray:
-        return np.frombuffer(b"".join(self.parts), dtype=np.uint8)
-
 
 def _split(
     text: bytes, lo: int, hi: int, sep: int, json: bool, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds of the n cells of text[lo:hi]; a different count is a bug, not a client error."""
-    starts, ends = empty_bounds(n)
+    starts, ends = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     found = split_elements(np.frombuffer(text, dtype=np.uint8), lo, hi, sep, json, starts, ends)
     if found != n:
         raise RuntimeError(f"column text holds {found} cells, expected {n}")
@@ -112,13 +111,6 @@ def _split(
 def _column_text(col: Sequence[Any] | np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
     """The column's JSON array and the bounds of its cells in it."""
     text = json_array(col)
-    if _numeric(col):  # no strings, no nesting: every comma separates two cells
-        commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8)[1:-1] == COMMA) + 1
-        if len(col) and len(commas) != len(col) - 1:
-            raise RuntimeError(f"column text holds {len(commas) + 1} cells, expected {len(col)}")
-        starts = np.concatenate(([1], commas + 1)) if len(col) else commas
-        ends = np.concatenate((commas, [len(text) - 1])) if len(col) else commas
-        return text, starts, ends
     starts, ends = _split(text, 1, len(text) - 1, COMMA, True, len(col))
     return text, starts, ends
 
@@ -212,101 +204,188 @@ def _requoted(
     return {i: ('"' + str(col[i]).replace('"', '""') + '"').encode() for i in rows.tolist()}
 
 
-def _is_float64(col: Sequence[Any] | np.ndarray) -> bool:
-    return isinstance(col, np.ndarray) and col.dtype == np.float64 and col.dtype.isnative
+class _Plan:
+    """What `lay_out_rows` lays out: the source bytes and, per column, how its cells are found
+    there (scanned from a numeric column's orjson text, or given as bounds)."""
+
+    def __init__(self, nrows: int) -> None:
+        self.nrows = nrows
+        self.source = _Source()
+        self.kinds: list[int] = []
+        self.cursors: list[int] = []
+        self.slots: list[int] = []
+        self.bounds: list[tuple[np.ndarray, np.ndarray]] = []
+        self.inf_slots: list[int] = []
+        self.inf_values: list[np.ndarray] = []
+        self.brackets: list[int] = []  # closing brackets of scanned texts, made commas
+        self.cell_bytes = 0  # at least the bytes of all cells
+
+    def scan(self, text: bytes, values: np.ndarray | None) -> None:
+        """A numeric column's orjson array text: the kernel finds the cells itself.
+        `values`: the float column, where it holds an infinity (CSV writes inf, not null)."""
+        base = self.source.add(text)
+        self.kinds.append(SCAN)
+        self.cursors.append(base + 1)
+        self.slots.append(-1)
+        self.brackets.append(base + len(text) - 1)
+        self.cell_bytes += len(text)
+        if values is not None and np.isinf(values).any():
+            self.inf_slots.append(len(self.inf_values))
+            self.inf_values.append(values)
+        else:
+            self.inf_slots.append(-1)
+
+    def cells(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """A column's cells as bounds in the source."""
+        self.kinds.append(BOUNDS)
+        self.cursors.append(0)
+        self.slots.append(len(self.bounds))
+        self.bounds.append((starts, ends))
+        self.inf_slots.append(-1)
+        self.cell_bytes += int((ends - starts).sum())
+
+    def source_array(self) -> np.ndarray:
+        """The source bytes, writable, with the scanned texts' brackets made commas and
+        `SLACK` bytes after the end."""
+        src = np.empty(self.source.size + SLACK, dtype=np.uint8)
+        src[self.source.size :] = 0
+        pos = 0
+        for part in self.source.parts:
+            src[pos : pos + len(part)] = np.frombuffer(part, dtype=np.uint8)
+            pos += len(part)
+        src[np.array(self.brackets, dtype=np.int64)] = COMMA
+        return src
 
 
-def _float_cells(
-    source: _Source, cols: list[np.ndarray], csv: bool
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The cells of float64 columns, formatted by one orjson call over all of them (a call per
-    column costs more in Python than in formatting when a column has a few thousand rows).
-    CSV: NaN an empty cell, infinity inf / -inf, an integral value without its `.0`."""
-    n = len(cols[0])
-    values = np.concatenate(cols) if len(cols) > 1 else cols[0]
-    text, starts, ends = _column_text(values)
-    replaced: dict[int, bytes] = {}
-    if csv:
-        arr = np.frombuffer(text, dtype=np.uint8)
-        ends = np.where(np.isnan(values) | np.isinf(values), starts, ends)
-        tail = np.maximum(ends - 2, 0)
-        integral = (ends - starts >= 3) & (arr[tail] == ord(".")) & (arr[tail + 1] == ord("0"))
-        ends = np.where(integral, ends - 2, ends)
-        for i in np.flatnonzero(np.isinf(values)).tolist():  # null in JSON; pyarrow wrote inf
-            replaced[i] = _INF if values[i] > 0 else _MINUS_INF
-    base = source.add(text)
-    starts, ends = starts + base, ends + base
-    for i, cell in replaced.items():
-        starts[i] = source.add(cell)
-        ends[i] = starts[i] + len(cell)
-    return [(starts[k * n : (k + 1) * n], ends[k * n : (k + 1) * n]) for k in range(len(cols))]
+def _dictionary(
+    col: Sequence[Any] | np.ndarray,
+) -> tuple[np.ndarray, Sequence[Any] | np.ndarray] | None:
+    """(codes, distinct values) of a date or text column, whose cells are then formatted once
+    per distinct value (a symbol, a sector, a date repeat across rows); None for any other
+    column. Values written differently never share a code: datetime64 values are compared
+    as their int64; objects only when every distinct value is a `str`, or every one a
+    `datetime.date` (a str never equals a non-str, nor a date a datetime, whereas 1, 1.0 and
+    True are one value to a hash table: such a column is not coded). Null (None, NaN) is one
+    more distinct value, last."""
+    if isinstance(col, np.ndarray) and col.dtype.kind == "M":
+        codes, found = pd.factorize(col.view(np.int64))  # NaT is one more int64
+        return codes, found.view(col.dtype)
+    if isinstance(col, np.ndarray) and col.dtype.kind not in "OU":
+        return None
+    values = np.empty(len(col), dtype=object)
+    try:
+        values[:] = col
+        codes, found = _factorize(values)
+    except (TypeError, ValueError):  # nested or unhashable values: written a cell at a time
+        return None
+    distinct: list[Any] = found.tolist()
+    kinds = set(map(type, distinct))
+    if not (kinds <= {str} or kinds <= {dt.date}):
+        return None
+    if len(codes) and codes.min() < 0:
+        codes = np.where(codes < 0, len(distinct), codes)
+        distinct.append(None)
+    return codes, distinct
 
 
-def _float_blocks(cols: list[Sequence[Any] | np.ndarray]) -> list[list[int]]:
-    """The float64 columns in blocks of about `BLOCK_CELLS` values: one orjson call per block
-    holds the GIL about a millisecond, so an event loop waiting for it is not held up longer
-    (one call over all the floats of an 8 MB answer held it 8 ms)."""
-    blocks: list[list[int]] = []
-    size = 0
-    for k, col in enumerate(cols):
-        if not _is_float64(col):
-            continue
-        if not blocks or size + len(col) > BLOCK_CELLS:
-            blocks.append([])
-            size = 0
-        blocks[-1].append(k)
-        size += len(col)
-    return blocks
+RUN_PROBE = 1024  # leading values looked at to decide whether a column comes in runs
 
 
-def _cells(source: _Source, columns: Columns, csv: bool) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The cells of every column, in column order: the float64 columns in one block, the
-    others one at a time."""
-    cols = list(columns.values())
-    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(cols)
-    for block in _float_blocks(cols):
-        cells = _float_cells(source, [np.asarray(cols[k]) for k in block], csv)
-        for k, column_cells in zip(block, cells, strict=True):
-            out[k] = column_cells
-    for k, col in enumerate(cols):
-        if out[k] is None:
-            out[k] = _csv_cells(source, col) if csv else _json_cells(source, col)
-    return [c for c in out if c is not None]
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`pandas.factorize` of an object column; a column in runs of equal values (the symbol
+    or the sector of a multi-symbol answer, one run per symbol) is factorized by the first
+    value of each run, the codes repeated along the runs: comparing neighbours costs a third
+    of hashing every value. Equal neighbours are one run even where they would be written
+    differently (1 and 1.0): the caller keeps a coding only when every distinct value is a
+    `str`, or every one a `datetime.date`, which equal nothing of another kind."""
+    n = len(values)
+    probe = values[: RUN_PROBE + 1]
+    if n < 2 or np.count_nonzero(probe[1:] != probe[:-1]) * 4 > len(probe):
+        return pd.factorize(values)
+    change = values[1:] != values[:-1]
+    if not isinstance(change, np.ndarray) or change.dtype != np.bool_:
+        raise TypeError("values that do not compare one by one")
+    heads = np.concatenate(([0], np.flatnonzero(change) + 1))
+    if len(heads) * 4 > n:
+        return pd.factorize(values)
+    head_codes, found = pd.factorize(values[heads])
+    return np.repeat(head_codes, np.diff(np.append(heads, n))), found
 
 
-def _layout(
-    source: _Source,
-    cells: list[tuple[np.ndarray, np.ndarray]],
+def _plan_column(plan: _Plan, col: Sequence[Any] | np.ndarray, csv: bool) -> None:
+    """Formats one column into the plan: numbers as one orjson array text the kernel scans,
+    dates and text once per distinct value, anything else a cell at a time."""
+    if _numeric(col):
+        values = np.ascontiguousarray(col)
+        infinite = values if csv and values.dtype.kind == "f" else None
+        plan.scan(orjson.dumps(values, option=_NUMPY), infinite)
+        return
+    coded = _dictionary(col)
+    if coded is not None and not (csv and _csv_kind(col) == "arrow"):
+        codes, distinct = coded
+        starts, ends = (
+            _csv_cells(plan.source, distinct) if csv else _json_cells(plan.source, distinct)
+        )
+        plan.cells(starts[codes], ends[codes])
+        return
+    plan.cells(*(_csv_cells(plan.source, col) if csv else _json_cells(plan.source, col)))
+
+
+def _write_rows(
+    columns: Columns,
+    csv: bool,
     before: list[bytes],
     row_end: bytes,
     row_sep: bytes,
-    nrows: int,
     *,
     prefix: bytes,
     suffix: bytes,
 ) -> bytes:
     """`prefix`, the rows, `suffix`: `before[c]` ahead of each cell of column c, `row_end`
-    after each row, `row_sep` between rows."""
-    if nrows == 0 or not cells:
+    after each row, `row_sep` between rows. The columns are formatted here (GIL held, a
+    column per orjson call), the rows laid out by `lay_out_rows` (GIL released)."""
+    nrows = _rows_of(columns)
+    if nrows == 0 or not columns:
         return prefix + suffix
-    src = source.joined()
-    starts = np.empty((nrows, len(cells)), dtype=np.int64)
-    ends = np.empty((nrows, len(cells)), dtype=np.int64)
-    for c, (s, e) in enumerate(cells):
-        starts[:, c] = s
-        ends[:, c] = e
+    plan = _Plan(nrows)
+    for col in columns.values():
+        _plan_column(plan, col, csv)
+    src = plan.source_array()
+    starts = np.empty((len(plan.bounds), nrows), dtype=np.int64)
+    ends = np.empty((len(plan.bounds), nrows), dtype=np.int64)
+    for k, (s, e) in enumerate(plan.bounds):
+        starts[k] = s
+        ends[k] = e
+    values = np.empty((len(plan.inf_values), nrows), dtype=np.float64)
+    for k, v in enumerate(plan.inf_values):
+        values[k] = v
     pieces = [*before, row_end, row_sep]
-    lit = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-    bounds = np.cumsum([0, *(len(p) for p in pieces)], dtype=np.int64)
+    lit = np.frombuffer(b"".join(pieces) + bytes(SLACK), dtype=np.uint8)
+    lit_bounds = np.cumsum([0, *(len(p) for p in pieces)], dtype=np.int64)
     per_row = sum(len(p) for p in before) + len(row_end)
-    body = int((ends - starts).sum()) + nrows * per_row + (nrows - 1) * len(row_sep)
-    out = np.empty(len(prefix) + body + len(suffix), dtype=np.uint8)
+    room = plan.cell_bytes + nrows * per_row + (nrows - 1) * len(row_sep)
+    out = np.empty(len(prefix) + room + len(suffix) + SLACK, dtype=np.uint8)
     out[: len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
-    pos = assemble_rows(src, starts, ends, lit, bounds[:-1], bounds[1:], out, len(prefix))
-    if pos != len(prefix) + body:
-        raise RuntimeError(f"wrote {pos - len(prefix)} bytes of {body}")
-    out[pos:] = np.frombuffer(suffix, dtype=np.uint8)
-    return out.tobytes()
+    pos = lay_out_rows(
+        src,
+        nrows,
+        np.array(plan.kinds, dtype=np.int64),
+        np.array(plan.cursors, dtype=np.int64),
+        np.array(plan.slots, dtype=np.int64),
+        starts,
+        ends,
+        np.array(plan.inf_slots, dtype=np.int64),
+        values,
+        lit,
+        lit_bounds,
+        csv,
+        out,
+        len(prefix),
+    )
+    if pos > len(prefix) + room:
+        raise RuntimeError(f"wrote {pos - len(prefix)} bytes into room for {room}")
+    out[pos : pos + len(suffix)] = np.frombuffer(suffix, dtype=np.uint8)
+    return out[: pos + len(suffix)].tobytes()
 
 
 def _rows_of(columns: Columns) -> int:
@@ -319,13 +398,10 @@ def _rows_of(columns: Columns) -> int:
 def json_rows(columns: Columns, *, prefix: bytes = b"", suffix: bytes = b"") -> bytes:
     """`[{"name": value, ...}, ...]`, the bytes orjson writes for the list of row dicts,
     between `prefix` and `suffix` (an envelope around the rows costs no copy)."""
-    nrows = _rows_of(columns)
-    source = _Source()
-    cells = _cells(source, columns, csv=False)
     keys = [orjson.dumps(name) + b":" for name in columns]
     before = [(b"{" if c == 0 else b",") + key for c, key in enumerate(keys)]
-    return _layout(
-        source, cells, before, b"}", b",", nrows, prefix=prefix + b"[", suffix=b"]" + suffix
+    return _write_rows(
+        columns, False, before, b"}", b",", prefix=prefix + b"[", suffix=b"]" + suffix
     )
 
 
@@ -344,12 +420,9 @@ def csv_header(names: Sequence[str]) -> bytes:
 def csv_rows(columns: Columns, *, prefix: bytes = b"") -> bytes:
     """`prefix` (a comment line), a header row, then one line per row, each ending with a
     newline."""
-    nrows = _rows_of(columns)
-    source = _Source()
-    cells = _cells(source, columns, csv=True)
-    before = [b"" if c == 0 else b"," for c in range(len(cells))]
+    before = [b"" if c == 0 else b"," for c in range(len(columns))]
     head = prefix + csv_header(list(columns))
-    return _layout(source, cells, before, b"\n", b"", nrows, prefix=head, suffix=b"")
+    return _write_rows(columns, True, before, b"\n", b"", prefix=head, suffix=b"")
 
 
 def warm_up() -> None:

@@ -431,13 +431,16 @@ def _large(target: Target) -> bool:
 
 
 def writer_speeds(home: Path, key: str, repeats: int) -> list[dict[str, Any]]:
-    """The large JSON targets' rows, written in-process by each writer and by orjson."""
+    """The large JSON targets' rows, written in-process by each writer and by orjson, in a
+    process whose allocator is set as `eqrisk serve`'s (`keep_freed_memory`): the writers
+    as the server runs them (pyarrow keeps its own memory pool either way)."""
     from fastapi.testclient import TestClient
 
-    from eqrisk.api.app import create_app
+    from eqrisk.api.app import create_app, keep_freed_memory
     from eqrisk.bench import render
     from eqrisk.settings import Settings
 
+    keep_freed_memory()
     settings = Settings(home=home, _env_file=None)
     with TestClient(create_app(settings)) as client:
         targets = {t.name: t for t in _targets("", key, client)}
