@@ -7,12 +7,12 @@ The kernel is timed twice: into fresh outputs (the operating system zeroes every
 first, which shows as system time) and into outputs that already exist (the snapshot's
 memory-mapped files, a reused block buffer), which is the kernel's own cost.
 
-Memory that this virtual machine has never used since it booted (or that the host took back)
-costs far more on its first touch than the zeroing itself: the hypervisor backs each page then.
-That cost belongs to the machine's history, not to the kernel, and would land on whichever run
-comes first; so it is measured on its own first (`first_touch_*`: the same number of bytes
-touched once and freed), and the fresh-outputs run then shows what a fresh allocation costs on a
-machine in use.
+On a virtual machine, memory the guest has not used lately costs far more on its first touch
+than the zeroing itself: the hypervisor backs each page then. With free page reporting (Linux
+guests on KVM; the development machine has it), memory a process frees is handed back to the
+host within seconds, so a fresh allocation pays that again. The bench prints it on its own
+(`first_touch_*`: the same number of bytes touched once by a plain fill, then freed), so that
+the fresh-outputs figure can be read against it: the same cost with no kernel in it.
 """
 
 from __future__ import annotations
@@ -125,9 +125,8 @@ def copy_bandwidth(nbytes: int, repeats: int = 3) -> float:
 
 
 def first_touch(nbytes: int) -> None:
-    """Touch `nbytes` of new memory once and free it (see the module docstring). Large numpy
-    buffers are mapped on their own and unmapped when freed, so the pages go back to the
-    operating system, backed now, for the allocations that follow."""
+    """Touch `nbytes` of new memory once with a plain fill and free it: what new memory
+    costs this machine with no kernel in it (see the module docstring)."""
     buffer = np.empty(max(nbytes // 8, 1))
     buffer.fill(1.0)
     del buffer
@@ -198,7 +197,7 @@ def run(b: ModelBench, say: Callable[[str], Any] = print) -> dict[str, Any]:
     say(f"memory bandwidth: plain copy of {copy_bytes / 1e6:.0f} MB ...")
     bandwidth = copy_bandwidth(copy_bytes)
 
-    say(f"first touch of {bytes_written / 1e9:.2f} GB of memory (backing by the host) ...")
+    say(f"first touch of {bytes_written / 1e9:.2f} GB of new memory (a plain fill) ...")
     with timed() as touch:
         first_touch(bytes_written)
     say(f"eqrisk cascade: {b.symbols} symbols x {b.sessions} sessions, fresh outputs ...")
