@@ -190,3 +190,30 @@ def test_an_assembled_row_with_a_live_view_is_never_recycled(
     assert any(recycled)  # evicted rows nobody held served later rows
     for r in range(GRID.n):
         _same(opened["b"][r], fields["b"][r])  # recycled memory holds the right rows
+
+
+def test_forgotten_rows_lend_their_memory_to_the_next_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows dropped from the cache (evicted, or all at once by `forget`) keep their memory for
+    the next assemblies, as many as the cache holds: a new (fields x T) array is fresh memory
+    whose pages fault on first write, which costs as much as the assembly itself."""
+    fields = _fields()
+    opened = chunks.open_arrays(tmp_path / "v", _write(tmp_path / "v", fields))
+    store = opened["a"].store
+    monkeypatch.setattr(store, "_keep", 4)
+    given: list[bool] = []
+    assemble = store.full_row
+
+    def spy(r: int, out: np.ndarray | None = None) -> np.ndarray:
+        given.append(out is not None)
+        return assemble(r, out)
+
+    monkeypatch.setattr(store, "full_row", spy)
+    for r in range(4):
+        opened["a"][r]
+    store.forget()
+    given.clear()
+    for r in range(4, 8):
+        _same(opened["b"][r], fields["b"][r])
+    assert given == [True] * 4  # every row of the pass assembled into recycled memory

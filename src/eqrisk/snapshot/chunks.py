@@ -693,8 +693,10 @@ class ChunkStore:
         """Keep an evicted row's memory for the next assembly when nothing else holds it (no
         view of it is alive: a view holds a reference to it): a fresh (fields x T) array is
         a fresh mapping whose every page faults on first write, which costs as much as the
-        assembly. Called under the lock."""
-        if sys.getrefcount(row) <= 2 and len(self._spare) < 2:  # this frame + the call's
+        assembly (on this machine more: freed memory goes back to the host, docs/DECISIONS.md).
+        As many as the cache holds are kept (after `forget`, a whole pass's worth), so memory
+        stays within twice the cache's budget. Called under the lock."""
+        if sys.getrefcount(row) <= 2 and len(self._spare) < self._keep:  # this frame + the call's
             self._spare.append(row)
 
     def forget(self) -> None:
