@@ -23,7 +23,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,16 +50,8 @@ MODEL_FIELDS = (
 SUBSECTOR_FIELDS = ("l3_sub_hr", "l3_sub_er")
 PRICE_FIELDS = ("return", "log_return", "price_close", "open", "high", "low", "close_raw",
                 "market_cap", "turnover", "vol_23d")  # fmt: skip
-DERIVED = {
-    "beta_mkt": ("same", "l1_mkt_hr"),
-    "beta_sec": ("same", "l2_sec_hr"),
-    "l1_rr": ("minus", "return", "l1_cfr"),
-    "l2_rr": ("minus", "return", "l2_cfr"),
-    "l3_rr": ("minus", "return", "l3_cfr"),
-    "l1_res_er": ("one_minus", "l1_mkt_er"),
-    "l2_res_er": ("one_minus_known", "l2_mkt_er", "l2_sec_er"),
-    "l3_res_er": ("one_minus_known", "l3_mkt_er", "l3_sec_er", "l3_sub_er"),
-}
+# The synthetic fields that the writer should find derivable: exactly its own rules.
+DERIVED = chunks.DERIVATIONS
 
 
 @dataclass(frozen=True)
@@ -190,6 +182,46 @@ def _time_reads(
     return best
 
 
+def _dense_files(
+    folder: Path, values: Mapping[str, Any], names: Sequence[str], n: int, t: int
+) -> dict[str, np.ndarray]:
+    """`values` of `names` written as dense `.npy` files into `folder`, memory-mapped back:
+    the layout the chunked one is timed against."""
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        np.save(folder / f"{name}.npy", np.asarray(values[name][0:n, 0:t], dtype=np.float64))
+    return {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in names}
+
+
+def _reads_vs_dense(
+    mono: Mapping[str, np.ndarray],
+    version: Mapping[str, Any],
+    rows: np.ndarray,
+    t: int,
+    *,
+    checked: int,
+) -> tuple[float, float, bool]:
+    """One ticker's full history of every field of `mono`, read from the dense files and from
+    the chunked `version`: seconds per ticker of each, and whether the first `checked` rows
+    read back identical."""
+    names = list(mono)
+
+    def read_mono(r: int) -> list[np.ndarray]:
+        return [np.array(mono[f][r, 0:t]) for f in names]
+
+    def read_version(r: int) -> list[np.ndarray]:
+        return [np.asarray(version[f][r, 0:t]) for f in names]
+
+    identical = all(
+        a.tobytes() == b.tobytes()
+        for r in rows[:checked]
+        for a, b in zip(read_mono(int(r)), read_version(int(r)), strict=True)
+    )
+    mono_s = _time_reads(read_mono, rows)
+    store = next(a for a in version.values() if isinstance(a, chunks.ChunkedArray)).store
+    return mono_s, _time_reads(read_version, rows, store.forget), identical
+
+
 def run(b: BuildBench, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="eqrisk-bench-build-", dir=b.folder))
     try:
@@ -226,27 +258,9 @@ def _run(b: BuildBench, work: Path, say: Callable[[str], None]) -> dict[str, Any
 
     say(f"reading {b.reads} tickers' full history, {len(READ_FIELDS)} fields")
     rows = np.random.default_rng(b.seed + 1).choice(n, size=min(b.reads, n), replace=False)
-    mono_dir = work / "monolithic"
-    mono_dir.mkdir()
-    for name in READ_FIELDS:
-        np.save(mono_dir / f"{name}.npy", np.asarray(fields[name][0:n, 0:t], dtype=np.float64))
-    mono = {name: np.load(mono_dir / f"{name}.npy", mmap_mode="r") for name in READ_FIELDS}
     chunked = chunks.open_arrays(work / "v1", first["arrays"])
-
-    def read_mono(r: int) -> list[np.ndarray]:
-        return [np.array(mono[f][r, 0:t]) for f in READ_FIELDS]
-
-    def read_chunked(r: int) -> list[np.ndarray]:
-        return [np.asarray(chunked[f][r, 0:t]) for f in READ_FIELDS]
-
-    identical = all(
-        a.tobytes() == c.tobytes()
-        for r in rows[:20]
-        for a, c in zip(read_mono(int(r)), read_chunked(int(r)), strict=True)
-    )
-    mono_s = _time_reads(read_mono, rows)
-    store = next(a for a in chunked.values() if isinstance(a, chunks.ChunkedArray)).store
-    chunked_s = _time_reads(read_chunked, rows, store.forget)
+    mono = _dense_files(work / "monolithic", fields, READ_FIELDS, n, t)
+    mono_s, chunked_s, identical = _reads_vs_dense(mono, chunked, rows, t, checked=20)
     result: dict[str, Any] = {
         "symbols": n,
         "sessions": t,
@@ -297,28 +311,12 @@ def read_version(folder: Path, reads: int = 200, seed: int = 0) -> dict[str, Any
     snap = Snapshot.open(folder)
     names = [f for f in READ_FIELDS if f in snap.manifest["fields"]]
     n, t = int(snap.manifest["universe_size"]), int(snap.manifest["sessions"])
+    arrays = {name: snap.array(name) for name in names}
+    rows = np.random.default_rng(seed + 1).choice(n, size=min(reads, n), replace=False)
     work = Path(tempfile.mkdtemp(prefix="eqrisk-bench-read-"))
     try:
-        for name in names:
-            np.save(work / f"{name}.npy", np.asarray(snap.array(name), dtype=np.float64))
-        mono = {name: np.load(work / f"{name}.npy", mmap_mode="r") for name in names}
-        arrays = {name: snap.array(name) for name in names}
-        rows = np.random.default_rng(seed + 1).choice(n, size=min(reads, n), replace=False)
-
-        def read_mono(r: int) -> list[np.ndarray]:
-            return [np.array(mono[f][r, 0:t]) for f in names]
-
-        def read_version(r: int) -> list[np.ndarray]:
-            return [np.asarray(arrays[f][r, 0:t]) for f in names]
-
-        identical = all(
-            a.tobytes() == b.tobytes()
-            for r in rows
-            for a, b in zip(read_mono(int(r)), read_version(int(r)), strict=True)
-        )
-        store = next(a for a in arrays.values() if isinstance(a, chunks.ChunkedArray)).store
-        mono_s = _time_reads(read_mono, rows)
-        version_s = _time_reads(read_version, rows, store.forget)
+        mono = _dense_files(work, arrays, names, n, t)
+        mono_s, version_s, identical = _reads_vs_dense(mono, arrays, rows, t, checked=len(rows))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {
