@@ -27,7 +27,7 @@ from eqrisk.model.run import (
 )
 from eqrisk.snapshot import incremental
 from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
-from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent
+from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import (
     Snapshot,
     SnapshotError,
@@ -155,17 +155,10 @@ def publish_panel(
         reuse, build = _incremental(home, plan, panel, master, digests, say)
         if reuse is not None:
             say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
-            content = SnapshotContent(
-                result=reuse.result,
-                panel=panel,
-                master=master,
-                data_source=str(meta.get("data_source", "unknown")),
-                ingest={k: meta.get(k) for k in ingest_keys},
-                reuse=reuse.reuse,
-                inputs=digests,
-                build=build,
-            )
-            return write_snapshot(home, content, keep=keep, progress=say)
+            return _publish(
+                home, reuse.result, panel, master, meta, digests, build,
+                keep=keep, say=say, reuse=reuse.reuse,
+            )  # fmt: skip
     else:
         build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
     say(f"full build: {'; '.join(build['reasons'])}")
@@ -188,14 +181,36 @@ def publish_panel(
         plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
     )
     _say_caps(result, say)
+    return _publish(home, result, panel, master, meta, digests, build, keep=keep, say=say)
+
+
+def _publish(
+    home: Path,
+    result: ModelResult,
+    panel: Panel,
+    master: pd.DataFrame,
+    meta: dict[str, Any],
+    digests: dict[str, Any],
+    build: dict[str, Any],
+    *,
+    keep: int,
+    say: Callable[[str], None],
+    staged: Staged | None = None,
+    reuse: Reuse | None = None,
+) -> dict[str, Any]:
+    """Write a build's result as the new version: its arrays already written by the Dask
+    workers when `staged` says so, the previous version's chunks before `reuse`'s first
+    chunk shared by an incremental build."""
     content = SnapshotContent(
         result=result,
         panel=panel,
         master=master,
         data_source=str(meta.get("data_source", "unknown")),
         ingest={k: meta.get(k) for k in ingest_keys},
+        reuse=reuse,
         inputs=digests,
         build=build,
+        staged=staged,
     )
     return write_snapshot(home, content, keep=keep, progress=say)
 
@@ -242,17 +257,9 @@ def _publish_dask(
         written = open_arrays(staging, staged.arrays)
         result = result_of(plan, {name: cast(np.ndarray, written[name]) for name in names})
         _say_caps(result, say)
-        content = SnapshotContent(
-            result=result,
-            panel=panel,
-            master=master,
-            data_source=str(meta.get("data_source", "unknown")),
-            ingest={k: meta.get(k) for k in ingest_keys},
-            inputs=digests,
-            build=build,
-            staged=staged,
+        return _publish(
+            home, result, panel, master, meta, digests, build, keep=keep, say=say, staged=staged
         )
-        return write_snapshot(home, content, keep=keep, progress=say)
 
 
 ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
