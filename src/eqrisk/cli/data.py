@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,9 @@ from eqrisk.cli.app import (
     summary_line,
 )
 from eqrisk.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # imported by the commands that need it, not at start-up
+    from eqrisk.data.ingest_report import IngestReport
 
 # `eqrisk ingest`'s longer options, named so that its signature stays readable.
 ReplaceOpt = Annotated[
@@ -55,6 +58,33 @@ ColumnOpt = Annotated[
 ]
 
 
+def _check_files(paths: list[Path]) -> None:
+    for path in paths:
+        if not path.exists():
+            raise fail(f"no such file: {path}", 2)
+
+
+def _ingest(
+    settings: Settings, prices: list[Path], master: Path | None, **options: Any
+) -> IngestReport:
+    """Ingest with the stages' progress; a refused ingest is the command's one-line error."""
+    from eqrisk.data.ingest import ingest as run_ingest
+    from eqrisk.data.ingest_report import IngestError
+
+    try:
+        with stages("ingest") as say:
+            return run_ingest(
+                prices,
+                master,
+                home=settings.home_dir,
+                max_move=settings.max_move,
+                progress=say,
+                **options,
+            )
+    except IngestError as exc:
+        raise fail(str(exc)) from exc
+
+
 @app.command()
 def ingest(
     prices: Annotated[list[Path], typer.Argument(help="Price files: CSV, CSV.gz or Parquet.")],
@@ -81,39 +111,29 @@ def ingest(
     to replace the data set with one of less than half its symbols or sessions, or when more
     than half of the rows are rejected, unless --replace."""
     from eqrisk.data.columns import parse_mapping
-    from eqrisk.data.ingest import ingest as run_ingest
-    from eqrisk.data.ingest_report import IngestError, render_report
+    from eqrisk.data.ingest_report import render_report
 
     settings = effective_settings(max_move=max_move)
-    optional = [p for p in (master, shares, actions) if p is not None]
-    for path in [*prices, *optional]:
-        if not path.exists():
-            raise fail(f"no such file: {path}", 2)
+    _check_files([*prices, *[p for p in (master, shares, actions) if p is not None]])
     if prices_basis not in ("auto", "adjusted", "raw"):
         raise fail(f"--prices {prices_basis!r}: accepted are auto, adjusted, raw", 2)
     try:
         columns = parse_mapping(column)
     except ValueError as exc:
         raise fail(str(exc), 2) from exc
-    try:
-        with stages("ingest") as say:
-            report = run_ingest(
-                prices,
-                master,
-                home=settings.home_dir,
-                max_move=settings.max_move,
-                merge=merge,
-                replace=replace,
-                data_source=source,
-                prices_basis=prices_basis,
-                actions=actions,
-                keep_split_moves=keep_split_moves,
-                columns=columns,
-                progress=say,
-                shares=shares,
-            )
-    except IngestError as exc:
-        raise fail(str(exc)) from exc
+    report = _ingest(
+        settings,
+        prices,
+        master,
+        merge=merge,
+        replace=replace,
+        data_source=source,
+        prices_basis=prices_basis,
+        actions=actions,
+        keep_split_moves=keep_split_moves,
+        columns=columns,
+        shares=shares,
+    )
     if as_json:
         print_json(report.to_dict())
     else:
@@ -235,26 +255,11 @@ def update(
     """The daily job: merge new price files into the ingested data set (`ingest --merge`), then
     build (incremental when the history is unchanged). Exit 1, without building, when the
     ingest rejected rows."""
-    from eqrisk.data.ingest import ingest as run_ingest
-    from eqrisk.data.ingest_report import IngestError, render_report
+    from eqrisk.data.ingest_report import render_report
 
     settings = effective_settings(max_move=max_move)
-    for path in [*prices, *([master] if master is not None else [])]:
-        if not path.exists():
-            raise fail(f"no such file: {path}", 2)
-    try:
-        with stages("ingest") as say:
-            report = run_ingest(
-                prices,
-                master,
-                home=settings.home_dir,
-                max_move=settings.max_move,
-                merge=True,
-                data_source=source,
-                progress=say,
-            )
-    except IngestError as exc:
-        raise fail(str(exc)) from exc
+    _check_files([*prices, *([master] if master is not None else [])])
+    report = _ingest(settings, prices, master, merge=True, data_source=source)
     if not as_json:
         render_report(report, err)
     if not report.ok:
