@@ -35,6 +35,7 @@ from eqrisk.api.estimate import estimate as estimate_of
 from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
 from eqrisk.settings import Settings, get_settings
+from eqrisk.snapshot import row_kernel
 from eqrisk.snapshot.versions import SnapshotStore
 
 log = logging.getLogger("eqrisk.api")
@@ -213,6 +214,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     # Large answers render here, one at a time by default (formats.answer), at a lower CPU
     # priority than the event loop's (docs/DECISIONS.md, "Issue 9: large answers").
     writers.warm_up()
+    row_kernel.warm_up()  # a ticker's first long read assembles its row with it
     app.state.render_pool = ThreadPoolExecutor(
         settings.render_threads, thread_name_prefix="render", initializer=lower_thread_priority
     )

@@ -37,12 +37,14 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from eqrisk.snapshot import row_kernel
 
 LAYOUT = "chunks-2"  # group files hold only the runs with a number (`runs_path`)
 DENSE_GROUPS = "chunks-1"  # the layout before: group files (rows x fields x L), every run
@@ -51,7 +53,7 @@ BLOCK_SYMBOLS = 1024  # S: the rows one worker writes as a unit
 EMPTY = "."  # manifest code of a chunk that is not stored (all NaN)
 GROUPED = "d"  # float64 chunks: stored together, a row's fields contiguous (`group_path`)
 GROUP_DIR = "_rows"
-ROW_CACHE_BYTES = 64 << 20  # assembled rows kept per version (see ChunkStore.full_row)
+ROW_CACHE_BYTES = 8 << 20  # assembled rows kept per version (why so few: ChunkStore.cached_row)
 CODES: dict[str, np.dtype[Any]] = {
     "B": np.dtype(np.uint8),
     "H": np.dtype(np.uint16),
@@ -476,6 +478,11 @@ def _index(key: Any, size: int) -> int | slice | np.ndarray:
     return arr % size
 
 
+_KERNEL_OPS = {
+    "minus": row_kernel.MINUS,
+    "one_minus": row_kernel.ONE_MINUS,
+    "one_minus_known": row_kernel.ONE_MINUS_KNOWN,
+}
 Copy = tuple[int, int, int]  # rows [lo, hi) of an assembled row <- runs from `off` (-1: NaN)
 
 
@@ -520,8 +527,10 @@ class ChunkStore:
     An answer reads several fields of a row (a ticker's answer: 27; Service A: the price and
     the fields asked); assembling every stored field of that row at once reads one contiguous
     piece per chunk (a row's runs in the group file) instead of one per field and chunk. So a
-    read spanning more than two chunks assembles the whole row and keeps it for the next fields
-    (first in, first out, ROW_CACHE_BYTES at most); short reads take the field's own runs.
+    read spanning more than two chunks assembles the whole row, the derived fields computed
+    into it too (`fields`: stored, then derived; one compiled call, `row_kernel`), and keeps
+    it for the next fields (first in, first out, ROW_CACHE_BYTES at most); short reads take
+    the field's own runs.
 
     Reads both layouts: `chunks-2` (group files of the runs that hold a number, and their
     index) and `chunks-1` (group files of every run, read as if indexed in order)."""
@@ -532,6 +541,7 @@ class ChunkStore:
         grid: ChunkGrid,
         codes: Mapping[str, list[str]],
         layout: str = LAYOUT,
+        derived: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if layout not in (LAYOUT, DENSE_GROUPS):
             raise ValueError(f"unknown chunk layout {layout!r}")
@@ -548,19 +558,30 @@ class ChunkStore:
         self._order = order
         self.names = sorted(stored, key=lambda n: (not only_grouped(n), order(n)))
         self.position = {name: i for i, name in enumerate(self.names)}
-        # Fields never in a group file (counts): copied into a row from their chunks at once.
-        self._narrow = [
-            (i, n) for i, n in enumerate(self.names) if GROUPED not in "".join(codes[n])
-        ]
+        # Then the derived fields, computed once per assembly (an alias is its source's row).
+        self.fields = list(self.names)
+        table: list[tuple[int, ...]] = []
+        for name, (op, *sources) in sorted((derived or {}).items()):
+            at = [self.position.get(s, -1) for s in sources]
+            if op == "same":
+                if at[0] >= 0:
+                    self.position[name] = at[0]
+                continue
+            self.position[name] = len(self.fields)
+            self.fields.append(name)
+            table.append((_KERNEL_OPS[op], len(self.fields) - 1, *at, *[-1] * (3 - len(at))))
+        self._derive_table = np.array(table, dtype=np.int64).reshape(-1, 5)
         self._files: dict[Path, np.ndarray] = {}
         self._cells: dict[tuple[int, int], _Cell] = {}
-        self._pieces: dict[tuple[str, int], list[np.ndarray]] = {}
-        self._plans: dict[int, list[tuple[Any, ...]]] = {}
+        self._plans: dict[int, tuple[Any, ...]] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._spare: list[np.ndarray] = []  # evicted rows' memory, for the next (`_recycle`)
         self._lock = threading.Lock()
-        row_bytes = max(1, len(self.names) * grid.t * 8)
+        self._local = threading.local()
+        row_bytes = max(1, len(self.fields) * grid.t * 8)
         self._keep = max(2, ROW_CACHE_BYTES // row_bytes)
+        self.nan_row = np.full(grid.t, np.nan)  # what a field never stored reads as
+        self.nan_row.flags.writeable = False
 
     def _file(self, rel: Path) -> np.ndarray:
         arr = self._files.get(rel)
@@ -599,25 +620,26 @@ class ChunkStore:
             first = np.where(present, runs, np.iinfo(np.int32).max).min(axis=1)
             first = np.where(present.any(axis=1), first, 0).astype(np.int64)
         kinds, pattern = np.unique(present, axis=0, return_inverse=True)
-        narrow = {i for i, _ in self._narrow}
         copies = []
         for kind in kinds:
+            # A row's runs are in group-file order (its members that have one): a member's
+            # run is the count of the row's runs before it. Group order is not always the
+            # assembled row's order (a field grouped in some chunks only comes later there).
+            offset = np.cumsum(kind) - 1
             sources: list[tuple[int, int]] = []
-            offset = 0
             for i, name in enumerate(self.names):
                 code = self.codes[name][b][c]
-                if i in narrow or code not in (EMPTY, GROUPED):
+                if code not in (EMPTY, GROUPED):
                     continue  # copied from its own chunk
                 if code == GROUPED and kind[slot[i]]:
-                    sources.append((i, offset))
-                    offset += 1
+                    sources.append((i, int(offset[slot[i]])))
                 else:
                     sources.append((i, -1))
             copies.append(_copies(sources))
         own = [
             (i, self._file(chunk_path(name, b, c)))
             for i, name in enumerate(self.names)
-            if i not in narrow and self.codes[name][b][c] not in (EMPTY, GROUPED)
+            if self.codes[name][b][c] not in (EMPTY, GROUPED)
         ]
         return _Cell(
             width=c1 - c0,
@@ -629,22 +651,6 @@ class ChunkStore:
             copies=copies,
             own=own,
         )
-
-    def pieces(self, name: str, b: int) -> list[np.ndarray]:
-        """Every chunk of a field stored on its own, block b, in time order (an all-NaN chunk
-        is a read-only NaN view)."""
-        found = self._pieces.get((name, b))
-        if found is None:
-            r0, r1 = self.grid.rows(b)
-            found = []
-            for c in range(self.grid.chunks):
-                if self.codes[name][b][c] == EMPTY:
-                    c0, c1 = self.grid.cols(c)
-                    found.append(np.broadcast_to(np.float64(np.nan), (r1 - r0, c1 - c0)))
-                else:
-                    found.append(self._file(chunk_path(name, b, c)))
-            self._pieces[name, b] = found
-        return found
 
     def run(self, name: str, b: int, c: int, local: int) -> np.ndarray | None:
         """Row `local` of block b of one field over chunk c (its stored dtype), None when not
@@ -677,7 +683,13 @@ class ChunkStore:
         return out
 
     def cached_row(self, r: int) -> np.ndarray:
-        """The assembled (fields x T) row r: kept for the next fields of the same answer."""
+        """The assembled (fields x T) row r: kept for the next fields of the same answer.
+
+        The cache is small on purpose (ROW_CACHE_BYTES, a few rows): a row is assembled into
+        the memory of the one evicted, and a small cache's is still in the CPU's cache where a
+        large one's is not (64 MB measured 1.4x slower a read than 8 MB on the real data set,
+        docs/DECISIONS.md "Issue 10: reading a row"). Whole answers are cached elsewhere (the
+        render cache, the gate's replays)."""
         row = self._rows.get(r)  # a dict read is atomic: no lock on the hit path
         if row is None:
             with self._lock:
@@ -705,43 +717,74 @@ class ChunkStore:
             while self._rows:
                 self._recycle(self._rows.popitem()[1])
 
-    def _block_plan(self, b: int) -> list[tuple[Any, ...]]:
-        """Per chunk of block b, what `full_row` needs, as plain Python values (a row's
-        assembly is a loop over these: no attribute or numpy-scalar lookups in it)."""
+    def _block_plan(self, b: int) -> tuple[Any, ...]:
+        """The tables `row_kernel.assemble` walks for a row of block b (built once)."""
         plan = self._plans.get(b)
         if plan is None:
-            plan = []
-            for c in range(self.grid.chunks):
-                cell = self.cell(b, c)
-                c0 = c * self.grid.chunk
-                first, pattern = cell.first.tolist(), cell.pattern.tolist()
-                plan.append((c0, c0 + cell.width, cell.data, first, pattern, cell.copies, cell.own))
+            plan = self._make_plan(b)
             self._plans[b] = plan
         return plan
 
-    def full_row(self, r: int, out: np.ndarray | None = None) -> np.ndarray:
-        """Every stored field of row r over all sessions, (fields x T) float64, read-only;
-        written into `out` (a recycled row, no longer referenced) when given."""
+    def _make_plan(self, b: int) -> tuple[Any, ...]:
         g = self.grid
-        b, local = divmod(r, g.block)
+        cells = [self.cell(b, c) for c in range(g.chunks)]
+        bounds = np.array([g.cols(c)[0] for c in range(g.chunks)] + [g.t], dtype=np.int64)
+        # The kernel reads the chunk files at their addresses: the store keeps them open.
+        groups = np.array(
+            [
+                (0, 0) if cell.data is None else (row_kernel.address(cell.data), len(cell.data))
+                for cell in cells
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 2)
+        first = np.stack([cell.first for cell in cells])
+        pattern = np.stack([cell.pattern for cell in cells])
+        most = max(len(cell.copies) for cell in cells)
+        copy_at = np.zeros((g.chunks, most + 1), dtype=np.int64)
+        table: list[Copy] = []
+        for c, cell in enumerate(cells):
+            for p, copies in enumerate(cell.copies):
+                table.extend(copies)
+                copy_at[c, p + 1 :] = len(table)
+        own = [
+            (c, i, row_kernel.OWN_DTYPES[arr.dtype], row_kernel.address(arr))
+            for c, cell in enumerate(cells)
+            for i, arr in cell.own
+        ]
+        return (
+            bounds,
+            groups,
+            first,
+            pattern,
+            copy_at,
+            np.array(table, dtype=np.int64).reshape(-1, 3),
+            np.array(own, dtype=np.int64).reshape(-1, 4),
+            np.searchsorted([c for c, *_ in own], np.arange(g.chunks + 1)).astype(np.int64),
+            self._derive_table,
+        )
+
+    def full_row(self, r: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Every field of row r over all sessions, (fields x T) float64 in `fields` order
+        (stored, then derived), read-only; written into `out` (a recycled row, no longer
+        referenced) when given. One compiled call (`row_kernel.assemble`)."""
+        b, local = divmod(r, self.grid.block)
         if out is None:
-            out = np.empty((len(self.names), g.t))
+            out = np.empty((len(self.fields), self.grid.t))
         else:
             out.flags.writeable = True
-        nan = np.nan
-        for c0, c1, data, first, pattern, copies, own in self._block_plan(b):
-            start = first[local]
-            for lo, hi, off in copies[pattern[local]]:
-                if off < 0:
-                    out[lo:hi, c0:c1] = nan
-                else:
-                    out[lo:hi, c0:c1] = data[start + off : start + off + hi - lo]
-            for i, arr in own:
-                out[i, c0:c1] = arr[local]
-        for i, name in self._narrow:
-            np.concatenate([p[local] for p in self.pieces(name, b)], out=out[i], casting="safe")
+        row_kernel.assemble(out, local, *self._scratch(), *self._block_plan(b))
         out.flags.writeable = False
         return out
+
+    def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """This thread's scratch for `row_kernel.assemble`: room for a row's runs in one chunk
+        (every stored field), and where each field's run is among them."""
+        found: tuple[np.ndarray, np.ndarray] | None = getattr(self._local, "scratch", None)
+        if found is None:
+            n = max(1, len(self.names))
+            found = (np.empty((n, self.grid.chunk)), np.empty(n, dtype=np.int64))
+            self._local.scratch = found
+        return found
 
 
 class ChunkedArray:
@@ -766,13 +809,17 @@ class ChunkedArray:
     def row(self, r: int, lo: int, hi: int) -> np.ndarray:
         """Sessions [lo, hi) of row r: the per-ticker read (from the assembled row when the
         store keeps it, else one copy of the runs it spans)."""
-        if hi <= lo or self._position < 0:
-            return np.full(max(0, hi - lo), np.nan)
+        if hi <= lo:
+            return np.full(0, np.nan)
         L = self.grid.chunk
         first, last = lo // L, (hi - 1) // L + 1
         if last - first > 2:  # a long read: a ticker's answer, which reads its other fields too
+            if self._position < 0:
+                return self.store.nan_row[lo:hi]
             out: np.ndarray = self.store.cached_row(r)[self._position, lo:hi]
             return out
+        if self._position < 0:
+            return np.full(hi - lo, np.nan)
         b, local = divmod(r, self.grid.block)
         parts = []
         for c in range(first, last):
@@ -861,19 +908,34 @@ class ChunkedArray:
 
 
 class DerivedArray:
-    """A field computed on read from stored ones (see DERIVATIONS)."""
+    """A field computed on read from stored ones (see DERIVATIONS); a long read of one row
+    (`a[r, lo:hi]` over more than two chunks) is a view of the row the store assembled, where
+    the field was computed with the others."""
 
     ndim = 2
     dtype = np.dtype(np.float64)
 
-    def __init__(self, op: str, sources: list[FieldArray]) -> None:
+    def __init__(
+        self, op: str, sources: list[FieldArray], store: ChunkStore | None = None, name: str = ""
+    ) -> None:
         self.op, self.sources = op, sources
         self.shape = sources[0].shape
+        self._store = store
+        self._position = store.position.get(name, -1) if store is not None else -1
 
     def __len__(self) -> int:
         return int(self.shape[0])
 
     def __getitem__(self, key: Any) -> Any:
+        if self._store is not None and self._position >= 0:
+            r, cols = key if type(key) is tuple and len(key) == 2 else (key, slice(None))
+            n, t = self.shape
+            if type(r) is int and type(cols) is slice and cols.step is None and 0 <= r < n:
+                lo, hi, _ = cols.indices(t)
+                L = self._store.grid.chunk
+                if hi > lo and (hi - 1) // L - lo // L + 1 > 2:
+                    out: np.ndarray = self._store.cached_row(r)[self._position, lo:hi]
+                    return out
         with np.errstate(all="ignore"):
             return derive(self.op, [s[key] for s in self.sources])
 
@@ -885,10 +947,12 @@ class DerivedArray:
 def open_arrays(folder: Path, arrays: Mapping[str, Any]) -> dict[str, FieldArray]:
     """Every field of a chunked version (stored and derived), from its manifest block."""
     layout = str(arrays.get("layout", DENSE_GROUPS))
-    store = ChunkStore(folder, ChunkGrid.of(arrays["grid"]), arrays["chunks"], layout)
+    derived = arrays["derived"]
+    grid = ChunkGrid.of(arrays["grid"])
+    store = ChunkStore(folder, grid, arrays["chunks"], layout, derived)
     out: dict[str, FieldArray] = {name: ChunkedArray(store, name) for name in arrays["chunks"]}
-    for name, (op, *sources) in arrays["derived"].items():
-        out[name] = DerivedArray(op, [out[s] for s in sources])
+    for name, (op, *sources) in derived.items():
+        out[name] = DerivedArray(op, [out[s] for s in sources], store, name)
     return out
 
 
