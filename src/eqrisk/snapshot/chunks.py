@@ -688,7 +688,7 @@ class ChunkStore:
         The cache is small on purpose (ROW_CACHE_BYTES, a few rows): a row is assembled into
         the memory of the one evicted, and a small cache's is still in the CPU's cache where a
         large one's is not (64 MB measured 1.4x slower a read than 8 MB on the real data set,
-        docs/DECISIONS.md "Issue 10: reading a row"). Whole answers are cached elsewhere (the
+        docs/DECISIONS.md, issue 10, "Reading a row"). Whole answers are cached elsewhere (the
         render cache, the gate's replays)."""
         row = self._rows.get(r)  # a dict read is atomic: no lock on the hit path
         if row is None:
