@@ -161,6 +161,16 @@ class Server:
         fd = self._log.fileno()
         return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
+    def log_with(self, *needles: str, timeout: float = 10.0) -> str:
+        """The log once it holds every needle (or after `timeout`): a request's access-log line
+        is written as the request ends, which can be after its client has the answer."""
+        deadline = time.monotonic() + timeout
+        log = self.log()
+        while not all(n in log for n in needles) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            log = self.log()
+        return log
+
     def workers(self) -> list[int]:
         """Process ids of the live uvicorn workers (spawned children of the serve process;
         multiprocessing's resource tracker is not one)."""

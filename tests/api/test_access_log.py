@@ -38,7 +38,8 @@ def test_one_line_per_request_with_its_values_and_no_key(home: Path, accounts: A
         )
         health = client.get("/api/health", headers={"X-Request-ID": "trace-open"})
         unknown = client.get("/nowhere%0Aforged line", headers={"X-Request-ID": "trace-404"})
-        log = server.log()
+        ids = ("trace-ok", "trace-bad", "trace-daily", "trace-open", "trace-404")
+        log = server.log_with(*(f"request_id={i} " for i in ids))
     assert ok.status_code == 200 and health.status_code == 200 and unknown.status_code == 404
     assert key not in log  # not from a header, not from the query string
     [line] = _lines(log, "trace-ok")
