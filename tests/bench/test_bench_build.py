@@ -48,10 +48,18 @@ def test_bench_build_figures_are_consistent(tmp_path: Path) -> None:
     assert result["incremental_equals_full"] is True
     assert 0 < result["incremental_added_mb"] < result["model_version_mb"]
     assert result["full_build_s"] > 0 and result["incremental_build_s"] > 0
+    # The same full build on a Dask LocalCluster: the very same version.
+    assert result["dask_equals_local"] is True
+    assert result["dask_workers"] == (os.cpu_count() or 1) and result["dask_full_build_s"] > 0
     # Peak resident memory of each build (Linux, VmHWM reset before each): this process, so
     # at least its interpreter and libraries, at most the machine's memory.
     total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
-    for key in ("full_build_peak_rss_mb", "incremental_build_peak_rss_mb"):
+    for key in (
+        "full_build_peak_rss_mb",
+        "incremental_build_peak_rss_mb",
+        "dask_driver_peak_rss_mb",
+        "dask_worker_peak_rss_mb",
+    ):
         assert isinstance(result[key], float) and 50 < result[key] < total_mb, key
 
 

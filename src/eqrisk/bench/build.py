@@ -12,9 +12,10 @@ The synthetic fields have the shapes of a real build's: listing dates spread ove
 and the fields a build derives (`beta_mkt = l1_mkt_hr`, `l1_rr = return - l1_cfr`, ...) so that
 the writer derives them as it would. Values are a counter-based hash of (field, row, session),
 so any block is computed on demand (memory stays bounded by one block) and a version with one
-more session has the very same earlier values. Sections are plain functions of `BuildBench` so
-that other measurements (incremental build, Dask) can be added beside them; the model section
-(`bench.incremental`: a full and a one-session incremental build through the real build) is.
+more session has the very same earlier values. Sections are plain functions of `BuildBench`;
+the model section (`bench.incremental`) runs the real build on a synthetic market: a full
+build, a one-session incremental build and the full build on a Dask LocalCluster, with their
+peak memory.
 """
 
 from __future__ import annotations

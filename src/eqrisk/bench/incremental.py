@@ -10,6 +10,8 @@ build's in quick mode, where that costs little)."""
 
 from __future__ import annotations
 
+import os
+import resource
 import shutil
 import tempfile
 import time
@@ -24,6 +26,7 @@ from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot.build import publish_panel
+from eqrisk.snapshot.distributed import dask_client
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 SECTORS = {
@@ -124,6 +127,38 @@ def _peak_mb() -> float | None:
     return None
 
 
+def _worker_peak_mb() -> float:
+    """Peak resident memory of this (worker) process, MB (Linux: ru_maxrss is in KB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _dask_full_build(
+    home: Path, panel: Panel, master: pd.DataFrame, params: ModelParams, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """The same full build on a Dask LocalCluster (`build --dask local`: one single-threaded
+    worker process per core, each writing its blocks): seconds, and the peak memory of this
+    (driver) process and of the largest worker. The bench starts the cluster as the build
+    would, and the build connects to it, so that the workers can be asked their peak after."""
+    workers = os.cpu_count() or 1
+    say(f"full build on a Dask LocalCluster of {workers} workers")
+    with dask_client("local", workers=workers) as client:
+        resets = _reset_peak()
+        start = time.perf_counter()
+        built = publish_panel(
+            home, panel, master, params, keep=5, dask=client.scheduler_info()["address"], full=True
+        )
+        seconds = time.perf_counter() - start
+        driver = _peak_mb() if resets else None
+        peaks: dict[str, float] = client.run(_worker_peak_mb)
+    return {
+        "dask_workers": workers,
+        "dask_full_build_s": round(seconds, 2),
+        "dask_driver_peak_rss_mb": driver,
+        "dask_worker_peak_rss_mb": max(peaks.values()),
+        "dask_version": built["model_version"],
+    }
+
+
 def run_model_builds(
     n: int,
     t: int,
@@ -134,7 +169,8 @@ def run_model_builds(
     say: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
     """Full build of t sessions, then the one-session incremental build of t + 1: seconds,
-    disk, files written; with `check`, a full rebuild of t + 1 compared bitwise."""
+    disk, files written; the full build again on a Dask LocalCluster; with `check`, the Dask
+    version and a full rebuild of t + 1 compared bitwise with the local ones."""
     work = Path(tempfile.mkdtemp(prefix="eqrisk-bench-model-", dir=folder))
     try:
         panel, master = synthetic_market(n, t + 1, seed)
@@ -171,7 +207,16 @@ def run_model_builds(
             "full_build_peak_rss_mb": full_peak,
             "incremental_build_peak_rss_mb": incremental_peak,
         }
+        dask = _dask_full_build(work / "dask-home", _cut(panel, t), master, params, say)
+        dask_version = dask.pop("dask_version")
+        out.update(dask)
         if check:
+            a = Snapshot.open(root / first["model_version"])
+            b = Snapshot.open(snapshots_dir(work / "dask-home") / dask_version)
+            out["dask_equals_local"] = all(
+                np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes()
+                for f in first["fields"]
+            ) and a.security_history().equals(b.security_history())
             say("full rebuild of the same data, compared bitwise")
             again = publish_panel(home, panel, master, params, keep=5, full=True)
             a = Snapshot.open(root / second["model_version"])
