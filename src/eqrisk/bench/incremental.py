@@ -116,15 +116,20 @@ def _reset_peak() -> bool:
         return False
 
 
-def _peak_mb() -> float | None:
-    """Peak resident memory since the last `_reset_peak` (VmHWM), None where unknown."""
+def _status_mb(key: str) -> float | None:
+    """A memory figure of this process from /proc (Linux), MB; None where unknown."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{key}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
     return None
+
+
+def _peak_mb() -> float | None:
+    """Peak resident memory since the last `_reset_peak` (VmHWM), None where unknown."""
+    return _status_mb("VmHWM")
 
 
 def _worker_peak_mb() -> float:
@@ -142,6 +147,7 @@ def _dask_full_build(
     workers = os.cpu_count() or 1
     say(f"full build on a Dask LocalCluster of {workers} workers")
     with dask_client("local", workers=workers) as client:
+        held = _status_mb("VmRSS")  # what this process holds already: the bench's panels
         resets = _reset_peak()
         start = time.perf_counter()
         built = publish_panel(
@@ -154,6 +160,7 @@ def _dask_full_build(
         "dask_workers": workers,
         "dask_full_build_s": round(seconds, 2),
         "dask_driver_peak_rss_mb": driver,
+        "dask_driver_rss_before_mb": held,
         "dask_worker_peak_rss_mb": max(peaks.values()),
         "dask_version": built["model_version"],
     }
@@ -177,6 +184,7 @@ def run_model_builds(
         home = work / "home"
         params = ModelParams()
         say(f"full build of {n} x {t} (the model and every file)")
+        held = _status_mb("VmRSS")  # the synthetic panel, before any build
         resets = _reset_peak()
         start = time.perf_counter()
         first = publish_panel(home, _cut(panel, t), master, params, keep=5, full=True)
@@ -205,6 +213,7 @@ def run_model_builds(
             "incremental_added_pct": round(100 * added / whole, 3),
             # Peak RSS of this process during each build (the panels of t and t + 1 included).
             "full_build_peak_rss_mb": full_peak,
+            "full_build_rss_before_mb": held,
             "incremental_build_peak_rss_mb": incremental_peak,
         }
         dask = _dask_full_build(work / "dask-home", _cut(panel, t), master, params, say)
