@@ -51,7 +51,7 @@ from eqrisk.snapshot import chunks
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Staged
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, Future
 
 # Blocks in flight per worker: one running, one on its way (the transfer hides behind the work).
 IN_FLIGHT_PER_WORKER = 2
@@ -134,6 +134,35 @@ def _worker_threads(client: Client) -> tuple[int, int | None]:
     return len(workers), threads
 
 
+def _in_flight(
+    items: Sequence[Any], submit: Callable[[Any], Future[Any]], workers: int
+) -> Iterator[tuple[Any, Any]]:
+    """(item, result) of `submit(item)` for every item, as they complete, with at most
+    IN_FLIGHT_PER_WORKER tasks per worker submitted at a time: the inputs of a task are sent
+    when it is submitted, so the cluster never holds more than a few blocks' inputs."""
+    from distributed import as_completed
+
+    queue = iter(items)
+    running = as_completed()
+    item_of: dict[object, Any] = {}
+
+    def submit_next() -> None:
+        item = next(queue, None)
+        if item is not None:
+            future = submit(item)
+            item_of[future.key] = item
+            running.add(future)
+
+    for _ in range(workers * IN_FLIGHT_PER_WORKER):
+        submit_next()
+    for future in running:
+        result = future.result()
+        item = item_of.pop(future.key)
+        future.release()
+        submit_next()
+        yield item, result
+
+
 def run_model_dask(
     panel: Panel,
     master: pd.DataFrame,
@@ -146,40 +175,24 @@ def run_model_dask(
 ) -> ModelResult:
     """`run_model` with the blocks run on the cluster of `client` (the same result, bit for
     bit); says `blocks done/total` as they come back."""
-    from distributed import as_completed
-
     say = progress or (lambda _msg: None)
     plan = plan_model(panel, master, params, exclude=exclude)
     bounds = plan.blocks(block_rows)
     workers, threads = _worker_threads(client)
     shared = client.scatter(plan.shared, broadcast=True, hash=False)
     run_id = uuid.uuid4().hex[:8]
-    start_of: dict[object, int] = {}
-    queue = iter(bounds)
-    running = as_completed()
 
-    def submit_next() -> None:
-        bound = next(queue, None)
-        if bound is None:
-            return
+    def submit(bound: tuple[int, int]) -> Future[dict[str, np.ndarray]]:
         start, stop = bound
         block = client.scatter(plan.block(start, stop), hash=False)
-        future = client.submit(
+        return client.submit(
             _block_task, shared, block, threads, key=f"eqrisk-block-{run_id}-{start}", pure=False
         )
-        start_of[future.key] = start
-        running.add(future)
 
-    for _ in range(workers * IN_FLIGHT_PER_WORKER):
-        submit_next()
     n, n_t = plan.returns.shape
     joined: dict[str, np.ndarray] = {}
     say(f"blocks 0/{len(bounds)} done ({workers} workers, {block_rows} symbols a block)")
-    for done, future in enumerate(running, start=1):
-        arrays: dict[str, np.ndarray] = future.result()
-        start = start_of.pop(future.key)
-        future.release()
-        submit_next()
+    for done, ((start, _stop), arrays) in enumerate(_in_flight(bounds, submit, workers), 1):
         for name, arr in arrays.items():
             if name not in joined:
                 joined[name] = np.empty((n, n_t), dtype=arr.dtype)
@@ -352,8 +365,6 @@ def write_model_dask(
 
     A field is derived on read (not stored) when every block can derive it, as in a local
     build; a block that left out a field another block could not derive is run again."""
-    from distributed import as_completed
-
     say = progress or (lambda _msg: None)
     n, n_t = plan.returns.shape
     grid = chunks.ChunkGrid(n, n_t)
@@ -383,33 +394,21 @@ def write_model_dask(
     def run(
         jobs: Sequence[tuple[int, int, tuple[str, ...] | None]], what: str
     ) -> list[BlockWritten]:
-        queue = iter(jobs)
-        running = as_completed()
-
-        def submit_next() -> None:
-            item = next(queue, None)
-            if item is None:
-                return
+        def submit(item: tuple[int, int, tuple[str, ...] | None]) -> Future[BlockWritten]:
             b0, b1, derive = item
             scattered = client.scatter(job(b0, b1, derive), hash=False)
-            running.add(
-                client.submit(
-                    _write_task,
-                    shared,
-                    scattered,
-                    threads,
-                    key=f"eqrisk-write-{run_id}-{what}-{b0}",
-                    pure=False,
-                )
+            return client.submit(
+                _write_task,
+                shared,
+                scattered,
+                threads,
+                key=f"eqrisk-write-{run_id}-{what}-{b0}",
+                pure=False,
             )
 
-        for _ in range(workers * IN_FLIGHT_PER_WORKER):
-            submit_next()
         got: list[BlockWritten] = []
-        for done, future in enumerate(running, start=1):
-            got.append(future.result())
-            future.release()
-            submit_next()
+        for done, (_item, written) in enumerate(_in_flight(jobs, submit, workers), start=1):
+            got.append(written)
             say(f"blocks {done}/{len(jobs)} {what}")
         return got
 
