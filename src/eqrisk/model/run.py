@@ -10,7 +10,7 @@ this process; the Dask build (eqrisk.snapshot.distributed) runs the same functio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -392,11 +392,7 @@ def result_of(plan: ModelPlan, metrics: dict[str, np.ndarray]) -> ModelResult:
         metrics=metrics,
         hierarchy=_hierarchy(plan.symbols, layout),
         flat=FlatModel(
-            names=flat.names,
-            returns=flat.returns,
-            sources=flat.sources,
-            sector_market_beta=flat.sector_market_beta,
-            exposure=flat.exposure,
+            **{f.name: getattr(flat, f.name) for f in fields(FlatFactors)},
             beta_mkt=metrics["beta_mkt"],
             beta_sec=metrics["beta_sec"],
             resid_return=metrics["resid_return"],
@@ -483,20 +479,6 @@ def combined_factor_returns(
 
 
 @dataclass(frozen=True)
-class FlatModel:
-    """Service A's factor model: factor returns (K x T) and per-stock betas and residuals."""
-
-    names: list[str]  # "Mkt", then sector factor names
-    returns: np.ndarray  # (K x T)
-    sources: list[int]  # factor row behind each factor
-    sector_market_beta: np.ndarray  # (K-1 x T) g_t of each sector series on the market
-    exposure: np.ndarray  # (n,) index of the stock's sector factor, -1 = Mkt only
-    beta_mkt: np.ndarray  # (n x T)
-    beta_sec: np.ndarray  # (n x T)
-    resid_return: np.ndarray  # (n x T)
-
-
-@dataclass(frozen=True)
 class FlatFactors:
     """The universe-wide half of Service A's factor model: the factors and who is exposed."""
 
@@ -506,6 +488,15 @@ class FlatFactors:
     sector_market_beta: np.ndarray  # (K-1 x T) g_t of each sector series on the market
     exposure: np.ndarray  # (n,) index of the stock's sector factor, -1 = Mkt only
     market: np.ndarray  # (T,) the market factor (NaN where the data has none)
+
+
+@dataclass(frozen=True)
+class FlatModel(FlatFactors):
+    """Service A's factor model: its factors, and per-stock betas and residuals."""
+
+    beta_mkt: np.ndarray  # (n x T)
+    beta_sec: np.ndarray  # (n x T)
+    resid_return: np.ndarray  # (n x T)
 
 
 def flat_factors(
