@@ -59,8 +59,13 @@ def test_bench_build_figures_are_consistent(tmp_path: Path) -> None:
         "incremental_build_peak_rss_mb",
         "dask_driver_peak_rss_mb",
         "dask_worker_peak_rss_mb",
+        "full_build_peak_anon_mb",
+        "incremental_build_peak_anon_mb",
+        "dask_driver_peak_anon_mb",
     ):
         assert isinstance(result[key], float) and 50 < result[key] < total_mb, key
+    for part in ("full_build", "incremental_build", "dask_driver"):  # anonymous <= resident
+        assert result[f"{part}_peak_anon_mb"] <= result[f"{part}_peak_rss_mb"], part
 
 
 def test_synthetic_fields_do_not_change_when_a_session_is_added() -> None:
