@@ -483,6 +483,19 @@ _KERNEL_OPS = {
     "one_minus": row_kernel.ONE_MINUS,
     "one_minus_known": row_kernel.ONE_MINUS_KNOWN,
 }
+
+
+def _row_span(key: Any, n: int, t: int) -> tuple[int, int, int] | None:
+    """(row, lo, hi) when `key` is the per-ticker read `[row, lo:hi]` (an int row in range, a
+    step-less slice of sessions), else None: the fast path of every field's indexing."""
+    if type(key) is tuple and len(key) == 2:
+        r, cols = key
+        if type(r) is int and type(cols) is slice and cols.step is None and 0 <= r < n:
+            lo, hi, _ = cols.indices(t)
+            return r, lo, hi
+    return None
+
+
 Copy = tuple[int, int, int]  # rows [lo, hi) of an assembled row <- runs from `off` (-1: NaN)
 
 
@@ -682,6 +695,12 @@ class ChunkStore:
         out[kept] = cell.data[at[kept]]
         return out
 
+    def is_long(self, lo: int, hi: int) -> bool:
+        """Whether a read of sessions [lo, hi) of one row spans more than two chunks: a
+        ticker's answer, which reads its other fields too, so the whole row is assembled."""
+        L = self.grid.chunk
+        return hi > lo and (hi - 1) // L - lo // L + 1 > 2
+
     def cached_row(self, r: int) -> np.ndarray:
         """The assembled (fields x T) row r: kept for the next fields of the same answer.
 
@@ -811,15 +830,15 @@ class ChunkedArray:
         store keeps it, else one copy of the runs it spans)."""
         if hi <= lo:
             return np.full(0, np.nan)
-        L = self.grid.chunk
-        first, last = lo // L, (hi - 1) // L + 1
-        if last - first > 2:  # a long read: a ticker's answer, which reads its other fields too
+        if self.store.is_long(lo, hi):
             if self._position < 0:
                 return self.store.nan_row[lo:hi]
             out: np.ndarray = self.store.cached_row(r)[self._position, lo:hi]
             return out
         if self._position < 0:
             return np.full(hi - lo, np.nan)
+        L = self.grid.chunk
+        first, last = lo // L, (hi - 1) // L + 1
         b, local = divmod(r, self.grid.block)
         parts = []
         for c in range(first, last):
@@ -863,11 +882,9 @@ class ChunkedArray:
         return out
 
     def __getitem__(self, key: Any) -> Any:
-        if type(key) is tuple and len(key) == 2:  # the per-ticker read `[row, lo:hi]`, first
-            r0, c0 = key
-            if type(r0) is int and type(c0) is slice and c0.step is None and 0 <= r0 < self.grid.n:
-                lo, hi, _ = c0.indices(self.grid.t)
-                return self.row(r0, lo, hi)
+        span = _row_span(key, self.grid.n, self.grid.t)  # the per-ticker read, first
+        if span is not None:
+            return self.row(*span)
         if not isinstance(key, tuple):
             key = (key,)
         if len(key) == 1:
@@ -928,14 +945,12 @@ class DerivedArray:
 
     def __getitem__(self, key: Any) -> Any:
         if self._store is not None and self._position >= 0:
-            r, cols = key if type(key) is tuple and len(key) == 2 else (key, slice(None))
-            n, t = self.shape
-            if type(r) is int and type(cols) is slice and cols.step is None and 0 <= r < n:
-                lo, hi, _ = cols.indices(t)
-                L = self._store.grid.chunk
-                if hi > lo and (hi - 1) // L - lo // L + 1 > 2:
-                    out: np.ndarray = self._store.cached_row(r)[self._position, lo:hi]
-                    return out
+            whole = key if type(key) is tuple else (key, slice(None))  # `a[r]` reads row r
+            span = _row_span(whole, *self.shape)
+            if span is not None and self._store.is_long(span[1], span[2]):
+                r, lo, hi = span
+                out: np.ndarray = self._store.cached_row(r)[self._position, lo:hi]
+                return out
         with np.errstate(all="ignore"):
             return derive(self.op, [s[key] for s in self.sources])
 
