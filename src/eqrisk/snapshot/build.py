@@ -151,68 +151,43 @@ def publish_panel(
     digests = incremental.input_digests(plan, panel, master, breaks)
     reuse: SnapshotContent | None = None
     build: dict[str, Any]
+
+    def publish(
+        result: ModelResult, *, staged: Staged | None = None, reuse: Reuse | None = None
+    ) -> dict[str, Any]:
+        """Write a build's result as the new version (the one place for the three paths): its
+        arrays already written by the Dask workers when `staged` says so, the previous
+        version's chunks before `reuse`'s first chunk shared by an incremental build."""
+        content = SnapshotContent(
+            result=result,
+            panel=panel,
+            master=master,
+            data_source=str(meta.get("data_source", "unknown")),
+            ingest={k: meta.get(k) for k in ingest_keys},
+            reuse=reuse,
+            inputs=digests,
+            build=build,
+            staged=staged,
+        )
+        return write_snapshot(home, content, keep=keep, progress=say)
+
     if dask is None and not full:
         reuse, build = _incremental(home, plan, panel, master, digests, say)
         if reuse is not None:
             say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
-            return _publish(
-                home, reuse.result, panel, master, meta, digests, build,
-                keep=keep, say=say, reuse=reuse.reuse,
-            )  # fmt: skip
+            return publish(reuse.result, reuse=reuse.reuse)
     else:
         build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
     say(f"full build: {'; '.join(build['reasons'])}")
     if dask is not None:
         return _publish_dask(
-            home,
-            plan,
-            panel,
-            master,
-            meta,
-            digests,
-            build,
-            address=dask,
-            workers=dask_workers,
-            block_rows=block_rows,
-            keep=keep,
-            say=say,
+            home, plan, publish, address=dask, workers=dask_workers, block_rows=block_rows, say=say
         )
     result = finish_model(
         plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
     )
     _say_caps(result, say)
-    return _publish(home, result, panel, master, meta, digests, build, keep=keep, say=say)
-
-
-def _publish(
-    home: Path,
-    result: ModelResult,
-    panel: Panel,
-    master: pd.DataFrame,
-    meta: dict[str, Any],
-    digests: dict[str, Any],
-    build: dict[str, Any],
-    *,
-    keep: int,
-    say: Callable[[str], None],
-    staged: Staged | None = None,
-    reuse: Reuse | None = None,
-) -> dict[str, Any]:
-    """Write a build's result as the new version: its arrays already written by the Dask
-    workers when `staged` says so, the previous version's chunks before `reuse`'s first
-    chunk shared by an incremental build."""
-    content = SnapshotContent(
-        result=result,
-        panel=panel,
-        master=master,
-        data_source=str(meta.get("data_source", "unknown")),
-        ingest={k: meta.get(k) for k in ingest_keys},
-        reuse=reuse,
-        inputs=digests,
-        build=build,
-        staged=staged,
-    )
-    return write_snapshot(home, content, keep=keep, progress=say)
+    return publish(result)
 
 
 def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
@@ -226,21 +201,17 @@ def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
 def _publish_dask(
     home: Path,
     plan: ModelPlan,
-    panel: Panel,
-    master: pd.DataFrame,
-    meta: dict[str, Any],
-    digests: dict[str, Any],
-    build: dict[str, Any],
+    publish: Callable[..., dict[str, Any]],
     *,
     address: str,
     workers: int | None,
     block_rows: int,
-    keep: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """A Dask build: the workers write the arrays into a staging folder of the snapshot store
-    (every host mounts it), which the new version takes over; this process writes the tables
-    from the written chunks and never holds an (n x T) output array."""
+    (every host mounts it), which the new version takes over (`publish`, inside the staging
+    folder's lifetime); this process writes the tables from the written chunks and never
+    holds an (n x T) output array."""
     from eqrisk.snapshot.distributed import dask_client, write_model_dask
 
     with staging_folder(snapshots_dir(home)) as staging:
@@ -257,9 +228,7 @@ def _publish_dask(
         written = open_arrays(staging, staged.arrays)
         result = result_of(plan, {name: cast(np.ndarray, written[name]) for name in names})
         _say_caps(result, say)
-        return _publish(
-            home, result, panel, master, meta, digests, build, keep=keep, say=say, staged=staged
-        )
+        return publish(result, staged=staged)
 
 
 ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
