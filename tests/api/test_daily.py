@@ -15,8 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from eqrisk.api.app import create_app
+from eqrisk.api.endpoints.symbol_list import MAX_TOP_N
 from eqrisk.api.fields import DAILY_FIELDS, TOP_BY
-from eqrisk.api.params import MAX_SYMBOLS, MAX_TOP_N
+from eqrisk.api.params import MAX_SYMBOLS
 from eqrisk.snapshot.versions import Snapshot, SnapshotStore
 from helpers import SHARED_DATA, TEST_KEY, assert_problem, register_key
 

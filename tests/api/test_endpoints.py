@@ -1,5 +1,6 @@
-"""The endpoint registry: the gate's routing, the estimate's names and the price table derive
-from it, and they agree with the routes the app actually serves."""
+"""The endpoint table: the app's routes are registered from it, the gate's question (which key a
+path needs), the estimate's names and the price table derive from it, and they agree with the
+routes the app actually serves."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 
 from eqrisk.accounts.pricing import DEFAULT_PRICES
 from eqrisk.api.app import create_app
-from eqrisk.api.endpoints import ENDPOINTS, ESTIMATED, check_prices, find, route_of
-from eqrisk.api.estimate import endpoint_name
+from eqrisk.api.endpoints import ENDPOINTS, ESTIMATED, check_prices, keyed_service, route_of
+from eqrisk.api.endpoints.estimate import endpoint_name
+from eqrisk.api.endpoints.metrics import ENDPOINT as METRICS
 from eqrisk.settings import Settings
 
 
@@ -47,17 +49,18 @@ def test_the_registry_lists_exactly_the_routes_the_app_serves(tmp_path: Path) ->
 )
 def test_route_of_reads_the_registry(path: str, expected: tuple[str, str] | None) -> None:
     assert route_of(path) == expected
+    # The gate's one question: which service's key the path needs (None: open or unknown).
+    assert keyed_service(path) == (expected[0] if expected else None)
 
 
 def test_the_metrics_ticker_comes_from_the_path() -> None:
-    hit = find("/api/metrics/AAPL")
-    assert hit is not None and hit[1] == {"ticker": "AAPL"}
-    assert endpoint_name("/api/metrics/AAPL", {}) == ("metrics", {"ticker": "AAPL"})
-    assert endpoint_name("METRICS/aapl", {"years": 1}) == (
+    assert METRICS.match("/api/metrics/AAPL") == {"ticker": "AAPL"}
+    assert endpoint_name("/api/metrics/AAPL", {}, ESTIMATED) == ("metrics", {"ticker": "AAPL"})
+    assert endpoint_name("METRICS/aapl", {"years": 1}, ESTIMATED) == (
         "metrics",
         {"years": 1, "ticker": "aapl"},
     )
-    assert endpoint_name("batch/analyze", {}) == ("batch/analyze", {})
+    assert endpoint_name("batch/analyze", {}, ESTIMATED) == ("batch/analyze", {})
 
 
 def test_the_estimate_offers_the_sized_endpoints_in_registry_order() -> None:

@@ -1,6 +1,6 @@
 """The gate's replayed answers (issue 9, api/gate.py `Replays`): a metrics answer is made by
-the route once per snapshot version and call, then replayed byte for byte, still
-authenticated, limited, priced and charged per request like any other."""
+the route once per snapshot version and call, then replayed byte for byte with the price its
+route set, still authenticated, limited, admitted and charged per request like any other."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from starlette.types import ASGIApp
 from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.api.app import create_app
-from eqrisk.api.gate import Gate, Replayed, Replays
+from eqrisk.api.gate import Gate, Priced, Replayed, Replays
 from eqrisk.settings import Settings
 from helpers import assert_problem, bearer, new_key, register_key
 
@@ -149,7 +149,8 @@ def test_a_revoked_key_gets_no_replayed_answer(home: Path) -> None:
 
 def test_replays_keep_one_version_and_a_bounded_number_of_answers() -> None:
     replays = Replays(max_items=2)
-    a = Replayed(((b"x-model-version", b"v1"),), b"a")
+    priced = Priced("metrics", 250, 250, ("A",), "digest", replayed=True)
+    a = Replayed(((b"x-model-version", b"v1"),), b"a", priced)
     replays.put("v1", "/api/metrics/A", b"", a)
     assert replays.get("v1", "/api/metrics/A", b"") is a
     assert replays.get("v1", "/api/metrics/A", b"q=1") is None

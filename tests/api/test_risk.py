@@ -21,8 +21,9 @@ from eqrisk.accounts.pricing import PriceTable
 from eqrisk.api import fields
 from eqrisk.api.app import create_app
 from eqrisk.api.endpoints import ESTIMATED
-from eqrisk.api.estimate import estimate
-from eqrisk.api.params import HEATMAP_DEFAULT, SEARCH_LIMIT
+from eqrisk.api.endpoints.estimate import estimate
+from eqrisk.api.endpoints.heatmap import HEATMAP_DEFAULT
+from eqrisk.api.endpoints.tickers import SEARCH_LIMIT
 from eqrisk.data.master import MAG7
 from eqrisk.settings import Settings
 from eqrisk.snapshot.versions import Snapshot, SnapshotStore
@@ -594,7 +595,9 @@ def test_estimate_equals_the_price_table(client, snap, endpoint, params, usd, to
 
 def test_batch_estimate_is_three_good_tickers_at_the_minimum(snap):
     prices = PriceTable.load()
-    doc = estimate("batch/analyze", {"tickers": ["NVDA", "AAPL", "MSFT", "BAD1"]}, snap, prices)
+    doc = estimate(
+        "batch/analyze", {"tickers": ["NVDA", "AAPL", "MSFT", "BAD1"]}, snap, prices, ESTIMATED
+    )
     batch = prices["batch/analyze"]
     assert doc["estimated_tokens"] == batch.cost(3) == max(3 * 100, 500)
     assert doc["estimated_cost_usd"] == max(3 * 0.002, 0.01)

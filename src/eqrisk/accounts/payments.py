@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,6 +23,8 @@ from eqrisk.accounts.book import Accounts
 
 SIGNATURE_HEADER = "x-eqrisk-signature"
 DEFAULT_TOLERANCE_S = 300
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class PaymentProvider(Protocol):
@@ -59,26 +63,30 @@ def verify(
     *,
     now: float | None = None,
     tolerance_s: int = DEFAULT_TOLERANCE_S,
+    decode: Callable[[bytes], Any] = json.loads,
 ) -> dict[str, Any]:
-    """Check the signature and timestamp of a webhook call; return the parsed event."""
+    """Check the signature and timestamp of a webhook call; return the event, the body as
+    `decode` reads it (the HTTP route passes its one body parser; a ValueError from it is
+    a refusal). A header of any other shape, whatever its bytes, is refused (WebhookError)."""
     if not header:
         raise WebhookError(f"missing {SIGNATURE_HEADER} header")
-    fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
-    try:
-        timestamp = int(fields["t"])
-        given = fields["v1"]
-    except (KeyError, ValueError) as exc:
-        raise WebhookError("signature header must be 't=<unix seconds>,v1=<hex>'") from exc
+    fields = dict(part.strip().split("=", 1) for part in header.split(",") if "=" in part)
+    stamp, given = fields.get("t", ""), fields.get("v1", "")
+    if not _TIMESTAMP.fullmatch(stamp) or not _HEX_SHA256.fullmatch(given):
+        raise WebhookError(
+            "signature header must be 't=<unix seconds>,v1=<64 hex digits>'"
+        )
+    timestamp = int(stamp)
     expected = sign(secret, body, timestamp).split("v1=", 1)[1]
-    if not hmac.compare_digest(given, expected):
+    if not hmac.compare_digest(given.lower().encode("ascii"), expected.encode("ascii")):
         raise WebhookError("signature does not match the body")
     now = time.time() if now is None else now
     if abs(now - timestamp) > tolerance_s:
         raise WebhookError(f"timestamp is more than {tolerance_s}s away from the server's clock")
     try:
-        event = json.loads(body)
+        event = decode(body)
     except ValueError as exc:
-        raise WebhookError("body is not JSON") from exc
+        raise WebhookError(f"body is not JSON ({exc})") from exc
     if not isinstance(event, dict) or not all(
         isinstance(event.get(k), str) and event.get(k) for k in ("event_id", "type", "account_id")
     ):

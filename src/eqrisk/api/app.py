@@ -16,22 +16,22 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import eqrisk
 from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.accounts.limits import SQLITE_FILE, RateLimiter
 from eqrisk.accounts.pricing import PriceTable
-from eqrisk.api import billing, dashboard, writers
+from eqrisk.api import dashboard, writers
 from eqrisk.api.bounds import Bounds
 from eqrisk.api.deps import served_snapshot
-from eqrisk.api.endpoints import check_prices
+from eqrisk.api.endpoint import register_all
+from eqrisk.api.endpoints import ENDPOINTS, ESTIMATED, check_prices, keyed_service
 from eqrisk.api.errors import ApiError, install_error_handlers, problem_body
-from eqrisk.api.estimate import estimate as estimate_of
 from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
 from eqrisk.settings import Settings, get_settings
@@ -197,7 +197,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     # The docs page's JavaScript and CSS are served by the app itself (no CDN): it works offline.
     app = FastAPIOffline(
         title="eqrisk",
-        version="2.0.0",
+        version=eqrisk.__version__,  # the package's (the CLI's, the snapshots')
         description=(
             "Equity risk data computed by eqrisk from daily prices. Service A (daily stock data) "
             "at the root, key in the `apikey` header; Service B (risk metrics) under `/api`, key "
@@ -227,20 +227,11 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         redis_url, sqlite_path=settings.home_dir / SQLITE_FILE if shared else None
     )
     install_error_handlers(app)
+    # Every route from its one Endpoint object (api/endpoints/); /api/estimate prices these.
+    register_all(app, [e for e in ENDPOINTS if e.service in services])
+    app.state.estimated = {n: e for n, e in ESTIMATED.items() if e.service in services}
     if "risk" in services:
-        from eqrisk.api.routes import risk_metrics
-
-        app.include_router(risk_metrics.router)
-        app.include_router(billing.router)
         dashboard.include(app)  # the page at / is a client of Service B
-    if "daily" in services:
-        from eqrisk.api.routes import daily_data
-
-        app.include_router(daily_data.router)
-
-    def estimate(endpoint: str, params: dict[str, Any]) -> dict[str, Any]:
-        snapshot = served_snapshot(app.state.snapshots)
-        return estimate_of(endpoint, params, snapshot, app.state.prices)
 
     # Starlette runs the last added middleware first: request id and access log, then the size
     # limits (nothing below reads the network), then the gate, then routes.
@@ -248,8 +239,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         Gate,
         accounts=app.state.accounts,
         limiter=app.state.limiter,
-        prices=app.state.prices,
-        estimate=estimate,
+        keyed=keyed_service,
         services=services,
         version=lambda: served_snapshot(app.state.snapshots).version,
     )

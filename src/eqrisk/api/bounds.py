@@ -4,7 +4,7 @@ A query string over `max_query_bytes` is a 414, a header block over `max_header_
 a body over `max_body_bytes` a 413: announced by `Content-Length` (refused before a byte of the
 body is read) or counted while a body without one arrives (refused as soon as the count passes
 the cap; nothing past the cap is ever held). The body is read here, once, and replayed to the
-layers below (the gate prices it, the route parses it), so no other layer reads the network.
+layers below (the route's one body parser reads it), so no other layer reads the network.
 Refusals are problem+json, free (they happen before the gate) and carry the request id.
 """
 
@@ -14,7 +14,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from eqrisk.api.errors import ApiError, problem_body
 
-BODY_KEY = "body"  # scope["state"][BODY_KEY]: the request body, read once by `Bounds`
 _REQUEST_LINE_SLACK = 8 * 2**10  # method, path and version next to the query string
 
 
@@ -57,11 +56,10 @@ class Bounds:
         state = scope.setdefault("state", {})
         try:
             self._check_head(scope)
-            body, receive = await self._read_body(scope, receive)
+            _, receive = await self._read_body(scope, receive)
         except ApiError as exc:
             await send_problem(send, exc, state.get("request_id"))
             return
-        state[BODY_KEY] = body
         await self.app(scope, receive, send)
 
     def _check_head(self, scope: Scope) -> None:
@@ -124,33 +122,6 @@ class Bounds:
             return await receive()
 
         return body, replay
-
-
-async def read_body(scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
-    """The request body `Bounds` read (and the receive that replays it). Without `Bounds` in
-    front (an app assembled by hand), read it here, unbounded."""
-    state = scope.get("state", {})
-    if BODY_KEY in state:
-        return state[BODY_KEY], receive
-    chunks = []
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return body, replay
 
 
 async def send_problem(

@@ -1,7 +1,8 @@
 """Typed dependencies shared by the routes of both services: the current snapshot and the caller.
 
-Keys, limits and credits are checked by the gate middleware (`api/gate.py`) before a keyed route
-runs; the routes only read who the gate let in.
+Keys, limits and account states are checked by the gate middleware (`api/gate.py`) before a keyed
+route runs; the routes read who the gate let in, and price their calls through the gate
+(`api/endpoint.py`, the `Metered` dependency).
 """
 
 from __future__ import annotations
@@ -57,7 +58,17 @@ async def risk_caller(
     return _gated(request, "as 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
 
 
-async def daily_caller(request: Request) -> Caller:
+_apikey = APIKeyHeader(
+    name="apikey",
+    auto_error=False,
+    scheme_name="apikey",
+    description="Your API key, in the `apikey` header (every Service A route needs one).",
+)
+
+
+async def daily_caller(
+    request: Request, _apikey_key: Annotated[Any, Security(_apikey)] = None
+) -> Caller:
     """Service A: the key came in the `apikey` header."""
     return _gated(request, "in the 'apikey' header")
 

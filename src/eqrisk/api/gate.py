@@ -1,48 +1,40 @@
 """The gate in front of every keyed route of both services: key -> rate limit -> account state
-and demo rules -> price -> route -> charge (2xx only) -> headers.
+-> (the route reads, plans and prices the call; the gate admits that price) -> charge of a
+2xx -> headers.
 
 One ASGI middleware, so that the rules are the same for every route and no route can forget
-them. The price of a call is `estimate.estimate(...)`, the very function `/api/estimate`
-answers with, so an estimate always equals the charge. The charge is made when the route's
-answer is known and before its first byte leaves: a 2xx is charged (atomically, never below
-zero) or, if a concurrent request spent the credit first, replaced by a 402; anything else
-(errors, 304) is free.
+them. It never reads a body, a query or a plan: the route's `Metered` dependency (api/endpoint.py)
+reads the request once, plans it once and hands the gate the price of that plan (`Meter.admit`),
+the same price `/api/estimate` answers with. The charge is made when the route's answer is known
+and before its first byte leaves: a 2xx is charged (atomically, never below zero) or, if a
+concurrent request spent the credit first, replaced by a 402; anything else (errors, 304) is
+free. A keyed 2xx whose route set no price is never sent (500): nothing is answered unpriced.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qsl
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 import anyio
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from eqrisk.accounts.book import Accounts, Charge, ChargeRequest, KeyRecord
 from eqrisk.accounts.key_cache import KeyCache
 from eqrisk.accounts.limits import RateLimiter
-from eqrisk.accounts.pricing import PriceTable, tokens_to_usd
+from eqrisk.accounts.pricing import tokens_to_usd
 from eqrisk.accounts.writer import ChargeWriter
-from eqrisk.api.bounds import read_body
 from eqrisk.api.bounds import send_problem as _send_problem
-from eqrisk.api.endpoints import Endpoint, find
 from eqrisk.api.errors import ApiError
 from eqrisk.api.plans import CLASS_TWINS
 from eqrisk.data.master import MAG7
 
+log = logging.getLogger("eqrisk.api")
+
 DEMO_MAX_TOKENS = 250
-MAX_REMEMBERED_PRICES = 4096  # distinct (call, snapshot) prices kept before the memo starts over
-# Routes whose 200 answer to a GET is a function of the snapshot version, the path and the query
-# string alone (not of the caller, nor of any other header): the gate keeps their answers per
-# version and replays them instead of running the route again (`Replays`).
-REPLAYED_ROUTES = frozenset({"metrics"})
 MAX_REPLAYED = 8192  # answers kept for one version (a few kB each) before the memo starts over
-# Routes the demo key may not call at all (route -> why). Empty today: the heatmap answers the demo
-# key with its seven tickers only (api/routes/risk_metrics.py), so a first visit to the dashboard shows data.
-DEMO_REFUSED_ROUTES: dict[str, str] = {}
+METER_KEY = "meter"  # scope["state"][METER_KEY]: the request's `Meter`
 
 
 @dataclass(frozen=True)
@@ -54,6 +46,18 @@ class Caller:
     is_demo: bool
     account_state: str
     balance_tokens: int
+
+
+@dataclass(frozen=True)
+class Priced:
+    """The price of one call, from the plan its route answers from (`Endpoint.priced`)."""
+
+    price_key: str
+    tokens: int  # what a 2xx costs (the demo key is never charged)
+    demo_tokens: int  # what the demo key's per-request cap is compared with
+    tickers: tuple[str, ...]  # the symbols the answer covers, as served (the demo key's rule)
+    digest: str  # SHA-256 of the call as sent (path, query, body): the ledger's params digest
+    replayed: bool = False  # its 200 is a function of (version, path, query): see `Replays`
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -75,37 +79,58 @@ def presented_key(scope: Scope, service: str) -> str | None:
     return _header(scope, b"x-api-key")
 
 
-def _tickers_in(params: dict[str, Any]) -> list[str]:
-    found: list[str] = []
-    for name in ("ticker", "etf"):
-        value = params.get(name)
-        if isinstance(value, str) and value.strip():
-            found.append(value)
-    if isinstance(params.get("symbols"), str):
-        found.extend(params["symbols"].split(","))
-    if isinstance(params.get("tickers"), list):
-        found.extend(t for t in params["tickers"] if isinstance(t, str))
-    return [t.strip().upper() for t in found if t.strip()]
+class Meter:
+    """One keyed request's account: who calls (the gate's), and the price its route set
+    through `admit` (None until then). The gate charges a 2xx that price."""
+
+    __slots__ = ("_gate", "caller", "key", "priced", "record")
+
+    def __init__(self, gate: Gate, key: str, record: KeyRecord) -> None:
+        self._gate = gate
+        self.key = key
+        self.record = record
+        self.caller = Caller(
+            record.key_id,
+            record.account_id,
+            record.is_demo,
+            record.account_state,
+            record.balance_tokens,
+        )
+        self.priced: Priced | None = None
+
+    def screen(self, asked: Iterable[str]) -> None:
+        """Refuse, before any work, a call naming tickers this key may not ask for (the demo
+        key: its seven tickers and their share-class twins), known or not."""
+        if self.record.is_demo:
+            demo_names(asked)
+
+    async def admit(self, priced: Priced) -> None:
+        """Refuse the call (ApiError) unless the demo rules, or the account's state and
+        balance, allow it at this price; else remember the price for the charge."""
+        await self._gate.admit(self, priced)
 
 
 @dataclass(frozen=True)
 class Replayed:
-    """A route's 200 answer as it left the route: its headers (before the gate's) and body."""
+    """A route's 200 answer as it left the route (its headers, before the gate's, and body),
+    with the price its route set."""
 
     headers: tuple[tuple[bytes, bytes], ...]
     body: bytes
+    priced: Priced
 
 
 class Replays:
-    """The answers of `REPLAYED_ROUTES` per snapshot version, by (path, query string).
+    """The 200 answers of replayed endpoints (`Endpoint.replayed`) per snapshot version, by
+    (path, query string).
 
-    A snapshot version never changes, so neither does such an answer: the route's dependency
-    resolution, parameter models, document and rendering run once per version and call, not
-    per request. Only the version being served is kept: the first request that sees a new
-    version drops the old one's answers. An answer is filed under the version it says it is
-    from (its `X-Model-Version`), so one rendered as the version changed cannot be replayed as
-    the other's. Keys, limits, prices and the charge are the gate's as for any call; only the
-    route's work is skipped."""
+    A snapshot version never changes, so neither does such an answer nor its price: the route's
+    dependency resolution, parameter models, plan, document and rendering run once per version
+    and call, not per request. Only the version being served is kept: the first request that
+    sees a new version drops the old one's answers. An answer is filed under the version it
+    says it is from (its `X-Model-Version`), so one rendered as the version changed cannot be
+    replayed as the other's. Keys, limits, the admission of the price and the charge are the
+    gate's as for any call; only the route's work is skipped."""
 
     def __init__(self, max_items: int = MAX_REPLAYED) -> None:
         self.max_items = max_items
@@ -146,14 +171,14 @@ class _Recorder:
         elif message["type"] == "http.response.body" and self.ok:
             self.body.append(message.get("body", b""))
 
-    def answer(self) -> tuple[str, Replayed] | None:
+    def answer(self, priced: Priced) -> tuple[str, Replayed] | None:
         """(version, answer) of a whole 200 that says its version, else None."""
         if not self.ok:
             return None
         version = next((v for k, v in self.headers if k == b"x-model-version"), None)
         if version is None:
             return None
-        return version.decode("latin-1"), Replayed(self.headers, b"".join(self.body))
+        return version.decode("latin-1"), Replayed(self.headers, b"".join(self.body), priced)
 
 
 class Gate:
@@ -163,8 +188,7 @@ class Gate:
         *,
         accounts: Accounts,
         limiter: RateLimiter,
-        prices: PriceTable,
-        estimate: Callable[[str, dict[str, Any]], dict[str, Any]],
+        keyed: Callable[[str], str | None],
         services: tuple[str, ...] = ("daily", "risk"),
         writer: ChargeWriter | None = None,
         keys: KeyCache | None = None,
@@ -174,74 +198,36 @@ class Gate:
         self.services = services
         self.accounts = accounts
         self.limiter = limiter
-        self.prices = prices
-        self.estimate = estimate
+        # Which service's key a path needs (None: an open or unknown path, passed untouched):
+        # `endpoints.keyed_service`, read from the one endpoint table.
+        self.keyed = keyed
         # One writer per process commits the charges of concurrent requests together; keys
         # are remembered for at most a second (both in `accounts/`).
         self.writer = writer or ChargeWriter(accounts)
         self.keys = keys or KeyCache(accounts)
-        # The served snapshot's version: a call's price is remembered per version (the
-        # estimate reads the snapshot, e.g. which tickers of a batch exist).
+        # The served snapshot's version: replayed answers are kept per version.
         self.version = version
-        self._prices_seen: dict[tuple[str, bytes, bytes, str], int] = {}
         self.replays = Replays()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        hit = find(scope["path"]) if scope["type"] == "http" else None
-        if hit is None or not self._gated(hit[0]):
+        service = self.keyed(scope["path"]) if scope["type"] == "http" else None
+        if service is None or service not in self.services:
             await self.app(scope, receive, send)
             return
-        endpoint = hit[0]
-        service, price_key = endpoint.service, str(endpoint.price_key)
         request_id = scope.get("state", {}).get("request_id")
         extra: dict[str, str] = {}
         key = presented_key(scope, service)
-        version = self._served_version()
         try:
             record = await self._authenticate(key, service, extra)
-            body, receive = await read_body(scope, receive)
-            params = _params_of(scope, body, hit[1])
-            tokens = self._tokens(service, price_key, params, scope, body, version)
-            try:
-                self._admit(record, price_key, params, tokens)
-            except ApiError as exc:
-                if exc.code != "INSUFFICIENT_BALANCE" or key is None:
-                    raise
-                # The remembered balance is short: read the account again before refusing
-                # (a credit made since counts at once).
-                record = self._usable(await anyio.to_thread.run_sync(self.keys.load, key))
-                self._admit(record, price_key, params, tokens)
-            if record.is_demo:
-                tokens = 0  # the demo key is not charged
         except ApiError as exc:
             await _send_problem(send, exc, request_id, extra)
             return
         assert key is not None  # an authenticated call presented a key
-        caller = Caller(
-            record.key_id,
-            record.account_id,
-            record.is_demo,
-            record.account_state,
-            record.balance_tokens,
-        )
-        scope.setdefault("state", {})["caller"] = caller
-        digest = hashlib.sha256(
-            scope["path"].encode() + scope.get("query_string", b"") + body
-        ).hexdigest()
-        replay = price_key in REPLAYED_ROUTES and scope["method"] == "GET" and version is not None
-        await self._forward(
-            scope,
-            receive,
-            send,
-            caller,
-            key,
-            price_key,
-            tokens,
-            digest,
-            request_id,
-            extra,
-            version if replay else None,
-        )
+        meter = Meter(self, key, record)
+        state = scope.setdefault("state", {})
+        state["caller"] = meter.caller
+        state[METER_KEY] = meter
+        await self._forward(scope, receive, send, meter, request_id, extra)
 
     def _served_version(self) -> str | None:
         """The served snapshot's version (None: none is served; the route will say why)."""
@@ -251,14 +237,6 @@ class Gate:
             return self.version()
         except ApiError:
             return None
-
-    def _gated(self, endpoint: Endpoint) -> bool:
-        """A keyed, priced route of a service this app serves (open routes pass untouched)."""
-        return (
-            not endpoint.open
-            and endpoint.service in self.services
-            and endpoint.price_key in self.prices.prices
-        )
 
     async def _authenticate(
         self, key: str | None, service: str, extra: dict[str, str]
@@ -303,143 +281,157 @@ class Gate:
             raise ApiError("ACCOUNT_INACTIVE", "the account is suspended")
         return record
 
-    def _admit(
-        self, record: KeyRecord, price_key: str, params: dict[str, Any], tokens: int
-    ) -> None:
-        """Refuse the call unless the demo rules, or the account's state and balance, allow
-        one that costs `tokens` (the demo key is never charged)."""
-        if record.is_demo:
-            _demo_rules(price_key, params, self._demo_tokens(price_key, tokens))
-            return
-        if tokens > 0 and record.account_state != "verified":
-            raise ApiError(
-                "ACCOUNT_INACTIVE",
-                "verify a payment card on this account to make metered requests "
-                "(it grants the 20 USD starting credit)",
-            )
-        if tokens > record.balance_tokens:
-            raise _short(tokens, record.balance_tokens)
-
-    def _tokens(
-        self,
-        service: str,
-        price_key: str,
-        params: dict[str, Any],
-        scope: Scope,
-        body: bytes,
-        version: str | None,
-    ) -> int:
-        """The price of this call, remembered per call and snapshot version: the same path,
-        query and body on the same snapshot cost the same (the estimate is pure)."""
-        price = self.prices[price_key]
-        if service == "daily" or (price.tokens == 0 and price.minimum_tokens == 0):
-            return price.cost(1)
+    async def admit(self, meter: Meter, priced: Priced) -> None:
+        """`Meter.admit`: the demo rules, or the account's state and balance, at this price.
+        A balance remembered short is read again before the call is refused (a credit made
+        since counts at once)."""
         try:
-            seen = (scope["path"], scope.get("query_string", b""), body, version or "")
-            if version is not None and (tokens := self._prices_seen.get(seen)) is not None:
-                return tokens
-            tokens = int(self.estimate(price_key, params)["estimated_tokens"])
-        except ApiError:
-            return 0  # the route itself will refuse the call (and an error is free)
-        if version is not None:
-            if len(self._prices_seen) >= MAX_REMEMBERED_PRICES:
-                self._prices_seen.clear()
-            self._prices_seen[seen] = tokens
-        return tokens
+            _admissible(meter.record, priced)
+        except ApiError as exc:
+            if exc.code != "INSUFFICIENT_BALANCE":
+                raise
+            meter.record = self._usable(await anyio.to_thread.run_sync(self.keys.load, meter.key))
+            _admissible(meter.record, priced)
+        meter.priced = priced
 
-    def _demo_tokens(self, price_key: str, tokens: int) -> int:
-        """What the demo key's per-request cap is compared with: the price of the call, or for a
-        route priced per ticker (batch) the price of one ticker. The per-call minimum is a floor
-        on what a charged call pays; the demo key is never charged, and its tickers are seven."""
-        price = self.prices[price_key]
-        return price.tokens if price.per == "ticker" else tokens
+    async def _charge(self, meter: Meter, priced: Priced, request_id: str | None) -> int:
+        """Charge a 2xx its price (the demo key: nothing); returns the tokens charged. Raises
+        the ApiError that replaces the answer when the charge is refused."""
+        tokens = 0 if meter.record.is_demo else priced.tokens
+        if tokens <= 0:
+            return 0
+        result = await self.writer.charge(
+            ChargeRequest(
+                meter.record.account_id,
+                tokens,
+                meter.record.key_id,
+                priced.price_key,
+                priced.digest,
+                request_id or "",
+            )
+        )
+        if not result.ok:
+            raise _refusal(result, tokens)
+        self.keys.note_balance(meter.key, result.balance_tokens)
+        meter.record = replace(meter.record, balance_tokens=result.balance_tokens)
+        return tokens
 
     async def _forward(
         self,
         scope: Scope,
         receive: Receive,
         send: Send,
-        caller: Caller,
-        key: str,
-        price_key: str,
-        tokens: int,
-        digest: str,
+        meter: Meter,
         request_id: str | None,
         extra: dict[str, str],
-        replay_version: str | None = None,
     ) -> None:
         """Run the route (or replay its answer, `Replays`) and charge a 2xx before its first
-        byte leaves; `replay_version`: the served version, for a call whose answer may be
-        replayed."""
-        swallow = False
+        byte leaves."""
+        swallow = replaying = False
         recorder: _Recorder | None = None
         path, query = scope["path"], scope.get("query_string", b"")
+        version = self._served_version() if scope["method"] == "GET" else None
 
         async def metered_send(message: Message) -> None:
-            nonlocal swallow
-            if recorder is not None:
-                recorder.see(message)
-            if swallow:
-                return
+            nonlocal swallow, recorder
             if message["type"] == "http.response.start":
+                priced = meter.priced
+                if version is not None and priced is not None and priced.replayed and not replaying:
+                    recorder = _Recorder()
                 status = message["status"]
                 charged = 0
-                balance = caller.balance_tokens
-                if 200 <= status < 300 and tokens > 0:
-                    result = await self.writer.charge(
-                        ChargeRequest(
-                            caller.account_id,
-                            tokens,
-                            caller.key_id,
-                            price_key,
-                            digest,
-                            request_id or "",
-                        )
-                    )
-                    if not result.ok:
+                if 200 <= status < 300:
+                    try:
+                        if priced is None:
+                            log.error("a keyed route answered %d unpriced: %s", status, path)
+                            raise ApiError(
+                                "INTERNAL_ERROR", "the call was not priced; nothing sent"
+                            )
+                        charged = await self._charge(meter, priced, request_id)
+                    except ApiError as refusal:
                         swallow = True
-                        refusal = _refusal(result, tokens)
                         await _send_problem(send, refusal, request_id, extra)
                         return
-                    self.keys.note_balance(key, result.balance_tokens)
-                    charged, balance = tokens, result.balance_tokens
                 headers = list(message.get("headers", []))
+                balance = 0 if meter.record.is_demo else meter.record.balance_tokens
                 for name, value in {
                     **extra,
                     "X-API-Cost-USD": _usd(charged),
                     "X-Tokens-Consumed": str(charged),
-                    "X-Balance-Remaining-USD": _usd(0 if caller.is_demo else balance),
+                    "X-Balance-Remaining-USD": _usd(balance),
                 }.items():
                     headers.append((name.lower().encode(), value.encode()))
+                if recorder is not None:
+                    recorder.see(message)
                 message["headers"] = headers
-            await send(message)
+            elif recorder is not None:
+                recorder.see(message)
+            if not swallow:
+                await send(message)
 
-        if replay_version is not None:
-            hit = self.replays.get(replay_version, path, query)
-            if hit is not None:
-                start = {"type": "http.response.start", "status": 200, "headers": [*hit.headers]}
-                await metered_send(start)
-                await metered_send({"type": "http.response.body", "body": hit.body})
+        if version is not None and (hit := self.replays.get(version, path, query)) is not None:
+            try:
+                await meter.admit(hit.priced)
+            except ApiError as exc:
+                await _send_problem(send, exc, request_id, extra)
                 return
-            recorder = _Recorder()
+            replaying = True
+            start = {"type": "http.response.start", "status": 200, "headers": [*hit.headers]}
+            await metered_send(start)
+            await metered_send({"type": "http.response.body", "body": hit.body})
+            return
         await self.app(scope, receive, metered_send)
-        if recorder is not None and (answer := recorder.answer()) is not None:
-            self.replays.put(answer[0], path, query, answer[1])
+        if recorder is not None and meter.priced is not None:
+            answer = recorder.answer(meter.priced)
+            if answer is not None:
+                self.replays.put(answer[0], path, query, answer[1])
 
 
-def _params_of(scope: Scope, body: bytes, path_params: dict[str, str]) -> dict[str, Any]:
-    """The call's parameters as the estimate reads them: the query string, the path's
-    parameters, and for a POST the JSON body's fields."""
-    params: dict[str, Any] = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-    params.update(path_params)
-    if scope["method"] == "POST" and body:
-        try:
-            doc = orjson.loads(body)
-            if isinstance(doc, dict):
-                params.update(doc)
-        except orjson.JSONDecodeError:
-            pass  # the route answers the malformed body with a 400
-    return params
+def _admissible(record: KeyRecord, priced: Priced) -> None:
+    """Refuse the call unless the demo rules, or the account's state and balance, allow it
+    (the demo key is never charged)."""
+    if record.is_demo:
+        demo_rules(priced)
+        return
+    if priced.tokens > 0 and record.account_state != "verified":
+        raise ApiError(
+            "ACCOUNT_INACTIVE",
+            "verify a payment card on this account to make metered requests "
+            "(it grants the 20 USD starting credit)",
+        )
+    if priced.tokens > record.balance_tokens:
+        raise _short(priced.tokens, record.balance_tokens)
+
+
+def _outside(tickers: Iterable[str]) -> None:
+    outside = list(dict.fromkeys(tickers))
+    if outside:
+        raise ApiError(
+            "DEMO_RESTRICTED",
+            f"the demo key covers only {', '.join(MAG7)}; not {', '.join(outside)}",
+            allowed_tickers=list(MAG7),
+        )
+
+
+def demo_names(asked: Iterable[str]) -> None:
+    """The demo key asks for the seven tickers of `MAG7` only, or the share-class twin the real
+    client sends for one of them (GOOG for GOOGL): what it is served is checked by
+    `demo_rules`."""
+    _outside(t for t in asked if t not in MAG7 and CLASS_TWINS.get(t) not in MAG7)
+
+
+def demo_rules(priced: Priced) -> None:
+    """The demo key is served the seven tickers of `MAG7` only (a twin the data set holds, GOOG,
+    is not one of them, whatever the request named), and at most `DEMO_MAX_TOKENS` a request."""
+    _outside(t for t in priced.tickers if t not in MAG7)
+    if priced.demo_tokens > DEMO_MAX_TOKENS:
+        raise ApiError(
+            "DEMO_RESTRICTED",
+            f"this request costs {priced.demo_tokens} tokens; the demo key allows at most "
+            f"{DEMO_MAX_TOKENS} per request",
+            tokens=priced.demo_tokens,
+            max_tokens=DEMO_MAX_TOKENS,
+        )
 
 
 def _usd(tokens: int) -> str:
@@ -464,28 +456,3 @@ def _short(tokens: int, balance: int) -> ApiError:
         required_usd=tokens_to_usd(tokens),
         balance_usd=tokens_to_usd(balance),
     )
-
-
-def _demo_rules(price_key: str, params: dict[str, Any], tokens: int) -> None:
-    allowed = ", ".join(MAG7)
-    if price_key in DEMO_REFUSED_ROUTES:
-        raise ApiError(
-            "DEMO_RESTRICTED",
-            f"{DEMO_REFUSED_ROUTES[price_key]}; the demo key covers only {allowed}",
-            allowed_tickers=list(MAG7),
-        )
-    outside = [t for t in _tickers_in(params) if CLASS_TWINS.get(t, t) not in MAG7]
-    if outside:
-        raise ApiError(
-            "DEMO_RESTRICTED",
-            f"the demo key covers only {allowed}; not {', '.join(outside)}",
-            allowed_tickers=list(MAG7),
-        )
-    if tokens > DEMO_MAX_TOKENS:
-        raise ApiError(
-            "DEMO_RESTRICTED",
-            f"this request costs {tokens} tokens; the demo key allows at most "
-            f"{DEMO_MAX_TOKENS} per request",
-            tokens=tokens,
-            max_tokens=DEMO_MAX_TOKENS,
-        )

@@ -1,4 +1,6 @@
-"""The one way both services read parameters: a pydantic model per endpoint, read by `query_of`.
+"""The one way both services read parameters: a pydantic model per endpoint (in its module under
+`api/endpoints/`), read from the query string by `query_of` (a JSON body: `body.body_of`), and
+the field types and descriptions the models share.
 
 A model's fields are the endpoint's documented parameters. A parameter the model does not know is
 a 400 naming it and listing the accepted ones, and a parameter given twice is a 400 that says to
@@ -23,25 +25,16 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic.config import JsonDict
 
 from eqrisk.api.errors import ApiError, validation_api_error
-from eqrisk.api.fields import DAILY_FIELDS, TOP_BY
 from eqrisk.snapshot.index import MAX_YEARS
 
-MAX_BATCH_TICKERS = 100
-BatchMetric = Literal["returns", "hedge_ratios", "full_metrics", "l3_decomposition"]
-DEFAULT_BATCH_METRICS: tuple[BatchMetric, ...] = ("returns", "hedge_ratios")
-HEATMAP_DEFAULT, HEATMAP_MAX = 50, 500
-SEARCH_LIMIT = 10
 FORMATS = ("json", "csv", "parquet")  # Service B
 DAILY_FORMATS = ("json", "csv")  # Service A
 MAX_SYMBOLS = 100
-MAX_TOP_N = 500
-DEFAULT_TOP_N = 10
 _DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 
@@ -125,6 +118,23 @@ def query_of(model: type[P]) -> Any:
     return Depends(dependency)
 
 
+TICKER_FIELDS = ("ticker", "etf", "tickers", "symbols")
+
+
+def named_tickers(params: Params) -> list[str]:
+    """The tickers a request names in the conventional fields (`ticker` and `etf`: one each;
+    `tickers`: a list; `symbols`: comma-separated), trimmed and upper-cased: what the demo key's
+    first rule reads (`gate.demo_names`), for every endpoint whose model uses these names."""
+    found: list[str] = []
+    for name in TICKER_FIELDS:
+        value = getattr(params, name, None)
+        if isinstance(value, str):
+            found.extend(value.split(",") if name == "symbols" else [value])
+        elif isinstance(value, list):
+            found.extend(v for v in value if isinstance(v, str))
+    return [t.strip().upper() for t in found if t.strip()]
+
+
 def validate_params(
     model: type[P], params: Mapping[str, Any], where: tuple[str, ...] = ("body", "params")
 ) -> P:
@@ -171,7 +181,6 @@ Ticker = Annotated[
 ]
 IsoDate = Annotated[date, BeforeValidator(_iso_date)]
 Format = Annotated[Literal["json", "csv", "parquet"], BeforeValidator(_lower)]
-BatchFormat = Annotated[Literal["json", "csv", "parquet"], BeforeValidator(_lower)]
 Years = Annotated[
     int,
     Field(
@@ -195,184 +204,8 @@ FORMAT_DESCRIPTION = (
 )
 
 
-class TickersParams(Params):
-    array: Literal["ticker"] | None = Field(
-        None, description="`ticker`: list every ticker symbol (also the default)."
-    )
-    mag7: bool = Field(
-        False, description="true: only the seven large caps AAPL MSFT GOOGL AMZN NVDA META TSLA."
-    )
-    search: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        description=(
-            f"Match on symbol or company name; up to {SEARCH_LIMIT} results, exact symbol first, "
-            "then symbol prefixes, then names (word prefix, then substring)."
-        ),
-    )
-    asset_type: Literal["stock", "etf", "index"] | None = Field(
-        None, description="Only symbols of this asset type."
-    )
-    include_metadata: bool = Field(
-        False,
-        description=(
-            "true: `tickers` holds objects `{ticker, company_name, sector, industry, asset_type, "
-            "market_etf, sector_etf, subsector_etf}` instead of symbols."
-        ),
-    )
-
-
 class NoQuery(Params):
     """A route whose parameters are all in its path: any query parameter is a 400."""
-
-
-class MetricsParams(Params):
-    ticker: Ticker = Field(description="Ticker symbol, case-insensitive.", examples=["NVDA"])
-
-
-class TickerReturnsParams(Params):
-    ticker: Ticker = Field(
-        description="Ticker symbol (a stock or an ETF), case-insensitive.",
-        examples=["NVDA", "AAPL", "SPY"],
-    )
-    years: Years = 1
-    format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
-    csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
-    limit: int | None = Field(
-        None,
-        ge=1,
-        description=(
-            "Only the most recent `limit` rows of the window (the estimate counts the rows "
-            "returned)."
-        ),
-    )
-    nocache: bool = Field(
-        False,
-        description=(
-            "true: render the answer anew, never a 304 or a cached body (the bytes are the "
-            "same: answers are slices of the served snapshot, which never changes)."
-        ),
-    )
-
-
-class ReturnsParams(Params):
-    ticker: Ticker = Field(
-        description="Stock ticker, case-insensitive (ETFs: /api/etf-returns).",
-        examples=["NVDA", "AAPL"],
-    )
-    years: Years = 1
-    format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
-    csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
-
-
-class EtfReturnsParams(Params):
-    ticker: Ticker | None = Field(
-        None, description="ETF ticker, case-insensitive.", examples=["SPY", "XLK"]
-    )
-    etf: Ticker | None = Field(None, description="Same as `ticker` (give one of the two).")
-    years: Years = 1
-    format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
-    csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
-
-
-class L3Params(Params):
-    ticker: Ticker = Field(
-        description="Ticker symbol, case-insensitive.", examples=["NVDA", "AAPL", "SPY"]
-    )
-    from_: IsoDate | None = Field(
-        None,
-        alias="from",
-        description="First date, inclusive, YYYY-MM-DD (default: one year before data_as_of).",
-    )
-    to: IsoDate | None = Field(
-        None, description="Last date, inclusive, YYYY-MM-DD (default: data_as_of)."
-    )
-    years: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_YEARS,
-        description=(
-            "The last `years` years up to data_as_of (as /api/ticker-returns); instead of "
-            "`from` (give one of the two)."
-        ),
-    )
-    market_factor_etf: Ticker | None = Field(
-        None,
-        description=(
-            "The market ETF of the decomposition; only the snapshot's market ETF (SPY) is "
-            "served, any other is a 400."
-        ),
-    )
-    format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
-    csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
-
-
-class HeatmapParams(Params):
-    limit: int = Field(
-        HEATMAP_DEFAULT,
-        ge=1,
-        le=HEATMAP_MAX,
-        description=f"How many stocks, largest market cap first (1 to {HEATMAP_MAX}).",
-    )
-
-
-class BatchParams(BodyParams):
-    tickers: list[Ticker] = Field(
-        min_length=1,
-        max_length=MAX_BATCH_TICKERS,
-        description=(
-            f"1 to {MAX_BATCH_TICKERS} tickers, case-insensitive; duplicates are merged. An "
-            "unknown ticker, or one without prices in the window (NO_DATA), fails alone "
-            "(status error) and is not charged."
-        ),
-        examples=[["NVDA", "AAPL", "SPY", "NOPE"]],
-    )
-    metrics: list[BatchMetric] = Field(
-        default=list(DEFAULT_BATCH_METRICS),
-        min_length=1,
-        description=(
-            "What to return per ticker: returns (column-wise `{dates, values, l1, l2, l3, "
-            "l3_market_hr, l3_sector_hr, l3_subsector_hr}`), hedge_ratios (the latest "
-            "`{l1_market, l2_market, l2_sector, l3_market, l3_sector, l3_subsector}`), "
-            "full_metrics (a flat object: /api/metrics' values plus ticker and date), "
-            "l3_decomposition (column-wise as /api/l3-decomposition). Default: returns and "
-            "hedge_ratios. Every succeeded entry also has hedge_levels and meta."
-        ),
-    )
-    years: Years = 1
-    format: BatchFormat = Field(
-        "json",
-        description=(
-            "json (default): `{results: {T: entry}}`; parquet or csv: one long table, a row "
-            "per (ticker, date): ticker, date, returns_gross, l3_market_hr, l3_sector_hr, "
-            "l3_subsector_hr (failed tickers are named in X-Failed-Tickers)."
-        ),
-    )
-    csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
-
-    @field_validator("tickers", "metrics")
-    @classmethod
-    def _dedupe(cls, values: list[str]) -> list[str]:
-        return list(dict.fromkeys(values))
-
-
-class EstimateRequest(BodyParams):
-    endpoint: str = Field(
-        min_length=1,
-        max_length=200,
-        description=(
-            "The endpoint to price: ticker-returns, returns, etf-returns, metrics (or "
-            "metrics/{ticker}), l3-decomposition, batch/analyze, heatmap, tickers; with or "
-            "without the /api/ prefix."
-        ),
-        examples=["ticker-returns"],
-    )
-    params: dict[str, Any] = Field(
-        default_factory=dict,
-        description="That endpoint's parameters (query parameters; for batch/analyze its body).",
-        examples=[{"ticker": "NVDA", "years": 5}],
-    )
 
 
 # --------------------------------------------------------------------------- Service A models
@@ -396,7 +229,6 @@ FACT_DOC = (
 )
 _DATE: JsonDict = {"format": "date"}
 _FORMAT: JsonDict = {"enum": list(DAILY_FORMATS)}
-_TOP_BY_ENUM: JsonDict = {"enum": list(TOP_BY)}
 
 
 SymbolsField = Annotated[str, Field(description=SYMBOLS_DOC, examples=["AAPL,MSFT"])]
@@ -408,75 +240,3 @@ EndField = Annotated[
     str | None, Field(description=END_DOC, examples=["2024-12-31"], json_schema_extra=_DATE)
 ]
 FormatField = Annotated[str | None, Field(description=FORMAT_DOC, json_schema_extra=_FORMAT)]
-
-
-class DailyQuery(Params):
-    symbols: SymbolsField
-    start_time: StartField
-    end_time: EndField = None
-    fields: str | None = Field(
-        None,
-        description=(
-            "Comma-separated fields besides `symbol` and `teo` (always present), in the order "
-            f"wanted; default: all. Valid: {', '.join(DAILY_FIELDS)}. `close` is the adjusted "
-            "close; `close_raw`, `open`, `high`, `low` and `volume` are as traded; `mktcap` in "
-            "USD; `turnover` = close as traded x volume."
-        ),
-        examples=["close,volume"],
-    )
-    format: FormatField = None
-
-
-class BetasQuery(Params):
-    symbols: SymbolsField
-    fact: FactField
-    start_time: StartField
-    end_time: EndField = None
-    format: FormatField = None
-
-
-class FactsQuery(Params):
-    fact: FactField
-    start_time: StartField
-    end_time: EndField = None
-    format: FormatField = None
-
-
-class SymbolsQuery(Params):
-    symbols: SymbolsField
-    start_time: StartField
-    end_time: EndField = None
-    format: FormatField = None
-
-
-class SymbolListQuery(Params):
-    top_n: int = Field(
-        DEFAULT_TOP_N, ge=1, le=MAX_TOP_N, description=f"How many symbols, 1 to {MAX_TOP_N}."
-    )
-    top_by: str = Field(
-        "mktcap",
-        description=(
-            "Ranking value on the latest session: mktcap, mktcap_rank, close (adjusted), "
-            "return (simple, that session), turnover, volume."
-        ),
-        json_schema_extra=_TOP_BY_ENUM,
-    )
-    ascending: bool = Field(False, description="Smallest value first (default: largest first).")
-    sector_code: str | None = Field(
-        None,
-        description=(
-            "Only this GICS sector: 10 Energy, 15 Materials, 20 Industrials, 25 Consumer "
-            "Discretionary, 30 Consumer Staples, 35 Health Care, 40 Financials, "
-            "45 Information Technology, 50 Communication Services, 55 Utilities, "
-            "60 Real Estate."
-        ),
-        examples=["45"],
-    )
-    format: str | None = Field(
-        None,
-        description=(
-            "`json` (`{symbols: [...]}`, the default) or `csv` (a header row `symbol`, then one "
-            "symbol per row, best first). Without it the Accept header decides."
-        ),
-        json_schema_extra=_FORMAT,
-    )

@@ -1,9 +1,10 @@
-"""The request planner of Service B: what a request asks for, decided once.
+"""What Service B's requests ask for, decided once: the pieces the endpoints' plans share.
 
-A route renders the plan and `estimate` prices the very same plan (`sizes`), so the estimate
-and the charge of a call can never disagree. The plans read the snapshot's one index
-(`Snapshot.index`) and word its failures as the API's errors: an unknown ticker is a 404 with
-close matches, a symbol without prices in a range that holds sessions a 404 NO_DATA.
+Each endpoint's plan (`plan` in its module under `api/endpoints/`) is built from these; its route
+renders the plan and its price is the plan's size, so the estimate and the charge of a call can
+never disagree. The plans read the snapshot's one index (`Snapshot.index`) and word its failures
+as the API's errors: an unknown ticker is a 404 with close matches, a symbol without prices in a
+range that holds sessions a 404 NO_DATA.
 """
 
 from __future__ import annotations
@@ -11,24 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any
 
 import numpy as np
 
 from eqrisk.api.errors import ApiError
-from eqrisk.api.params import (
-    SEARCH_LIMIT,
-    BatchParams,
-    EtfReturnsParams,
-    HeatmapParams,
-    L3Params,
-    MetricsParams,
-    ReturnsParams,
-    TickerReturnsParams,
-    TickersParams,
-)
-from eqrisk.data.master import MAG7
-from eqrisk.snapshot.index import RECENT_SESSIONS, Symbol, SymbolIndex, minus_years
+from eqrisk.snapshot.index import Symbol, SymbolIndex
 from eqrisk.snapshot.versions import Snapshot
 
 NO_CAPS_HINT = (
@@ -149,7 +137,14 @@ class SeriesPlan:
         return cols
 
 
-def _series(snap: Snapshot, sym: Symbol, lo: int, hi: int, start: date, end: date) -> SeriesPlan:
+def series_ticker(plan: SeriesPlan) -> tuple[str, ...]:
+    """The symbol a series answer covers, as served (`Endpoint.tickers`)."""
+    return (plan.symbol.ticker,)
+
+
+def series_plan(
+    snap: Snapshot, sym: Symbol, lo: int, hi: int, start: date, end: date
+) -> SeriesPlan:
     price = np.asarray(snap.array("price_close")[sym.row, lo:hi])
     return SeriesPlan(sym, lo, hi, np.isfinite(price), start, end)
 
@@ -158,10 +153,10 @@ def plan_years(snap: Snapshot, ticker: str, years: int) -> SeriesPlan:
     idx = snap.index
     sym = lookup(idx, ticker)
     lo, hi, start, end = window(idx, years)
-    return _series(snap, sym, lo, hi, start, end)
+    return series_plan(snap, sym, lo, hi, start, end)
 
 
-def _require_type(sym: Symbol, wanted: str, route: str) -> None:
+def require_type(sym: Symbol, wanted: str, route: str) -> None:
     if sym.asset_type == wanted:
         return
     other = {"stock": "/api/returns", "etf": "/api/etf-returns"}.get(sym.asset_type)
@@ -176,7 +171,7 @@ def _require_type(sym: Symbol, wanted: str, route: str) -> None:
     )
 
 
-def _require_rows(snap: Snapshot, plan: SeriesPlan) -> SeriesPlan:
+def require_rows(snap: Snapshot, plan: SeriesPlan) -> SeriesPlan:
     """A range that holds sessions but no price of the symbol is NO_DATA (404, free), never an
     empty 200; a range without any session of the data set stays a 200 with no rows."""
     if plan.rows == 0 and plan.hi > plan.lo:
@@ -193,105 +188,9 @@ def latest(plan: SeriesPlan, limit: int | None) -> SeriesPlan:
     return SeriesPlan(plan.symbol, plan.lo, plan.hi, mask, plan.start, plan.end)
 
 
-def plan_ticker_returns(snap: Snapshot, p: TickerReturnsParams) -> SeriesPlan:
-    return latest(_require_rows(snap, plan_years(snap, p.ticker, p.years)), p.limit)
-
-
-def plan_returns(snap: Snapshot, p: ReturnsParams) -> SeriesPlan:
-    plan = plan_years(snap, p.ticker, p.years)
-    _require_type(plan.symbol, "stock", "/api/returns")
-    return _require_rows(snap, plan)
-
-
-def etf_ticker(p: EtfReturnsParams) -> str:
-    if p.ticker is None and p.etf is None:
-        raise ApiError(
-            "MISSING_PARAMETER",
-            "missing required parameter: ticker (or etf)",
-            parameters=["ticker"],
-        )
-    if p.ticker is not None and p.etf is not None and p.ticker != p.etf:
-        raise ApiError(
-            "INVALID_PARAMETER",
-            f"ticker={p.ticker} and etf={p.etf} disagree; give one of the two",
-            parameters=["ticker", "etf"],
-        )
-    return p.ticker or p.etf  # type: ignore[return-value]
-
-
-def plan_etf_returns(snap: Snapshot, p: EtfReturnsParams) -> SeriesPlan:
-    plan = plan_years(snap, etf_ticker(p), p.years)
-    _require_type(plan.symbol, "etf", "/api/etf-returns")
-    return _require_rows(snap, plan)
-
-
 def market_etfs(idx: SymbolIndex) -> list[str]:
     """The market ETF(s) the snapshot's symbols are decomposed on (SPY by default)."""
     return sorted({s.market_etf for s in idx.symbols.values() if s.market_etf})
-
-
-def _check_market_etf(idx: SymbolIndex, etf: str | None) -> None:
-    accepted = market_etfs(idx)
-    if etf is not None and etf not in accepted:
-        raise ApiError(
-            "INVALID_PARAMETER",
-            f"market_factor_etf={etf} is not served: this snapshot decomposes on "
-            f"{', '.join(accepted) or 'no market ETF'} only; leave it out or give "
-            f"{' or '.join(accepted)}",
-            parameter="market_factor_etf",
-            accepted=accepted,
-        )
-
-
-def plan_l3(snap: Snapshot, p: L3Params) -> SeriesPlan:
-    idx = snap.index
-    sym = lookup(idx, p.ticker)
-    _check_market_etf(idx, p.market_factor_etf)
-    if idx.data_as_of is None:
-        raise ApiError("SERVICE_UNAVAILABLE", "the served snapshot has no sessions")
-    if p.years is not None and p.from_ is not None:
-        raise ApiError(
-            "INVALID_PARAMETER",
-            f"years={p.years} and from={p.from_} both set the start; give one of the two",
-            parameters=["years", "from"],
-        )
-    end = p.to or idx.data_as_of
-    back = p.years or 1
-    start = p.from_ or date.fromordinal(minus_years(idx.data_as_of, back).toordinal() + 1)
-    if start > end:
-        raise ApiError(
-            "INVALID_PARAMETER",
-            f"from={start} is after to={end}"
-            + ("" if p.to else " (to defaults to data_as_of)")
-            + "; give from <= to",
-            parameters=["from", "to"],
-        )
-    lo, hi = idx.date_range(start, end)
-    return _require_rows(snap, _series(snap, sym, lo, hi, start, end))
-
-
-def plan_metrics(snap: Snapshot, p: MetricsParams) -> Symbol:
-    idx = snap.index
-    sym = lookup(idx, p.ticker)
-    if sym.last < 0:
-        raise no_prices(idx, sym, idx.first_session, idx.data_as_of)
-    return sym
-
-
-def plan_heatmap(snap: Snapshot, p: HeatmapParams) -> np.ndarray:
-    """Positions (into the index's sorted tickers) of the rows, largest market cap first; no
-    eligible stock is NO_DATA (404, free) with the reason, never an empty 200."""
-    idx = snap.index
-    if not len(idx.heatmap_order):
-        if idx.stocks_with_cap == 0:
-            detail = f"the data set has no market caps: {NO_CAPS_HINT}"
-        else:
-            detail = (
-                f"no stock with a market cap was priced in the last {RECENT_SESSIONS} "
-                f"sessions up to {idx.data_as_of}; ingest recent prices, then eqrisk build"
-            )
-        raise ApiError("NO_DATA", detail, missing="market_cap", data_as_of=idx.data_as_of)
-    return idx.heatmap_order[: p.limit]
 
 
 @dataclass(frozen=True)
@@ -304,65 +203,3 @@ class BatchPlan:
     @property
     def succeeded(self) -> int:
         return sum(not isinstance(v, ApiError) for v in self.items.values())
-
-
-def plan_batch(snap: Snapshot, p: BatchParams) -> BatchPlan:
-    idx = snap.index
-    lo, hi, start, end = window(idx, p.years)
-    items: dict[str, SeriesPlan | ApiError] = {}
-    for ticker in p.tickers:
-        sym = resolve(idx, ticker)
-        if sym is None:
-            items[ticker] = ticker_not_found(idx, [ticker])
-            continue
-        plan = _series(snap, sym, lo, hi, start, end)
-        series_asked = bool({"returns", "hedge_ratios", "l3_decomposition"} & set(p.metrics))
-        if sym.last < 0 or (series_asked and plan.rows == 0):
-            # fails alone and is not charged, like an unknown ticker
-            items[ticker] = no_prices(idx, sym, start, end)
-        else:
-            items[ticker] = plan
-    return BatchPlan(items, tuple(p.metrics), p.years, p.format)
-
-
-def plan_tickers(snap: Snapshot, p: TickersParams) -> dict[str, Any]:
-    """`{tickers: [...]}` or, with `search`, `{query, results: [...]}`."""
-    idx = snap.index
-    keep = np.ones(len(idx.tickers), dtype=bool)
-    if p.asset_type is not None:
-        keep &= idx.type_array == p.asset_type
-    if p.mag7:
-        keep &= np.isin(idx.ticker_array, MAG7)
-    if p.search is None:
-        chosen = idx.ticker_array[keep].tolist()
-        if p.mag7:
-            chosen = [t for t in MAG7 if t in set(chosen)]
-        rows: list[Any] = chosen
-        if p.include_metadata:
-            rows = [{"ticker": t, **idx.symbols[t].meta()} for t in chosen]
-        return {"tickers": rows, "count": len(chosen)}
-    query = p.search.strip()
-    if not query:
-        raise ApiError("INVALID_PARAMETER", "search must not be blank", parameter="search")
-    upper, lower = query.upper(), query.lower()
-    names = idx.name_array
-    exact = idx.ticker_array == upper
-    prefix = np.strings.startswith(idx.ticker_array, upper)
-    word = np.strings.startswith(names, lower) | (np.strings.find(names, " " + lower) >= 0)
-    inside = np.strings.find(names, lower) >= 0
-    tier = np.select([exact, prefix, word, inside], [0, 1, 2, 3], default=9)
-    pos = np.flatnonzero(keep & (tier < 9))
-    cap = np.nan_to_num(idx.latest_cap[pos], nan=-1.0)
-    pos = pos[np.lexsort((idx.ticker_array[pos], -cap, tier[pos]))][:SEARCH_LIMIT]
-    results = []
-    for i in pos.tolist():
-        sym = idx.symbols[idx.tickers[i]]
-        hit = {
-            "ticker": sym.ticker,
-            "company_name": sym.company_name,
-            "sector": sym.sector,
-            "asset_type": sym.asset_type,
-        }
-        results.append({"ticker": sym.ticker, **sym.meta()} if p.include_metadata else hit)
-    # `tickers` is where the real Service B's readers look for rows; `results` stays for ours.
-    return {"query": query, "results": results, "tickers": results, "count": len(results)}

@@ -1,23 +1,27 @@
-"""Service B routes about money: the caller's balance and usage, and the payment provider's
-signed webhook that confirms a card (granting the starting credit once)."""
+"""Service B routes about money: the caller's balance and usage (`GET /api/balance`, free), and
+the payment provider's signed webhook that confirms a card, granting the starting credit once
+(`POST /api/webhooks/payment`, no key)."""
 
 # No `from __future__ import annotations`: FastAPI reads these annotations at runtime.
 
 from datetime import UTC, datetime
+from typing import Any
 
 import anyio
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from eqrisk.accounts.book import AccountError, month_of
 from eqrisk.accounts.payments import SIGNATURE_HEADER, WebhookError, verify
 from eqrisk.accounts.pricing import TOKEN_USD, tokens_to_usd
+from eqrisk.api.body import decode_json
 from eqrisk.api.deps import RiskCaller
+from eqrisk.api.endpoint import Doc, Endpoint
 from eqrisk.api.errors import ApiError, problem_responses
 from eqrisk.api.formats import json_response
 
-router = APIRouter(prefix="/api", tags=["Service B: account"])
+TAG = "Service B: account"
 
 
 class Usage(BaseModel):
@@ -45,12 +49,6 @@ class WebhookResponse(BaseModel):
     starting_credit_granted: bool
 
 
-@router.get(
-    "/balance",
-    summary="The caller's balance and this month's usage (free)",
-    response_model=BalanceResponse,
-    responses=problem_responses(401, 403, 429, 500),
-)
 async def balance(request: Request, caller: RiskCaller) -> Response:
     accounts = request.app.state.accounts
     now = datetime.now(UTC)
@@ -79,18 +77,14 @@ async def balance(request: Request, caller: RiskCaller) -> Response:
     )
 
 
-@router.post(
-    "/webhooks/payment",
-    summary="Payment provider: a card was verified (signed; no API key)",
-    description=(
-        'Body: JSON `{event_id, type: "card.verified", account_id, reference?}`. Header '
-        f'`{SIGNATURE_HEADER}: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + raw body)>`.'
-        " A bad signature, a timestamp outside the tolerance or a replayed event is refused and "
-        "grants nothing."
-    ),
-    response_model=WebhookResponse,
-    responses=problem_responses(400, 404, 409, 500),
-)
+def _decode(body: bytes) -> Any:
+    """The webhook's body by the one body parser (its refusal is the webhook's)."""
+    try:
+        return decode_json(body)
+    except ApiError as exc:
+        raise ValueError(exc.detail) from None
+
+
 async def payment_webhook(request: Request) -> Response:
     settings = request.app.state.settings
     if settings.webhook_secret is None:
@@ -102,6 +96,7 @@ async def payment_webhook(request: Request) -> Response:
             request.headers.get(SIGNATURE_HEADER),
             body,
             tolerance_s=settings.webhook_tolerance_s,
+            decode=_decode,
         )
     except WebhookError as exc:
         raise ApiError("WEBHOOK_REJECTED", str(exc)) from exc
@@ -128,3 +123,38 @@ async def payment_webhook(request: Request) -> Response:
             "starting_credit_granted": granted,
         }
     )
+
+
+BALANCE: Endpoint[Any, Any] = Endpoint(
+    path="/api/balance",
+    service="risk",
+    price_key="balance",
+    handler=balance,
+    doc=Doc(
+        tag=TAG,
+        summary="The caller's balance and this month's usage (free)",
+        response_model=BalanceResponse,
+        responses=problem_responses(401, 403, 429, 500),
+    ),
+)
+
+PAYMENT_WEBHOOK: Endpoint[Any, Any] = Endpoint(
+    path="/api/webhooks/payment",
+    method="POST",
+    service="risk",
+    price_key=None,
+    open=True,
+    handler=payment_webhook,
+    doc=Doc(
+        tag=TAG,
+        summary="Payment provider: a card was verified (signed; no API key)",
+        description=(
+            'Body: JSON `{event_id, type: "card.verified", account_id, reference?}`. Header '
+            f'`{SIGNATURE_HEADER}: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + raw '
+            "body)>`. A bad signature, a timestamp outside the tolerance or a replayed event is "
+            "refused and grants nothing."
+        ),
+        response_model=WebhookResponse,
+        responses=problem_responses(400, 404, 409, 500),
+    ),
+)

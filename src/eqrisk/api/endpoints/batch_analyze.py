@@ -1,0 +1,181 @@
+"""`POST /api/batch/analyze`: many tickers in one call, charged per succeeded ticker."""
+
+# No `from __future__ import annotations`: pydantic and FastAPI read these annotations.
+
+from typing import Literal
+from urllib.parse import quote
+
+from pydantic import Field, field_validator
+from starlette.responses import Response
+
+from eqrisk.api import wire
+from eqrisk.api.answers import document, snap_headers
+from eqrisk.api.endpoint import Call, Doc, Endpoint
+from eqrisk.api.errors import ApiError
+from eqrisk.api.formats import JSON, render
+from eqrisk.api.models import BODY_ERRORS, ERRORS_NO_TICKER, BatchResponse
+from eqrisk.api.params import CSV_COMMENT_DESCRIPTION, BodyParams, Format, Ticker, Years
+from eqrisk.api.plans import (
+    BatchPlan,
+    SeriesPlan,
+    no_prices,
+    resolve,
+    series_plan,
+    ticker_not_found,
+    window,
+)
+from eqrisk.api.sizes import Size, approx_bytes
+from eqrisk.snapshot.versions import Snapshot
+
+MAX_BATCH_TICKERS = 100
+BatchMetric = Literal["returns", "hedge_ratios", "full_metrics", "l3_decomposition"]
+DEFAULT_BATCH_METRICS: tuple[BatchMetric, ...] = ("returns", "hedge_ratios")
+
+
+class BatchParams(BodyParams):
+    tickers: list[Ticker] = Field(
+        min_length=1,
+        max_length=MAX_BATCH_TICKERS,
+        description=(
+            f"1 to {MAX_BATCH_TICKERS} tickers, case-insensitive; duplicates are merged. An "
+            "unknown ticker, or one without prices in the window (NO_DATA), fails alone "
+            "(status error) and is not charged."
+        ),
+        examples=[["NVDA", "AAPL", "SPY", "NOPE"]],
+    )
+    metrics: list[BatchMetric] = Field(
+        default=list(DEFAULT_BATCH_METRICS),
+        min_length=1,
+        description=(
+            "What to return per ticker: returns (column-wise `{dates, values, l1, l2, l3, "
+            "l3_market_hr, l3_sector_hr, l3_subsector_hr}`), hedge_ratios (the latest "
+            "`{l1_market, l2_market, l2_sector, l3_market, l3_sector, l3_subsector}`), "
+            "full_metrics (a flat object: /api/metrics' values plus ticker and date), "
+            "l3_decomposition (column-wise as /api/l3-decomposition). Default: returns and "
+            "hedge_ratios. Every succeeded entry also has hedge_levels and meta."
+        ),
+    )
+    years: Years = 1
+    format: Format = Field(
+        "json",
+        description=(
+            "json (default): `{results: {T: entry}}`; parquet or csv: one long table, a row "
+            "per (ticker, date): ticker, date, returns_gross, l3_market_hr, l3_sector_hr, "
+            "l3_subsector_hr (failed tickers are named in X-Failed-Tickers)."
+        ),
+    )
+    csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
+
+    @field_validator("tickers", "metrics")
+    @classmethod
+    def _dedupe(cls, values: list[str]) -> list[str]:
+        return list(dict.fromkeys(values))
+
+
+def plan_batch(snap: Snapshot, p: BatchParams) -> BatchPlan:
+    idx = snap.index
+    lo, hi, start, end = window(idx, p.years)
+    items: dict[str, SeriesPlan | ApiError] = {}
+    for ticker in p.tickers:
+        sym = resolve(idx, ticker)
+        if sym is None:
+            items[ticker] = ticker_not_found(idx, [ticker])
+            continue
+        plan = series_plan(snap, sym, lo, hi, start, end)
+        series_asked = bool({"returns", "hedge_ratios", "l3_decomposition"} & set(p.metrics))
+        if sym.last < 0 or (series_asked and plan.rows == 0):
+            # fails alone and is not charged, like an unknown ticker
+            items[ticker] = no_prices(idx, sym, start, end)
+        else:
+            items[ticker] = plan
+    return BatchPlan(items, tuple(p.metrics), p.years, p.format)
+
+
+def size(plan: BatchPlan, p: BatchParams) -> Size:
+    """Rows: a day of a series (returns, l3_decomposition; the long table of csv / parquet)
+    counts one, so does a latest-values object (full_metrics, hedge_ratios)."""
+    rows = size = 0
+    for item in plan.items.values():
+        if isinstance(item, ApiError):
+            size += 300
+            continue
+        if plan.format != "json":
+            rows += item.rows
+            size += approx_bytes(item.rows, 4, plan.format, 2)
+            continue
+        size += 1200  # hedge_levels and meta
+        if "returns" in plan.metrics:
+            rows += item.rows
+            size += approx_bytes(item.rows, 7, "json")
+        if "l3_decomposition" in plan.metrics:
+            rows += item.rows
+            size += approx_bytes(item.rows, 7, "json")
+        for latest in ("hedge_ratios", "full_metrics"):
+            if latest in plan.metrics:
+                rows += 1
+                size += 1500
+    ok = plan.succeeded
+    note = f"charged per succeeded ticker: {ok} of {len(plan.items)} requested tickers exist"
+    return Size(ok, rows, size + 400, note)
+
+
+def served_tickers(plan: BatchPlan) -> tuple[str, ...]:
+    """Each asked ticker as served (a failed one: as asked), for the demo key's rule."""
+    return tuple(
+        item.symbol.ticker if isinstance(item, SeriesPlan) else asked
+        for asked, item in plan.items.items()
+    )
+
+
+def render_batch(call: Call[BatchParams, BatchPlan]) -> Response:
+    snap, plan = call.snap, call.plan
+    if plan.format != JSON:
+        # Percent-encoded: a header carries latin-1 only, and a ticker as asked may be anything.
+        failed = [quote(t, safe="") for t, item in plan.items.items() if isinstance(item, ApiError)]
+        return render(
+            plan.format,
+            wire.long_table(snap, plan),
+            envelope={"_metadata": snap.metadata(), "csv_comment": call.params.csv_comment},
+            headers={**snap_headers(snap), "X-Failed-Tickers": ",".join(failed)},
+            filename=f"batch_{plan.years}y",
+        )
+    results = wire.batch_results(snap, plan)
+    _, _, start, end = snap.index.window(plan.years)
+    ok = plan.succeeded
+    return document(
+        snap,
+        {
+            "results": results,
+            "summary": {"total": len(results), "succeeded": ok, "failed": len(results) - ok},
+            "meta": {"years": plan.years, "metrics": list(plan.metrics), "from": start, "to": end},
+        },
+    )
+
+
+ENDPOINT = Endpoint(
+    path="/api/batch/analyze",
+    method="POST",
+    service="risk",
+    price_key="batch/analyze",
+    params=BatchParams,
+    plan=plan_batch,
+    size=size,
+    tickers=served_tickers,
+    render=render_batch,
+    threaded=True,
+    doc=Doc(
+        name="batch_analyze",
+        summary="Analyze many tickers in one call",
+        description=(
+            "Per ticker (1 to 100, merged case-insensitively), in the real Service B's shape: "
+            '`results` keyed by ticker; a succeeded entry has `status: "success"`, the asked '
+            "`returns` (column-wise), `hedge_ratios` (latest), `full_metrics` (flat), "
+            "`l3_decomposition`, and always `hedge_levels` and `meta`; a failed one `status: "
+            '"error"`, `error` (the sentence) and `code`, and it is not charged. `format` '
+            "parquet or csv answers one long table (ticker, date, returns_gross, L3 hedge "
+            "ratios). Charged per succeeded ticker (minimum per call in the price table)."
+        ),
+        response_model=BatchResponse,
+        responses={**ERRORS_NO_TICKER, **BODY_ERRORS},
+    ),
+)

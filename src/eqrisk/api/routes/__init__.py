@@ -1,1 +1,0 @@
-"""The routers of both services, named for the service they serve."""
