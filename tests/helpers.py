@@ -4,6 +4,7 @@ sys.path: the root conftest lives there); fixtures stay in the conftest files.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -136,6 +137,19 @@ def is_alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return fields[0] != "Z"
+
+
+def raw_request(base: str, data: bytes) -> bytes:
+    """Bytes sent on a fresh socket to `base`, and all the server wrote back until it closed."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        # The server may answer and close before it has read everything.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(data)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
 
 
 class Server:

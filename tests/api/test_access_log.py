@@ -29,7 +29,7 @@ def test_one_line_per_request_with_its_values_and_no_key(home: Path, accounts: A
     with Server(home) as server, httpx.Client(base_url=server.base, timeout=30) as client:
         ok = client.get("/api/metrics/NVDA", headers={**every_header, "X-Request-ID": "trace-ok"})
         bad = client.get(
-            f"/api/tickers?mag7=true&apikey={key}&token={key}",
+            f"/api/tickers?mag7=true&apikey={key}&token={key}&credential={key}",
             headers={**bearer(key), "X-Request-ID": "trace-bad"},
         )
         daily = client.get(
@@ -47,7 +47,7 @@ def test_one_line_per_request_with_its_values_and_no_key(home: Path, accounts: A
     assert line["status"] == "200" and int(line["bytes"]) == len(ok.content)
     assert line["account"] == account_id and float(line["ms"]) > 0
     [line] = _lines(log, "trace-bad")
-    assert line["target"] == "/api/tickers?mag7=true&apikey=***&token=***"
+    assert line["target"] == "/api/tickers?mag7=true&apikey=***&token=***&credential=***"
     assert line["status"] == str(bad.status_code) and int(line["bytes"]) == len(bad.content)
     [line] = _lines(log, "trace-daily")
     assert line["target"] == "/daily?symbols=NVDA&start_time=2026-01-02"
@@ -81,3 +81,24 @@ def test_logged_target_masks_secret_parameters() -> None:
     )
     assert target(b"/a", b"flag&apikey") == "/a?flag&apikey"  # no value, nothing to hide
     assert target(b"/a b\x1b", b"q=\xff") == "/a%20b%1B?q=%FF"
+
+
+def test_logged_target_masks_key_shaped_values_under_any_name() -> None:
+    def target(path: bytes, query: bytes) -> str:
+        return logged_target({"path": path.decode(), "raw_path": path, "query_string": query})
+
+    key = b"eqk_0123456789ab_" + b"Zq3-vX9_kLm2Np4Rs7Tu0Wx1Yz5AbCdEfGhIjKlMnOp"
+    assert target(b"/api/x", b"credential=" + key + b"&a=1") == "/api/x?credential=***&a=1"
+    encoded = key.replace(b"_", b"%5F")  # percent-encoded, still a key
+    assert target(b"/api/x", b"q=" + encoded) == "/api/x?q=***"
+    assert target(b"/api/x", b"q=Bearer+" + key) == "/api/x?q=***"
+    assert target(b"/api/x", key) == "/api/x?***"  # a bare key as the whole query
+    assert target(b"/api/metrics/" + key, b"") == "/api/metrics/***"
+    imported = b"test-key-1-not-secret"  # an imported key: 16+ token characters, digits, letters
+    assert target(b"/a", b"x=" + imported) == "/a?x=***"
+    # What callers send on purpose is not key-shaped and stays readable.
+    plain = (
+        b"symbols=AAPL,MSFT,NVDA&start_time=2024-01-02&end_time=2024-12-31&fact=Information_"
+        b"Technology&search=bank&top_by=mktcap_rank&years=13&format=parquet"
+    )
+    assert target(b"/daily", plain) == "/daily?" + plain.decode()

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.payments import sign
 from eqrisk.api.bounds import head_limit
-from helpers import WEBHOOK_SECRET, Server, assert_problem, bearer, client_for, new_key
+from helpers import WEBHOOK_SECRET, Server, assert_problem, bearer, client_for, new_key, raw_request
 
 CAP = 4096
 
@@ -168,18 +166,6 @@ def test_a_160_mb_body_is_refused_without_being_held(home: Path, accounts: Accou
     assert sorted(e["kind"] for e in accounts.ledger(account_id)) == ["charge", "grant"]
 
 
-def _raw_request(base: str, head: bytes) -> bytes:
-    host, port = base.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        # The server may answer and close before it has read everything.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendall(head)
-        out = b""
-        while chunk := sock.recv(65536):
-            out += chunk
-        return out
-
-
 def test_heads_past_the_server_limit_are_refused_before_the_app(home: Path) -> None:
     """Beyond `head_limit` the server itself answers (httptools would buffer any size): a
     problem+json 414 for a request line, 431 for a header block, and closes the connection.
@@ -187,14 +173,14 @@ def test_heads_past_the_server_limit_are_refused_before_the_app(home: Path) -> N
     limit = head_limit(16 * 2**10, 8 * 2**10)
     with Server(home) as server:
         line = b"GET /api/health?pad=" + b"x" * (2 * limit) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
-        answer = _raw_request(server.base, line)
+        answer = raw_request(server.base, line)
         status, _, rest = answer.partition(b"\r\n")
         assert status == b"HTTP/1.1 414 Request URI too long"
         doc = json.loads(rest.split(b"\r\n\r\n", 1)[1])
         assert doc["error"] == "URI_TOO_LONG" and str(limit) in doc["detail"]
         assert b"content-type: application/problem+json" in rest
         headers = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"y" * 1000) for i in range(2 * limit // 1000))
-        answer = _raw_request(
+        answer = raw_request(
             server.base, b"GET /api/health HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
         )
         assert answer.startswith(b"HTTP/1.1 431 Request header fields too large\r\n")

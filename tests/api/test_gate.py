@@ -307,6 +307,45 @@ def test_payment_webhook(home: Path, accounts: Accounts) -> None:
     assert_problem(off.post(url, content=body, headers=headers), 404, "NOT_FOUND")
 
 
+def test_webhook_signatures_of_any_bytes_are_refused_with_400(
+    home: Path, accounts: Accounts
+) -> None:
+    """Whatever bytes the signature header holds (non-ASCII, NUL, Unicode digits, a hex digest
+    with one letter swapped for a lookalike), the answer is a 400 that grants nothing."""
+    client = client_for(home, webhook_secret=WEBHOOK_SECRET)
+    account_id = accounts.create_account("Hook")["account_id"]
+    body = json.dumps({"event_id": "evt_b", "type": "card.verified", "account_id": account_id})
+    now = int(time.time())
+    good = sign(WEBHOOK_SECRET, body.encode(), now)
+    digest = good.split("v1=", 1)[1]
+    hostile = [
+        good[:-1].encode() + "\u00e4".encode("utf-8"),  # UTF-8 bytes in the digest
+        good[:-1].encode() + b"\xe4",  # a latin-1 byte
+        f"t={now},v1={'é' * 64}".encode(),
+        f"t={now},v1={digest[:-1]}\u0430".encode(),  # Cyrillic a
+        f"t=\u0661\u0662\u0663,v1={digest}".encode(),  # Arabic-Indic digits
+        b"t=1\x00,v1=" + digest.encode(),
+        b"\xff\xfe\xfd",
+        b"t=,v1=",
+        f"t={now},v1={digest}{digest}".encode(),
+        b"v1=" + b"a" * 8000,
+    ]
+    url = "/api/webhooks/payment"
+    for value in hostile:
+        resp = client.post(
+            url,
+            content=body,
+            headers={"content-type": "application/json", "X-Eqrisk-Signature": value},
+        )
+        assert_problem(resp, 400, "WEBHOOK_REJECTED")
+    assert accounts.balance(account_id) == 0
+    upper = good.replace(digest, digest.upper())  # the same digest in capitals is accepted
+    ok = client.post(
+        url, content=body, headers={"content-type": "application/json", "X-Eqrisk-Signature": upper}
+    )
+    assert ok.status_code == 200 and accounts.balance(account_id) == STARTING_CREDIT_TOKENS
+
+
 # ------------------------------------------------------------------------------ real servers
 
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
@@ -45,6 +46,11 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Query parameters whose value is never logged (a key or secret sent in the URL by mistake).
 _SECRET_PARAM = re.compile(rb"(?i)(key|token|secret|password|passwd|signature|auth)")
 _UNPRINTABLE = re.compile(rb"[^\x21-\x7e]")
+# A key-shaped value, under any name and anywhere in the target: an eqrisk key (`eqk_...`), or a
+# run of 16 or more token characters with letters and digits (an imported key, a bearer token,
+# base64). Words, dates, lists of tickers and numbers are not key-shaped.
+_TOKEN = re.compile(rb"[A-Za-z0-9_\-.~+/=]{16,}")
+_LETTER, _DIGIT = re.compile(rb"[A-Za-z]"), re.compile(rb"[0-9]")
 
 
 def _printable(raw: bytes) -> str:
@@ -52,16 +58,32 @@ def _printable(raw: bytes) -> str:
     return _UNPRINTABLE.sub(lambda m: b"%%%02X" % m.group()[0], raw).decode("ascii")
 
 
+def key_shaped(raw: bytes) -> bool:
+    """True when `raw` (as sent: percent-encoded, `+` for space) holds a key-shaped token."""
+    text = unquote_to_bytes(raw.replace(b"+", b" "))
+    return any(
+        b"eqk_" in token or (_LETTER.search(token) and _DIGIT.search(token))
+        for token in _TOKEN.findall(text)
+    )
+
+
 def logged_target(scope: Scope) -> str:
-    """Path and query string as sent, with the value of any secret-looking parameter masked."""
+    """Path and query string as sent, with the value of any secret-looking parameter, and any
+    key-shaped value or path segment whatever its name, masked."""
     path = scope.get("raw_path") or scope["path"].encode("utf-8")
+    if key_shaped(path):
+        path = b"/".join(b"***" if key_shaped(part) else part for part in path.split(b"/"))
     query = scope.get("query_string", b"")
     if not query:
         return _printable(path)
     parts = []
     for pair in query.split(b"&"):
-        name, eq, _ = pair.partition(b"=")
-        parts.append(name + b"=***" if eq and _SECRET_PARAM.search(name) else pair)
+        name, eq, value = pair.partition(b"=")
+        if eq and (_SECRET_PARAM.search(name) or key_shaped(value)):
+            pair = name + b"=***"
+        elif key_shaped(name):
+            pair = b"***" + eq + (b"***" if eq else b"")
+        parts.append(pair)
     return _printable(path + b"?" + b"&".join(parts))
 
 

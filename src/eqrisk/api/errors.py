@@ -25,6 +25,7 @@ PROBLEM_TYPE = "application/problem+json"
 CODES: dict[str, tuple[int, str]] = {
     "MISSING_PARAMETER": (400, "A required parameter is missing"),
     "INVALID_PARAMETER": (400, "A parameter has an invalid value"),
+    "MALFORMED_REQUEST": (400, "The request is not valid HTTP/1.1"),
     "AUTHENTICATION_REQUIRED": (401, "An API key is required"),
     "INVALID_API_KEY": (401, "The API key is not valid"),
     "INSUFFICIENT_BALANCE": (402, "The account balance does not cover this request"),

@@ -1,4 +1,5 @@
-"""The HTTP protocol `eqrisk serve` runs: uvicorn's httptools protocol with a bounded head.
+"""The HTTP protocol `eqrisk serve` runs: uvicorn's httptools protocol with a bounded head, whose
+own refusals are problem+json like every other error.
 
 httptools itself puts no limit on a request line or a header block: it buffers them whole before
 the app sees the request, so a client could make a worker hold hundreds of megabytes before any
@@ -6,6 +7,11 @@ middleware runs. Here the bytes of a head are counted as they arrive; past `head
 request is refused with a problem+json 414 (still in the request line) or 431 (in the headers)
 and the connection closed. Heads within the limit reach `eqrisk.api.bounds.Bounds`, which applies
 the exact `max_query_bytes` / `max_header_bytes` with the same codes.
+
+What uvicorn answers by itself, before any app runs, is in the same shape: a request httptools
+cannot parse (a malformed request line, header or body framing; uvicorn's text/plain 400) is a
+problem+json 400 `MALFORMED_REQUEST`, and a worker over its concurrency limit (uvicorn's
+text/plain 503) a problem+json 503 with `Retry-After`; both close the connection.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from eqrisk.api.bounds import head_limit
@@ -21,6 +28,33 @@ from eqrisk.api.errors import CODES, problem_body
 from eqrisk.settings import get_settings
 
 URL_MAX = 65535  # httptools refuses longer URLs with a bare 400; a longer line is a 414 here
+RETRY_AFTER_S = 1  # a worker at its concurrency limit: try again in a second
+
+
+def _problem(code: str, detail: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """(status, headers, body) of a problem+json answer with a new request id that closes the
+    connection."""
+    status, _ = CODES[code]
+    request_id = uuid.uuid4().hex
+    body = problem_body(code, detail, request_id)
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", request_id.encode()),
+        (b"connection", b"close"),
+    ]
+    return status, headers, body
+
+
+async def over_capacity(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer of a worker at its concurrency limit (in place of uvicorn's text/plain 503)."""
+    status, headers, body = _problem(
+        "SERVICE_UNAVAILABLE",
+        f"this server is answering as many requests as it takes; retry in {RETRY_AFTER_S}s",
+    )
+    headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -34,7 +68,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        super().on_headers_complete()
+        limit = self.limit_concurrency
+        if limit is None or (len(self.connections) < limit and len(self.tasks) < limit):
+            super().on_headers_complete()
+            return
+        # Over the limit: uvicorn would answer its own text/plain 503; answer ours instead.
+        self.logger.warning("Exceeded concurrency limit.")
+        app, self.app, self.limit_concurrency = self.app, over_capacity, None
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app, self.limit_concurrency = app, limit
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -59,21 +103,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._head_bytes = total
         super().data_received(data)
 
+    def send_400_response(self, msg: str) -> None:
+        """A request httptools cannot parse: problem+json, in place of uvicorn's text/plain."""
+        self._write(
+            "MALFORMED_REQUEST",
+            "the request is not valid HTTP/1.1 (its request line, a header or the body's "
+            "framing: Content-Length or chunked encoding); the connection is closed",
+        )
+
     def _refuse(self, code: str, what: str, cap: int) -> None:
-        """A complete problem+json answer written straight to the socket, then close."""
-        status, title = CODES[code]
-        request_id = uuid.uuid4().hex
-        body = problem_body(
+        self._write(
             code,
             f"the {what} passed {cap} bytes, the most this server reads (the query string "
             "and the headers have their own, smaller limits)",
-            request_id,
         )
-        head = (
-            f"HTTP/1.1 {status} {title}\r\ncontent-type: application/problem+json\r\n"
-            f"content-length: {len(body)}\r\nx-request-id: {request_id}\r\n"
-            "connection: close\r\n\r\n"
-        ).encode("latin-1")
+
+    def _write(self, code: str, detail: str) -> None:
+        """A complete problem+json answer written straight to the socket, then close."""
+        status, headers, body = _problem(code, detail)
+        _, title = CODES[code]
+        lines = [f"HTTP/1.1 {status} {title}".encode("latin-1")]
+        for name, value in [*self.server_state.default_headers, *headers]:
+            lines.append(name + b": " + value)
         transport: asyncio.Transport = self.transport
-        transport.write(head + body)
+        transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
         transport.close()
