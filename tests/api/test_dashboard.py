@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -19,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from eqrisk.api.dashboard import SECURITY_HEADERS, plotly_bundle
+from eqrisk.api.dashboard import plotly_bundle
+from eqrisk.api.security import SECURITY_HEADERS
 from eqrisk.data.master import MAG7
 from helpers import REPO_ROOT, TEST_KEY, Server, register_key
 
@@ -197,6 +199,35 @@ def test_every_resource_comes_from_the_server(browser: Any, server: str) -> None
     )
     assert any(u.endswith("/static/vendor/plotly.min.js") for u in urls)
     assert urls and all(u.startswith(server) for u in urls), urls
+
+
+@pytest.mark.parametrize(
+    ("path", "drawn"),
+    [
+        ("/docs", "return document.querySelectorAll('.opblock').length"),
+        ("/redoc", "return document.querySelectorAll('[data-section-id^=\"operation/\"]').length"),
+    ],
+)
+def test_the_api_documentation_works_under_the_security_policy(
+    browser: Any, server: str, path: str, drawn: str
+) -> None:
+    """Swagger UI and ReDoc draw every operation with their own files, their one inline script
+    allowed by hash: the policy refuses nothing of the server's own and no inline code (ReDoc's
+    attempt to fetch its vendor's logo from the internet is refused: nothing leaves)."""
+    browser.get_log("browser")  # drop what earlier tests left
+    browser.get(f"{server}{path}")
+    operations = wait_js(browser, drawn)
+    assert operations >= len(httpx.get(f"{server}/openapi.json").json()["paths"])
+    log = [e["message"] for e in browser.get_log("browser")]
+    refused = set()
+    for message in (m for m in log if "Content Security Policy" in m or "Refused" in m):
+        loading = re.search(r"Loading the \w+ '([^']+)'", message)
+        assert loading and not loading.group(1).startswith(server), log
+        refused.add(loading.group(1))
+    urls = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+    )
+    assert urls and all(u.startswith(server) or u in refused for u in urls), (urls, log)
 
 
 # ------------------------------------------------------------------------------ market

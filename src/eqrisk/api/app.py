@@ -35,6 +35,7 @@ from eqrisk.api.endpoints import ENDPOINTS, ESTIMATED, check_prices, keyed_servi
 from eqrisk.api.errors import ApiError, install_error_handlers, problem_body
 from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
+from eqrisk.api.security import SecurityHeaders, docs_pages
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot import row_kernel
 from eqrisk.snapshot.versions import SnapshotStore
@@ -218,6 +219,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         raise ValueError(f"services must be a non-empty subset of {SERVICES}; got {services}")
     # The docs page's JavaScript and CSS are served by the app itself (no CDN): it works offline.
     app = FastAPIOffline(
+        docs_url=None,  # served by security.docs_pages, under the one security policy
+        redoc_url=None,
         title="eqrisk",
         version=eqrisk.__version__,  # the package's (the CLI's, the snapshots')
         description=(
@@ -252,11 +255,12 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     # Every route from its one Endpoint object (api/endpoints/); /api/estimate prices these.
     register_all(app, [e for e in ENDPOINTS if e.service in services])
     app.state.estimated = {n: e for n, e in ESTIMATED.items() if e.service in services}
+    docs_pages(app)
     if "risk" in services:
         dashboard.include(app)  # the page at / is a client of Service B
 
-    # Starlette runs the last added middleware first: request id and access log, then the size
-    # limits (nothing below reads the network), then the gate, then routes.
+    # Starlette runs the last added middleware first: security headers, request id and access
+    # log, then the size limits (nothing below reads the network), then the gate, then routes.
     app.add_middleware(
         Gate,
         accounts=app.state.accounts,
@@ -272,6 +276,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         max_query=settings.max_query_bytes,
     )
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+    app.add_middleware(SecurityHeaders)  # on every response, whoever answered it
     return app
 
 

@@ -23,18 +23,6 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATIC_PREFIX = "/static"
 DEMO_KEY_MARK = "{{DEMO_KEY}}"
 
-# The page loads scripts and styles from this server only; plotly sets inline styles on its SVG.
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
-        "base-uri 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
-
 def plotly_bundle() -> Path:
     """plotly.js as shipped inside the installed `plotly` package (found without importing it)."""
     spec = importlib.util.find_spec("plotly")
@@ -73,8 +61,8 @@ def include(app: FastAPI) -> None:
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> HTMLResponse:
-        headers = {**SECURITY_HEADERS, "Cache-Control": "no-cache"}
-        return HTMLResponse(index_html(demo_key), headers=headers)
+        # The security headers are every response's (api/security.py).
+        return HTMLResponse(index_html(demo_key), headers={"Cache-Control": "no-cache"})
 
     # plotly.min.js is 4.8 MB; gzip sends about a third of that.
     app.mount(STATIC_PREFIX, GZipMiddleware(files, minimum_size=1024), name="static")
