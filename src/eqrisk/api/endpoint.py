@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-import anyio
 from fastapi import Depends, FastAPI, Request
 from starlette.responses import Response
 
@@ -83,17 +82,18 @@ def no_tickers(plan_or_params: Any) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Endpoint(Generic[P, T]):
-    """One route. `plan(snap, params)` decides what the request asks for (raising the API's
-    errors); `size(plan, params)` counts what the answer holds (None: one unit a call, and not
-    offered by /api/estimate); `render(call)` answers from the plan. `reader` reads `params`
-    (default: the query string for GET, the JSON body for POST); `formats` are negotiated
-    (`format` parameter, else Accept) before planning; `asked(params)` names the tickers the
-    request names (default: its `ticker`, `etf`, `tickers`, `symbols` fields) and `tickers(plan)` those the answer covers, as served (the demo key's
-    rules: the first checked before planning, the second with the price); `threaded`: plan and render run in a worker
-    thread (heavy work off the event loop); `replayed`: the 200 answer is a function of the
-    snapshot version, path and query alone (the gate replays it, `gate.Replays`). An endpoint
-    that does not fit (open routes, the account's) gives a plain FastAPI `handler` instead;
-    a keyed one is still priced at one unit before it runs."""
+    """One route. `plan(snap, params)` decides what the request asks for, raising the API's
+    errors (it runs on the event loop: it decides, the renderer reads the rows); `size(plan,
+    params)` counts what the answer holds (None: one unit a call, and not offered by
+    /api/estimate); `render(call)` answers from the plan (`threaded`: in a worker thread, for
+    answers that read or write much). `reader` reads `params` (default: the query string for
+    GET, the JSON body for POST); `formats` are negotiated (`format` parameter, else Accept)
+    before planning. The demo key's rules read `asked(params)`, the tickers the request names
+    (default: its `ticker`, `etf`, `tickers` and `symbols` fields), before planning, and
+    `tickers(plan)`, those the answer covers as served, with the price. `replayed`: the 200
+    answer is a function of the snapshot version, path and query alone (the gate replays it,
+    `gate.Replays`). An endpoint that does not fit (open routes, the account's) gives a plain
+    FastAPI `handler` instead; a keyed one is still priced at one unit before it runs."""
 
     path: str
     service: Service
@@ -204,10 +204,7 @@ def metered(spec: Endpoint[P, T]) -> Callable[..., Any]:
         meter.screen(spec.asked(params))
         snap = served_snapshot(request.app.state.snapshots)
         fmt = negotiate(request, _format_of(params), spec.formats) if spec.formats else ""
-        if spec.threaded:
-            plan = await anyio.to_thread.run_sync(plan_of, snap, params)
-        else:
-            plan = plan_of(snap, params)
+        plan = plan_of(snap, params)  # on the loop: a plan decides, the renderer reads rows
         quote = spec.quote(plan, params, request.app.state.prices)
         assert spec.price_key is not None
         tickers = tuple(spec.tickers(plan))
