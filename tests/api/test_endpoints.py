@@ -74,3 +74,12 @@ def test_the_estimate_offers_the_sized_endpoints_in_registry_order() -> None:
         "heatmap",
         "tickers",
     ]
+
+
+def test_the_openapi_document_has_the_package_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    import eqrisk
+
+    app = create_app(Settings(home=tmp_path, _env_file=None))
+    assert app.openapi()["info"]["version"] == eqrisk.__version__ == version("eqrisk")

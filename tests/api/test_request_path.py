@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sqlalchemy import update
 
 from eqrisk.accounts import db
-from eqrisk.accounts.book import Accounts
+from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.accounts.pricing import PriceTable, usd_to_tokens
 from eqrisk.api.app import create_app
@@ -518,3 +518,24 @@ def test_the_demo_key_gets_its_seven_tickers_only_when_the_data_set_holds_goog(
     heatmap = client.get("/api/heatmap?limit=500", headers=demo).json()
     assert {r["ticker"] for r in heatmap["data"]} == set(MAG7)
     assert client.get("/api/tickers?mag7=true", headers=demo).json()["tickers"] == list(MAG7)
+
+
+def test_a_keyed_answer_its_route_never_priced_is_refused_and_free(tmp_path: Path) -> None:
+    """The gate sends no keyed 2xx without the price its route set: a route that answers
+    without the `Metered` dependency (a future route that forgot it) gets a 500, not a free
+    answer, and nothing is charged."""
+    from starlette.responses import PlainTextResponse
+
+    from eqrisk.accounts.limits import RateLimiter
+    from eqrisk.api.gate import Gate
+
+    accounts = Accounts(make_engine(tmp_path))
+    account_id, key = new_key(accounts)
+    unpriced = PlainTextResponse("paid data, unpriced")
+    gate = Gate(unpriced, accounts=accounts, limiter=RateLimiter(), keyed=lambda path: "risk")
+    client = TestClient(gate)
+    resp = client.get("/api/anything", headers=bearer(key))
+    assert resp.status_code == 500 and resp.json()["error"] == "INTERNAL_ERROR"
+    assert "paid data" not in resp.text
+    assert accounts.balance(account_id) == STARTING_CREDIT_TOKENS
+    assert [e for e in accounts.ledger(account_id) if e["kind"] == "charge"] == []
