@@ -20,14 +20,14 @@ import httpx
 import httpx2
 import numpy as np
 import pytest
+from mcp import Client as McpClient
+from mcp import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.accounts.pricing import tokens_to_usd
 from helpers import REPO_ROOT, Server, assert_problem, bearer, new_key, register_key
-from mcp import Client as McpClient
-from mcp import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 
 FUNDED = "mcp-test-funded-key-0001"
 TOOLS = {"search_tickers", "risk_snapshot", "hedge_positions", "returns_summary", "estimate_cost"}
