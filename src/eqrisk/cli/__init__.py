@@ -4,7 +4,18 @@ by importing their modules, in the order `eqrisk --help` lists them."""
 from eqrisk.cli import data, feeds, serve, mcp, evaluate, snapshots, accounts, bench  # noqa: I001 (help order)
 from eqrisk.cli.app import app
 
-__all__ = ["accounts", "app", "bench", "data", "evaluate", "feeds", "main", "mcp", "serve", "snapshots"]
+__all__ = [
+    "accounts",
+    "app",
+    "bench",
+    "data",
+    "evaluate",
+    "feeds",
+    "main",
+    "mcp",
+    "serve",
+    "snapshots",
+]
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -38,13 +39,22 @@ class EqriskMCP(MCPServer):
         self.connect = connect
 
 
-def model_documentation() -> str:
-    """The README's "The model" section, as the installed package carries it."""
+def _readme() -> str:
+    """The README: the checkout's (an editable install: the text being edited), else the one
+    the installed package carries as its description."""
+    checkout = Path(__file__).resolve().parents[3] / "README.md"
+    if checkout.is_file() and (checkout.parent / "pyproject.toml").is_file():
+        return checkout.read_text(encoding="utf-8")
     try:
         text = importlib.metadata.metadata("eqrisk").get_payload()  # type: ignore[attr-defined]
     except importlib.metadata.PackageNotFoundError:
         text = None
-    found = re.search(r"^## The model\n(.*?)(?=^## )", str(text or ""), re.M | re.S)
+    return str(text or "")
+
+
+def model_documentation() -> str:
+    """The README's "The model" section."""
+    found = re.search(r"^## The model\n(.*?)(?=^## )", _readme(), re.M | re.S)
     if found is None:
         return "The model's documentation is the README of eqrisk, section 'The model'."
     return "# The eqrisk model\n" + found.group(1).strip() + "\n"
