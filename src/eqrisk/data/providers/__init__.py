@@ -118,11 +118,3 @@ def bars(rows: Mapping[str, Any]) -> pd.DataFrame:
     frame["split_coefficient"] = frame["split_coefficient"].fillna(1.0)
     frame["dividend_amount"] = frame["dividend_amount"].fillna(0.0)
     return frame.loc[:, list(BAR_COLUMNS)].sort_values("date").reset_index(drop=True)
-
-
-def retry_after_of(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None

@@ -27,20 +27,10 @@ import pyarrow.parquet as pq
 
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.panel import ingested_dir
-from eqrisk.data.providers import Access, Provider, RateLimited, UnknownSymbol
+from eqrisk.data.providers import BAR_COLUMNS, Access, Provider, RateLimited, UnknownSymbol
 
-FEED_COLUMNS = (
-    "date",
-    "symbol",
-    "open",
-    "high",
-    "low",
-    "close",
-    "adjusted_close",
-    "volume",
-    "split_coefficient",
-    "dividend_amount",
-)
+# The file: the bars with the symbol after the date (a LONG price file of the ingest).
+FEED_COLUMNS = ("date", "symbol", *BAR_COLUMNS[1:])
 RETRIES = 4  # rate-limited answers retried per symbol, each after the provider's wait
 MAX_WAIT = 60.0  # seconds; a longer Retry-After ends the fetch (say so, try later)
 

@@ -19,13 +19,13 @@ from typing import Any, ClassVar
 import httpx
 import pandas as pd
 
+from eqrisk.client.errors import retry_after_of  # the one reader of Retry-After
 from eqrisk.data.providers import (
     Access,
     ProviderError,
     RateLimited,
     UnknownSymbol,
     bars,
-    retry_after_of,
 )
 
 

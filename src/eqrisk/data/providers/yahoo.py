@@ -21,13 +21,13 @@ import httpx
 import numpy as np
 import pandas as pd
 
+from eqrisk.client.errors import retry_after_of  # the one reader of Retry-After
 from eqrisk.data.providers import (
     Access,
     ProviderError,
     RateLimited,
     UnknownSymbol,
     bars,
-    retry_after_of,
 )
 
 USER_AGENT = "Mozilla/5.0 (compatible; eqrisk)"
