@@ -26,10 +26,18 @@ def mcp_available() -> bool:
     return importlib.util.find_spec("mcp") is not None
 
 
-def mcp_line(base: str) -> str:
+def mounts_mcp(services: list[str]) -> bool:
+    """Whether `serve` mounts /mcp: the SDK is installed and Service B (its tools' routes) is
+    served."""
+    return mcp_available() and "risk" in services
+
+
+def mcp_line(base: str, services: list[str]) -> str:
     """What `eqrisk serve` says about the MCP endpoint."""
-    if mcp_available():
+    if mounts_mcp(services):
         return f"{base}{MCP_PATH} (streamable HTTP, Authorization: Bearer <key>)"
+    if "risk" not in services:
+        return "off (its tools call Service B, which is not served)"
     return "off (pip install 'eqrisk[mcp]')"
 
 
@@ -107,11 +115,11 @@ async def _unauthorized(scope: MutableMapping[str, Any], send: Any) -> None:
 
 def serving_app() -> Any:
     """What `eqrisk serve` runs in each worker: the API (`eqrisk.api.app.serving_app`), with
-    /mcp mounted when the `mcp` package is installed."""
+    /mcp mounted when the `mcp` package is installed and Service B is served."""
     from eqrisk.api.app import serving_app as api_app
 
     api = api_app()
-    return with_mcp(api) if mcp_available() else api
+    return with_mcp(api) if mounts_mcp(api.state.settings.services) else api
 
 
 @app.command()

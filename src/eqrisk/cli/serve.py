@@ -129,7 +129,7 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
         f"  Service B: {base}/api/... (Authorization: Bearer <key>)\n"
         f"  dashboard: {base}/\n"
         f"  docs:      {base}/docs\n"
-        f"  MCP:       {mcp_line(base)}\n"
+        f"  MCP:       {mcp_line(base, settings.services)}\n"
         f"  demo key:  {settings.demo_key.get_secret_value()}\n"
         f"  workers:   {workers}, rate limits in {limits}, "
         f"access log {'on' if settings.access_log else 'off'}"
