@@ -77,6 +77,16 @@ class Settings(BaseSettings):
     webhook_tolerance_s: int = Field(default=300, ge=1, description="Webhook timestamp tolerance.")
     pricing_file: Path | None = Field(default=None, description="JSON price overrides.")
 
+    # Price feeds (`eqrisk fetch`, `eqrisk update --from`): keys and the providers' addresses.
+    tiingo_api_key: SecretStr | None = Field(
+        default=None, description="Tiingo API token (`eqrisk fetch --provider tiingo`)."
+    )
+    provider_urls: dict[str, str] = Field(
+        default_factory=dict,
+        description='Base URL per price provider, e.g. {"yahoo": "http://proxy:8080"} (a JSON '
+        "object); unset providers use their public address.",
+    )
+
     services: list[str] = Field(
         default_factory=lambda: ["daily", "risk"], description="Services the app serves."
     )
@@ -133,7 +143,7 @@ class Settings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
         out = self.model_dump(mode="json")
-        for key in ("database_url", "redis_url", "webhook_secret", "demo_key"):
+        for key in ("database_url", "redis_url", "webhook_secret", "demo_key", "tiingo_api_key"):
             if out.get(key):
                 out[key] = "**********"
         out["home"] = str(self.home_dir)

@@ -23,10 +23,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
+
+if TYPE_CHECKING:  # with httpx2 installed (the mcp SDK's), its client is httpx2's, not httpx's
+    from starlette.testclient import TestClient
 
 BENCH_START = "2010-01-04"
 
@@ -163,7 +166,7 @@ def _load_server(
     return results
 
 
-def _targets(base: str, key: str, client: httpx.Client | None = None) -> list[Target]:
+def _targets(base: str, key: str, client: httpx.Client | TestClient | None = None) -> list[Target]:
     get = client.get if client is not None else httpx.get
     b = {"Authorization": f"Bearer {key}"}
     a = {"apikey": key}

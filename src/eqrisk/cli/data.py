@@ -239,8 +239,8 @@ def _build(
 @app.command()
 def update(
     prices: Annotated[
-        list[Path], typer.Argument(help="New price files (new sessions, revisions).")
-    ],
+        list[Path] | None, typer.Argument(help="New price files (new sessions, revisions).")
+    ] = None,
     master: Annotated[Path | None, typer.Option(help="Master rows to merge.")] = None,
     source: Annotated[str | None, typer.Option(help="data_source label.")] = None,
     max_move: Annotated[
@@ -250,14 +250,35 @@ def update(
         int, typer.Option(min=1, help="Newest versions to keep (pinned ones are kept besides).")
     ] = 3,
     full: FullOpt = False,
+    from_provider: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="Fetch the new sessions from a price provider first (yahoo, tiingo)."
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="With --from: first session to fetch (default: after the last one)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The daily job: merge new price files into the ingested data set (`ingest --merge`), then
     build (incremental when the history is unchanged). Exit 1, without building, when the
-    ingest rejected rows."""
+    ingest rejected rows. `--from PROVIDER` fetches the new sessions first (`eqrisk fetch`)."""
     from eqrisk.data.ingest_report import render_report
 
     settings = effective_settings(max_move=max_move)
+    prices = list(prices or [])
+    if from_provider is not None:
+        from eqrisk.cli.feeds import fetch_file
+
+        fetched, _ = fetch_file(settings, from_provider, since, None, None, None)
+        if fetched is None and not prices:
+            err.print(f"nothing new from {from_provider}: the data set and snapshot are unchanged")
+            return
+        prices += [fetched] if fetched is not None else []
+    if not prices:
+        raise fail("give the new price files, or --from PROVIDER to fetch them", 2)
     _check_files([*prices, *([master] if master is not None else [])])
     report = _ingest(settings, prices, master, merge=True, data_source=source)
     if not as_json:

@@ -18,6 +18,7 @@ from eqrisk.cli.app import (
     fail,
     os_problem,
 )
+from eqrisk.cli.mcp import mcp_line
 from eqrisk.settings import Settings, get_settings
 
 
@@ -128,6 +129,7 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
         f"  Service B: {base}/api/... (Authorization: Bearer <key>)\n"
         f"  dashboard: {base}/\n"
         f"  docs:      {base}/docs\n"
+        f"  MCP:       {mcp_line(base, settings.services)}\n"
         f"  demo key:  {settings.demo_key.get_secret_value()}\n"
         f"  workers:   {workers}, rate limits in {limits}, "
         f"access log {'on' if settings.access_log else 'off'}"
@@ -135,7 +137,7 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
     # The head of a request (request line and headers) is bounded before the app sees it;
     # the app answers what fits with 414 / 431 / 413 problem+json (eqrisk.api.bounds).
     uvicorn.run(
-        "eqrisk.api.app:serving_app",
+        "eqrisk.cli.mcp:serving_app",  # the API, with /mcp mounted when mcp is installed
         factory=True,
         host=host,
         port=port,

@@ -1,5 +1,5 @@
 """`eqrisk snapshots`: list the kept versions, use one, pin or unpin one; `eqrisk export`:
-a version's long table as the spec's Parquet dataset."""
+a version's long table as the spec's Parquet dataset, its factor frames as Parquet files."""
 
 from __future__ import annotations
 
@@ -136,12 +136,8 @@ VersionOpt = Annotated[
 ]
 
 
-@export_app.command("security-history")
-def export_security_history(
-    out_dir: OutOpt, version: VersionOpt = None, as_json: JsonOpt = False
-) -> None:
-    """The spec's long table `security_history` as a Parquet dataset (daily-<chunk>.parquet,
-    monthly-<year>.parquet): a version keeps its daily rows in the arrays only."""
+def _export_source(version: str | None) -> tuple[str, Any]:
+    """The version an export reads (default: the current one) and its opened snapshot."""
     from eqrisk.snapshot.versions import (
         Snapshot,
         SnapshotError,
@@ -154,11 +150,35 @@ def export_security_history(
     name = _versioned(lambda: resolve_version(home, version)) if version else current_version(home)
     if name is None:
         raise SnapshotError(f"no snapshot built under {snapshots_dir(home)}: run `eqrisk build`")
-    snap = Snapshot.open(snapshots_dir(home) / name)
-    files = snap.export_security_history(out_dir)
+    return name, Snapshot.open(snapshots_dir(home) / name)
+
+
+def _show_export(what: str, name: str, out_dir: Path, files: list[Path], as_json: bool) -> None:
     size = sum(f.stat().st_size for f in files)
     show(
         {"version": name, "out": str(out_dir), "files": [f.name for f in files], "bytes": size},
         as_json,
-        f"security_history of {name}: {len(files)} files ({size / 1e6:.1f} MB) in {out_dir}",
+        f"{what} of {name}: {len(files)} files ({size / 1e6:.1f} MB) in {out_dir}",
     )
+
+
+@export_app.command("security-history")
+def export_security_history(
+    out_dir: OutOpt, version: VersionOpt = None, as_json: JsonOpt = False
+) -> None:
+    """The spec's long table `security_history` as a Parquet dataset (daily-<chunk>.parquet,
+    monthly-<year>.parquet): a version keeps its daily rows in the arrays only."""
+    name, snap = _export_source(version)
+    files = snap.export_security_history(out_dir)
+    _show_export("security_history", name, out_dir, files, as_json)
+
+
+@export_app.command("factors")
+def export_factors(out_dir: OutOpt, version: VersionOpt = None, as_json: JsonOpt = False) -> None:
+    """The whole universe's factor returns (factor_returns.parquet: date x factor) and factor
+    loadings (factor_loadings.parquet: (date, ticker) x factor), the frames pyfolio,
+    empyrical and skfolio take; the same values as /facts and /betas."""
+    from eqrisk.snapshot.factor_frames import export_factors as write_factors
+
+    name, snap = _export_source(version)
+    _show_export("factors", name, out_dir, write_factors(snap, out_dir), as_json)

@@ -20,7 +20,9 @@ import httpx
 import pandas as pd
 
 from eqrisk.client import calls
+from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
+from eqrisk.client.errors import InvalidParameter
 from eqrisk.client.frames import LastCall, Portfolio
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -299,3 +301,28 @@ class Client(_Config):
     ) -> list[str]:
         """GET /symbol_list: stocks ranked on the latest session (JSON or CSV on the wire)."""
         return self._run(calls.symbol_list(top_n, top_by, ascending, sector_code, format))
+
+    # ------------------------------------------------------------------------ factor frames
+
+    def factor_names(self, start: str = "1990-01-02") -> list[str]:
+        """The factors Service A publishes, `Mkt` first: the list `/facts` answers an unknown
+        factor with (one free call)."""
+        try:
+            self._run(fx.probe(start))
+        except InvalidParameter as exc:
+            return fx.factor_names(exc.accepted)
+        raise ValueError(f"the server publishes a factor named {fx.PROBE_FACTOR!r}")
+
+    def factor_returns(
+        self, start: str, end: str | None = None, *, factors: Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """Every factor's daily return (date x factor), one /facts call per factor (free)."""
+        names = list(factors) if factors else self.factor_names(start)
+        return fx.returns_frame({n: self._run(fx.facts_call(n, start, end)) for n in names})
+
+    def factor_loadings(self, tickers: Symbols, start: str, end: str | None = None) -> pd.DataFrame:
+        """(date, ticker) x factor: each ticker's beta to `Mkt` and to its sector's factor,
+        0.0 to the other sectors; from /betas, 100 tickers a call per factor (free)."""
+        names, symbols = self.factor_names(start), fx.tickers_of(tickers)
+        answers = {n: [self._run(c) for c in fx.betas_calls(symbols, n, start, end)] for n in names}
+        return fx.LoadingParts(names, answers).frame()

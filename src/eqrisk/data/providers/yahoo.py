@@ -1,0 +1,130 @@
+"""Yahoo Finance (keyless): the chart API that yfinance and most notebooks read, with httpx.
+
+Yahoo publishes no client library (yfinance is a community one that scrapes cookies); the
+chart call is `GET /v8/finance/chart/<symbol>?period1=<unix>&period2=<unix>&interval=1d
+&events=div,splits&includeAdjustedClose=true`. Its answer, `chart.result[0]`:
+`timestamp` (seconds, each session's open), `indicators.quote[0]` with `open`, `high`, `low`,
+`close`, `volume`, `indicators.adjclose[0].adjclose`, `events.dividends` and `events.splits`
+keyed by timestamp (`amount`; `numerator`, `denominator`), and `meta.exchangeTimezoneName`.
+Yahoo's `close`, `volume` and dividend amounts are adjusted for the splits that followed; the
+raw values are rebuilt here from the splits in the answer, which is why the call always runs
+to today (`period2` = now). Errors: 404 with `chart.error` (`Not Found`: an unknown symbol),
+429 `Too Many Requests` (plain text).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, ClassVar
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from eqrisk.client.errors import retry_after_of  # the one reader of Retry-After
+from eqrisk.data.providers import (
+    Access,
+    ProviderError,
+    RateLimited,
+    UnknownSymbol,
+    bars,
+)
+
+USER_AGENT = "Mozilla/5.0 (compatible; eqrisk)"
+
+
+def _error(response: httpx.Response) -> tuple[str, str]:
+    """(code, description) of `chart.error`, else the status and the text."""
+    try:
+        error = (response.json().get("chart") or {}).get("error") or {}
+    except ValueError:
+        return str(response.status_code), response.text.strip()[:200]
+    return str(error.get("code") or response.status_code), str(error.get("description") or "")
+
+
+def _days(stamps: list[Any], zone: str) -> pd.DatetimeIndex:
+    moments = pd.to_datetime(pd.Series(stamps, dtype="int64"), unit="s", utc=True)
+    return pd.DatetimeIndex(moments.dt.tz_convert(zone).dt.tz_localize(None).dt.normalize())
+
+
+class Yahoo:
+    name: ClassVar[str] = "yahoo"
+    url: ClassVar[str] = "https://query1.finance.yahoo.com"
+    key_setting: ClassVar[str | None] = None
+
+    def symbol(self, ticker: str) -> str:
+        return ticker.strip().upper().replace(".", "-")
+
+    def history(
+        self, http: httpx.Client, access: Access, ticker: str, start: date, end: date
+    ) -> pd.DataFrame:
+        symbol = self.symbol(ticker)
+        period1 = int(datetime.combine(start, time(0), UTC).timestamp())
+        now = datetime.now(UTC) + timedelta(days=1)
+        response = http.get(
+            f"{access.base_url.rstrip('/')}/v8/finance/chart/{symbol}",
+            params={
+                "period1": period1,
+                "period2": int(now.timestamp()),
+                "interval": "1d",
+                "events": "div,splits",
+                "includeAdjustedClose": "true",
+            },
+            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+        )
+        if response.status_code == 429:
+            raise RateLimited("yahoo: too many requests", retry_after_of(response))
+        code, description = _error(response)
+        if response.status_code == 404 or code == "Not Found":
+            raise UnknownSymbol(f"yahoo does not know {symbol} ({description or code})")
+        if response.status_code != 200:
+            raise ProviderError(f"yahoo answered {response.status_code} {code}: {description}")
+        results = (response.json().get("chart") or {}).get("result") or []
+        if not results:
+            raise UnknownSymbol(f"yahoo has no data for {symbol} ({description or code})")
+        frame = self._frame(results[0])
+        return frame.loc[frame["date"] <= pd.Timestamp(end)].reset_index(drop=True)
+
+    @staticmethod
+    def _frame(result: dict[str, Any]) -> pd.DataFrame:
+        zone = str((result.get("meta") or {}).get("exchangeTimezoneName") or "America/New_York")
+        stamps = result.get("timestamp") or []
+        indicators = result.get("indicators") or {}
+        quote = (indicators.get("quote") or [{}])[0]
+        adjusted = ((indicators.get("adjclose") or [{}])[0]).get("adjclose")
+        days = _days(stamps, zone)
+        events = result.get("events") or {}
+        splits: dict[pd.Timestamp, float] = {}
+        for event in (events.get("splits") or {}).values():
+            ratio = float(event["numerator"]) / float(event["denominator"])
+            splits[_days([event["date"]], zone)[0]] = ratio
+        dividends: dict[pd.Timestamp, float] = {}
+        for event in (events.get("dividends") or {}).values():
+            dividends[_days([event["date"]], zone)[0]] = float(event["amount"])
+        split = np.array([splits.get(d, 1.0) for d in days])
+        dividend = np.array([dividends.get(d, 0.0) for d in days])
+        # Splits after each day (within the answer, which runs to today): Yahoo's close and
+        # dividend are divided by them, its volume multiplied.
+        later = np.cumprod(split[::-1])[::-1] / split
+
+        def column(name: str) -> np.ndarray:
+            values = quote.get(name) or [None] * len(stamps)
+            return np.array([np.nan if v is None else float(v) for v in values])
+
+        frame = bars(
+            {
+                "date": days,
+                "open": column("open") * later,
+                "high": column("high") * later,
+                "low": column("low") * later,
+                "close": column("close") * later,
+                "adjusted_close": adjusted if adjusted is not None else [None] * len(stamps),
+                "volume": column("volume") / later,
+                "split_coefficient": split,
+                "dividend_amount": dividend * later,
+            }
+        )
+        return frame.drop_duplicates("date", keep="last").reset_index(drop=True)
+
+
+PROVIDER = Yahoo()

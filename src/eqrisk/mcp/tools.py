@@ -1,0 +1,206 @@
+"""The MCP tools: each one or a few calls of the public API through `AsyncClient`, with the
+caller's key, priced as the routes they call. Adding a tool is one function here with `@tool`:
+typed parameters (with descriptions), a typed result from `results.py`, and a docstring the
+assistant reads as the tool's description.
+
+An error answer becomes a tool error that says what happened and what to do (top up, wait,
+use another ticker); nothing is charged for it, as for every error of the routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from eqrisk.client import (
+    AsyncClient,
+    AuthenticationError,
+    DemoRestricted,
+    EqriskError,
+    InsufficientBalance,
+    InvalidParameter,
+    NotFound,
+    RateLimited,
+)
+from eqrisk.mcp import results
+from eqrisk.mcp.results import Charge
+
+# The client a tool calls with: made per call from the caller's key (None: the configured one).
+Connect = Callable[[str | None], AsyncClient]
+Tool = Callable[..., Awaitable[Any]]
+TOOLS: list[Tool] = []
+
+
+def tool(fn: Tool) -> Tool:
+    """Registers `fn` as a tool of every server `eqrisk.mcp.server.build` makes."""
+    TOOLS.append(fn)
+    return fn
+
+
+def key_of(headers: Any) -> str | None:
+    """The caller's key from the MCP request's headers (`Authorization: Bearer`, or
+    `X-API-Key`); None over stdio, where the configured key is used."""
+    if headers is None:
+        return None
+    auth = str(headers.get("authorization") or "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    key = headers.get("x-api-key")
+    return str(key).strip() or None if key else None
+
+
+def advice(exc: EqriskError) -> str:
+    """The tool error's text: what the service said, and what the user can do about it."""
+    said = f"eqrisk answered {exc.status} {exc.code}: {exc.detail}"
+    if isinstance(exc, InsufficientBalance):
+        need = f" (the call needs {exc.required_usd} USD, the balance is {exc.balance_usd} USD)"
+        todo = (
+            need + ". Nothing was charged. Add credit to the account (ask its operator), "
+            "or use estimate_cost first to pick a cheaper call."
+        )
+    elif isinstance(exc, RateLimited):
+        wait = f"{exc.retry_after:g} seconds" if exc.retry_after is not None else "a moment"
+        todo = f". Nothing was charged. Wait {wait}, then call the tool again."
+    elif isinstance(exc, AuthenticationError):
+        todo = (
+            ". Send your eqrisk API key: the MCP request's `Authorization: Bearer <key>` header "
+            "over HTTP, EQRISK_API_KEY for `eqrisk mcp` over stdio."
+        )
+    elif isinstance(exc, DemoRestricted):
+        todo = (
+            f". The demo key covers {', '.join(exc.allowed_tickers) or 'seven tickers'}: use "
+            "one of them, or a key of your own."
+        )
+    elif isinstance(exc, NotFound):
+        hint = f" Did you mean: {', '.join(exc.suggestions)}?" if exc.suggestions else ""
+        todo = f". Use search_tickers to find the symbol.{hint}"
+    elif isinstance(exc, InvalidParameter):
+        accepted = f" Accepted: {exc.accepted}." if exc.accepted else ""
+        todo = f". Fix the argument and call again.{accepted}"
+    else:
+        todo = "."
+    request = f" (request {exc.request_id})" if exc.request_id else ""
+    return said.rstrip(".") + todo + request
+
+
+class Calls:
+    """The client of one tool call and the calls it made (their charges add up)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.made: list[Any] = []
+
+    def note(self) -> None:
+        self.made.append(self.client.last_call)
+
+    def charge(self) -> Charge:
+        return Charge.of(self.made)
+
+
+@asynccontextmanager
+async def api(ctx: Context) -> AsyncIterator[Calls]:
+    """A client with the caller's key for one tool call; its errors become tool errors."""
+    connect: Connect = getattr(ctx.mcp_server, "connect")  # noqa: B009 - set by server.build
+    async with connect(key_of(ctx.headers)) as client:
+        try:
+            yield Calls(client)
+        except EqriskError as exc:
+            raise ToolError(advice(exc)) from exc
+
+
+Ticker = Annotated[
+    str, Field(description="A ticker symbol, e.g. NVDA (case-insensitive).", min_length=1)
+]
+
+
+@tool
+async def search_tickers(
+    query: Annotated[str, Field(description="Part of a ticker or company name.", min_length=1)],
+    ctx: Context,
+    limit: Annotated[int, Field(description="Most hits to return.", ge=1, le=100)] = 10,
+) -> results.TickerSearch:
+    """Find stocks and ETFs by ticker or company name (free). Use it to turn a company name
+    into the ticker the other tools take."""
+    async with api(ctx) as calls:
+        frame = await calls.client.tickers(query, include_metadata=True)
+        calls.note()
+        return results.TickerSearch.of(query, frame, limit, calls.charge())
+
+
+@tool
+async def risk_snapshot(ticker: Ticker, ctx: Context) -> results.RiskSnapshot:
+    """A stock's latest risk (GET /api/metrics, 0.005 USD): volatility, and at each hedge level
+    (L1 market, L2 + sector, L3 + subsector) the ETFs to hedge with, their hedge ratios and
+    the share of the stock's variance each explains."""
+    async with api(ctx) as calls:
+        answer = await calls.client.metrics(ticker)
+        calls.note()
+        return results.RiskSnapshot.of(answer, calls.charge())
+
+
+@tool
+async def hedge_positions(
+    positions: Annotated[
+        dict[str, float],
+        Field(
+            description="The book: ticker -> dollars held (negative for short), e.g. "
+            '{"NVDA": 600000, "AAPL": -150000}.',
+            min_length=1,
+        ),
+    ],
+    ctx: Context,
+    level: Annotated[
+        Literal["L1", "L2", "L3"],
+        Field(description="L1 hedges the market, L2 also sectors, L3 also subsectors."),
+    ] = "L3",
+) -> results.Hedge:
+    """The ETF trades that hedge a book's market, sector and subsector exposure (one POST
+    /api/batch/analyze: 0.002 USD a ticker analysed, 0.01 USD at least). Each trade is the
+    dollars of that ETF to buy (+) or sell (-)."""
+    async with api(ctx) as calls:
+        book = await calls.client.portfolio(positions)
+        calls.note()
+        return results.Hedge.of(book, level, calls.charge())
+
+
+@tool
+async def returns_summary(
+    ticker: Ticker,
+    ctx: Context,
+    years: Annotated[int, Field(description="How many years back, 1 to 15.", ge=1, le=15)] = 1,
+) -> results.ReturnsSummary:
+    """A stock's daily return history summarised (GET /api/ticker-returns, 0.005 USD):
+    cumulative return and volatility, what the L3 hedge would have left (residual return and
+    volatility), the latest hedge ratios and the mean explained-risk shares."""
+    async with api(ctx) as calls:
+        frame = await calls.client.ticker_returns(ticker, years)
+        calls.note()
+        return results.ReturnsSummary.of(ticker.strip().upper(), frame, calls.charge())
+
+
+@tool
+async def estimate_cost(
+    endpoint: Annotated[
+        str,
+        Field(
+            description="The route to price, e.g. metrics, ticker-returns, batch/analyze, "
+            "l3-decomposition."
+        ),
+    ],
+    ctx: Context,
+    params: Annotated[
+        dict[str, Any] | None,
+        Field(description='The call\'s parameters, e.g. {"ticker": "NVDA", "years": 5}.'),
+    ] = None,
+) -> results.CostEstimate:
+    """What a call would cost now, before making it (POST /api/estimate, free)."""
+    async with api(ctx) as calls:
+        answer = await calls.client.estimate(endpoint, params)
+        calls.note()
+        return results.CostEstimate.of(answer, calls.charge())

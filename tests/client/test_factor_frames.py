@@ -1,0 +1,163 @@
+"""The factor frames notebook tools take (`factor_returns`, `factor_loadings`), `eqrisk export
+factors`, and the documented pyfolio/empyrical example: equal to `/facts`, `/betas`, the hedge
+ratios and `/resids` for every factor and date."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from eqrisk.api.app import create_app
+from eqrisk.cli import app
+from eqrisk.client import AsyncClient
+from eqrisk.settings import Settings
+from helpers import REPO_ROOT
+
+from .conftest import FUNDED, MakeClient
+
+START = "2025-06-02"
+
+
+def _days(values: pd.Index | pd.Series) -> pd.DatetimeIndex:
+    return pd.DatetimeIndex(pd.to_datetime(values)).astype("datetime64[ns]")
+
+
+def test_factor_returns_equal_facts_for_every_factor(make: MakeClient) -> None:
+    c = make()
+    frame = c.factor_returns(START)
+    names = c.factor_names()
+    assert names[0] == "Mkt" and len(names) == len(set(names)) > 2
+    assert list(frame.columns) == names and frame.index.name == "date"
+    for name in names:
+        rows = c.facts(name, START)
+        assert (rows["fact"] == name).all()
+        column = frame[name].dropna()
+        assert list(_days(column.index)) == list(_days(rows["teo"]))
+        np.testing.assert_array_equal(column.to_numpy(), rows["factor_return"].to_numpy())
+
+
+def test_factor_loadings_equal_betas_and_hedge_ratios(make: MakeClient) -> None:
+    c = make()
+    tickers = ["AAPL", "NVDA", "ZAM", "ZENA", "SPY"]
+    frame = c.factor_loadings(tickers, START)
+    names = c.factor_names()
+    assert list(frame.columns) == names and frame.index.names == ["date", "ticker"]
+    assert frame.index.is_monotonic_increasing
+    for ticker in tickers:
+        mine = frame.xs(ticker, level="ticker")
+        mkt = c.betas(ticker, "Mkt", START)
+        assert list(_days(mine["Mkt"].dropna().index)) == list(_days(mkt["teo"]))
+        np.testing.assert_array_equal(mine["Mkt"].dropna(), mkt["factor_beta"])
+        sectors = [n for n in names[1:] if len(c.betas(ticker, n, START))]
+        assert len(sectors) <= 1
+        for name in names[1:]:
+            if name in sectors:
+                own = c.betas(ticker, name, START)
+                values = mine.loc[_days(own["teo"]), name]
+                np.testing.assert_array_equal(values, own["factor_beta"])
+            else:
+                assert (mine[name] == 0.0).all(), (ticker, name)
+        if ticker == "SPY":
+            assert not sectors  # an ETF loads on the market only
+            continue
+        assert sectors, ticker
+        # The flat model's betas are the hedge ratios: Mkt = L1 market, sector = L2 sector.
+        hr = c.ticker_returns(ticker, years=10).set_index("date")
+        hr = hr.loc[hr.index >= pd.Timestamp(START)]
+        both = mine.join(hr.set_axis(_days(hr.index)), how="inner")
+        assert len(both) > 100
+        np.testing.assert_allclose(both["Mkt"], both["l1_mkt_hr"], rtol=1e-12, equal_nan=True)
+        np.testing.assert_allclose(both[sectors[0]], both["l2_sec_hr"], rtol=1e-12, equal_nan=True)
+
+
+def test_async_client_builds_the_same_frames(home: Path, make: MakeClient) -> None:
+    c = make()
+
+    async def frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+        app = create_app(Settings(home=home, _env_file=None))
+        async with AsyncClient(api_key=FUNDED, transport=httpx.ASGITransport(app)) as a:
+            return await a.factor_returns(START), await a.factor_loadings(["MSFT", "ZENA"], START)
+
+    returns, loadings = asyncio.run(frames())
+    pd.testing.assert_frame_equal(returns, c.factor_returns(START))
+    pd.testing.assert_frame_equal(loadings, c.factor_loadings(["MSFT", "ZENA"], START))
+
+
+def test_export_factors_writes_the_client_frames_for_the_whole_universe(
+    home: Path, make: MakeClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EQRISK_HOME", str(home))
+    from eqrisk.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["export", "factors", "--out", str(tmp_path), "--json"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    returns = pd.read_parquet(tmp_path / "factor_returns.parquet")
+    loadings = pd.read_parquet(tmp_path / "factor_loadings.parquet")
+    c = make()
+    first = str(returns.index[0].date())
+    universe = c.tickers()["ticker"].tolist()
+    assert len(universe) > 100
+    expected_returns = c.factor_returns(first)
+    expected_loadings = c.factor_loadings(universe, first)
+    for got, want in ((returns, expected_returns), (loadings, expected_loadings)):
+        got = got.copy()
+        if isinstance(got.index, pd.MultiIndex):
+            got.index = got.index.set_levels(_days(got.index.levels[0]), level="date")
+            want.index = want.index.set_levels(_days(want.index.levels[0]), level="date")
+            got.index = got.index.set_levels(got.index.levels[1].astype(object), level="ticker")
+            want.index = want.index.set_levels(want.index.levels[1].astype(object), level="ticker")
+        else:
+            got.index, want.index = (
+                _days(got.index).rename("date"),
+                _days(want.index).rename("date"),
+            )
+        pd.testing.assert_frame_equal(got, want, check_column_type=False)
+    assert set(loadings.index.get_level_values("ticker")) == set(universe)
+
+
+def test_the_documented_example_attributes_to_the_factors_and_leaves_the_residual(
+    make: MakeClient,
+) -> None:
+    pytest.importorskip("empyrical")
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    try:
+        from factor_attribution import attribute
+    finally:
+        sys.path.remove(str(REPO_ROOT / "examples"))
+    c = make()
+    # One stock: what the factors leave is exactly the route's residual return.
+    _, alone = attribute(c, {"NVDA": 1.0}, START)
+    resid = c.resids("NVDA", START).set_index("teo")["residual_return"]
+    joined = alone.join(resid.set_axis(_days(resid.index)), how="inner")
+    assert len(joined) > 100 and len(joined) == len(alone)
+    np.testing.assert_allclose(joined["specific_returns"], joined["residual_return"], atol=1e-15)
+    # A book: the common return is the weighted betas of the previous session times the
+    # factor returns, computed here with numpy.
+    weights = {"NVDA": 0.5, "ZAM": 0.3, "ZENA": -0.2}
+    exposures, book = attribute(c, weights, START)
+    loadings = c.factor_loadings(list(weights), START)
+    factors = c.factor_returns(START)
+    dates = book.index
+    for day in dates[:: max(1, len(dates) // 40)]:
+        previous = {
+            t: loadings.xs(t, level="ticker").loc[: day - pd.Timedelta(days=1)].iloc[-1]
+            for t in weights
+        }
+        exposure = sum(w * previous[t].to_numpy() for t, w in weights.items())
+        np.testing.assert_allclose(exposures.loc[day].to_numpy(), exposure, rtol=1e-12)
+        common = float(np.dot(exposure, factors.loc[day].to_numpy()))
+        assert book.loc[day, "common_returns"] == pytest.approx(common, rel=1e-10, abs=1e-15)
+    np.testing.assert_allclose(
+        book["common_returns"] + book["specific_returns"], book["total_returns"], atol=1e-15
+    )
