@@ -202,6 +202,23 @@ def test_specific_variance_equals_pandas_ewm_and_the_posterior_mean() -> None:
         assert np.isnan(sv.var[~np.isfinite(sv.raw[:, t]), t]).all()
 
 
+def test_specific_newey_west_variance_equals_pandas_lagged_products() -> None:
+    e, groups = residual_data()
+    lags = 2
+    sv = specific_variance(e, groups, SpecificParams(halflife=30.0, nw_lags=lags, min_obs=42))
+    for i in (0, 3, 7):  # row 0 and 7 start late
+        x = pd.Series(e[i])
+        var = pandas_ewm(x**2, 30.0)
+        for lag in range(1, lags + 1):
+            term = pandas_ewm(x * x.shift(lag), 30.0).fillna(0.0)
+            var = var + 2.0 * (1.0 - lag / (lags + 1.0)) * term
+        var = var.where(var > 0, pandas_ewm(x**2, 30.0))
+        count = x.notna().cumsum().shift(1).fillna(0)
+        expected = var.where(count >= 42).to_numpy()
+        np.testing.assert_allclose(sv.raw[i], expected, rtol=1e-11, equal_nan=True)
+        assert np.isnan(sv.raw[i, : int(np.argmax(count.to_numpy() >= 42))]).all()
+
+
 def test_a_new_listing_is_pulled_toward_its_group_more_than_a_seasoned_stock() -> None:
     e, groups = residual_data()
     sv = specific_variance(e, groups, SpecificParams(min_obs=20, floor=0.0))
@@ -217,9 +234,7 @@ def test_specific_variance_resumes_bitwise_and_never_looks_ahead() -> None:
     p = SpecificParams(nw_lags=1)
     full = specific_variance(e, groups, p)
     head = specific_variance(e[:, :500], groups, p)
-    tail = specific_variance(
-        e, groups, p, state=SpecificState.from_arrays(head.state.to_arrays())
-    )
+    tail = specific_variance(e, groups, p, state=SpecificState.from_arrays(head.state.to_arrays()))
     np.testing.assert_array_equal(np.hstack([head.var, tail.var]), full.var)
     np.testing.assert_array_equal(np.hstack([head.raw, tail.raw]), full.raw)
     changed = e.copy()

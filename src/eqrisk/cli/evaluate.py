@@ -12,11 +12,10 @@ from rich.table import Table
 
 from eqrisk.cli.app import JsonOpt, app, effective_settings, fail, out, print_json, stages
 
-HORIZON_TEXT = {"1d": "1 day", "21d": "21 days"}
 FAMILY_ROWS = {
-    "single_stocks": "single stocks",
-    "random_long_only": "random long-only",
-    "sector": "sector",
+    "single_stocks": "stocks",
+    "random_long_only": "long-only",
+    "sector": "sectors",
     "long_short": "long-short",
     "hedged_l3": "L3-hedged",
 }
@@ -103,21 +102,23 @@ def _print_risk(rec: dict[str, Any]) -> None:
         "horizon",
         "portfolios",
         "n",
-        "band for b",
-        "b model",
-        "b baseline",
-        "MAD 12m model",
-        "MAD 12m baseline",
-        "MAD 12m floor",
+        "band",
+        "b",
+        "b base",
+        "MAD",
+        "MAD base",
+        "floor",
+        box=None,
+        padding=(0, 1),
     )
     for horizon, families in rec["horizons"].items():
         for name, f in families.items():
             lo, hi = f["band"]
             table.add_row(
-                HORIZON_TEXT.get(horizon, horizon),
+                horizon,
                 FAMILY_ROWS.get(name, name),
                 str(f["members"]),
-                f"{lo:.2f} .. {hi:.2f}",
+                f"±{(hi - lo) / 2:.3f}",
                 _fmt(f["model"]["bias"]),
                 _fmt(f["baseline"]["bias"]),
                 _fmt(f["model"]["mad_12m"]),
@@ -125,6 +126,12 @@ def _print_risk(rec: dict[str, Any]) -> None:
                 _fmt(f["mad_12m_floor"]),
             )
     out.print(table)
+    out.print(
+        "b, MAD: the model's; base: the baseline's; band: 1 ± sqrt(2 / independent "
+        "observations); portfolios: "
+        + "; ".join(f"{FAMILY_ROWS[k]} = {v}" for k, v in rec["families"].items())
+        + "."
+    )
 
 
 def _print_hedges(estimators: list[dict[str, Any]]) -> None:
@@ -134,7 +141,7 @@ def _print_hedges(estimators: list[dict[str, Any]]) -> None:
         "(1 = the hedge removed nothing; 0.46 = 54% of the variance removed). Median over "
         "stocks, pooled (sum of hedged over sum of unhedged variances) in brackets."
     )
-    table = Table("estimator", "stocks", "n", "L1", "L2", "L3")
+    table = Table("estimator", "stocks", "n", "L1", "L2", "L3", box=None, padding=(0, 1))
     for item in estimators:
         for universe, levels in item["levels"].items():
             cells = [

@@ -43,6 +43,22 @@ def bartlett(nw_lags: int) -> np.ndarray:
     return 1.0 - np.arange(1, nw_lags + 1) / (nw_lags + 1.0)
 
 
+def newey_west_variance(
+    sums: np.ndarray, weights: np.ndarray, count: np.ndarray, nw: np.ndarray, min_obs: int
+) -> np.ndarray:
+    """Per series, from EWMA sums of x_t x_t-l (lags 0..L, first axis) and their weight sums:
+    M_0 + 2 sum_l c_l M_l. A lag with no product yet adds nothing; a negative sum (a strong
+    reversal) keeps M_0; NaN where fewer than `min_obs` lag-0 observations (`count`)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = sums / weights
+    out = m[0].copy()
+    for lag in range(1, m.shape[0]):
+        out += 2.0 * nw[lag - 1] * np.where(np.isfinite(m[lag]), m[lag], 0.0)
+    var: np.ndarray = np.where(out > 0.0, out, m[0])
+    var[~(count >= min_obs)] = np.nan
+    return var
+
+
 @dataclass(frozen=True)
 class CovarianceParams:
     """How F is estimated: half-lives in sessions, Newey-West lags, observations needed."""
@@ -81,16 +97,7 @@ class OwnMoments:
         self.count += np.isfinite(x)
 
     def variance(self, nw: np.ndarray, min_obs: int) -> np.ndarray:
-        """The Newey-West variance (a lag with no product yet adds nothing; a negative sum, from
-        a strong reversal, keeps the lag-0 variance); NaN below `min_obs` days."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            m = self.sums / self.weights
-        out = m[0]
-        for lag in range(1, m.shape[0]):
-            out = out + 2.0 * nw[lag - 1] * np.where(np.isfinite(m[lag]), m[lag], 0.0)
-        out = np.where(out > 0.0, out, m[0])
-        out[~(self.count >= min_obs)] = np.nan
-        return out
+        return newey_west_variance(self.sums, self.weights, self.count, nw, min_obs)
 
     def copy(self) -> OwnMoments:
         return OwnMoments(self.sums.copy(), self.weights.copy(), self.count.copy())

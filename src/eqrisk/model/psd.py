@@ -58,7 +58,7 @@ def make_positive_definite(rho: np.ndarray, observations: np.ndarray) -> np.ndar
         return np.zeros(0, dtype=bool)
     order = np.argsort(-observations, axis=1, kind="stable").astype(np.int64)
     scales = _row_scales(np.ascontiguousarray(rho), order, PIVOT_FLOOR)
-    changed = (scales < 1.0).any(axis=1)
+    changed: np.ndarray = (scales < 1.0).any(axis=1)
     for d in np.flatnonzero(changed).tolist():
         rank = np.empty(rho.shape[1], dtype=np.int64)
         rank[order[d]] = np.arange(rho.shape[1])

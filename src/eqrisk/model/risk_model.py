@@ -176,8 +176,8 @@ class RiskModelDay:
         """(n,) bool: the rows with a forecast this session."""
         factor_ok = np.isfinite(np.diag(self.cov))
         slots_ok = (self.index < 0) | factor_ok[np.clip(self.index, 0, None)]
-        ok: np.ndarray = (self.level > 0) & slots_ok.all(axis=1)
-        return ok & np.isfinite(self.specific_var)
+        ok: np.ndarray = (self.level > 0) & slots_ok.all(axis=1) & np.isfinite(self.specific_var)
+        return ok
 
     @cached_property
     def problems(self) -> list[str | None]:

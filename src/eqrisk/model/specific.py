@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eqrisk.model.covariance import bartlett, decay
+from eqrisk.model.covariance import bartlett, decay, newey_west_variance
 
 MIN_GROUP = 5
 
@@ -134,7 +134,7 @@ def specific_variance(
     raw = np.full((n, n_t - start), np.nan)
     evidence = np.zeros((n, n_t - start))
     for t in range(start, n_t):
-        raw[:, t - start] = _raw_variance(st, nw, params.min_obs)
+        raw[:, t - start] = newey_west_variance(st.sums, st.weights, st.count, nw, params.min_obs)
         with np.errstate(invalid="ignore", divide="ignore"):
             evidence[:, t - start] = np.where(st.squares > 0, st.weights[0] ** 2 / st.squares, 0.0)
         x = e[:, t]
@@ -154,17 +154,6 @@ def specific_variance(
         day_groups = g if g.ndim == 1 else g[:, t]
         var[:, t - start] = shrink(raw[:, t - start], evidence[:, t - start], day_groups, params)
     return SpecificVariance(start=start, raw=raw, evidence=evidence, var=var, state=st)
-
-
-def _raw_variance(st: SpecificState, nw: np.ndarray, min_obs: int) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        m = st.sums / st.weights
-    out = m[0]
-    for lag in range(1, m.shape[0]):
-        out = out + 2.0 * nw[lag - 1] * np.where(np.isfinite(m[lag]), m[lag], 0.0)
-    out[~(st.count >= min_obs)] = np.nan
-    # A negative Newey-West sum (strong reversal) keeps the lag-0 variance.
-    return np.where(out > 0.0, out, m[0])
 
 
 def shrink(
