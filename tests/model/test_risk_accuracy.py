@@ -6,10 +6,6 @@ says what each number measures and which way is better."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,7 +24,7 @@ from eqrisk.model.accuracy import (
 )
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.portfolio_risk import portfolio_risk
-from helpers import shared_file
+from model.conftest import Cli
 from model.risk_case import Case
 
 
@@ -136,18 +132,9 @@ def test_the_compiled_outcomes_equal_portfolio_risk_session_by_session(risk_case
 
 
 def test_evaluate_measures_the_forecasts_on_the_real_data_and_says_how_to_read_them(
-    tmp_path: Path,
+    real_cli: Cli,
 ) -> None:
-    prices = shared_file("adjclose_wide_2010_2026.csv.gz")
-    master = shared_file("gics_constituents.csv")
-    env = {**os.environ, "EQRISK_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "eqrisk.cli", *args]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-
-    assert run("ingest", str(prices), "--master", str(master), "--json").returncode == 0
-    proc = run("evaluate", "--json", "--no-hedges")
+    proc = real_cli("evaluate", "--json", "--no-hedges")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert "estimators" not in report
@@ -167,7 +154,7 @@ def test_evaluate_measures_the_forecasts_on_the_real_data_and_says_how_to_read_t
     for family, f in rec["horizons"]["1d"].items():
         assert f["model"]["mad_12m"] <= 0.25, family  # daily: every family within the target
         assert f["mad_12m_floor"] < f["model"]["mad_12m"]
-    text = run("evaluate", "--no-hedges")
+    text = real_cli("evaluate", "--no-hedges")
     assert text.returncode == 0, text.stderr
     for words in ("Risk forecast accuracy", "above 1 the risk was under-predicted",
                   "lower is better", "Baseline", "band", "floor"):  # fmt: skip

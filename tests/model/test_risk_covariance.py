@@ -52,6 +52,17 @@ def pandas_ewm(x: pd.Series, halflife: float, min_obs: int = 1) -> pd.Series:
     return x.ewm(halflife=halflife, min_periods=min_obs).mean().shift(1)
 
 
+def pandas_newey_west(x: pd.Series, halflife: float, lags: int, min_obs: int) -> pd.Series:
+    """M_0 + 2 sum_l (1 - l / (L + 1)) M_l with pandas' EWMA means of x_t x_t-l; M_0 where the
+    sum is not positive; NaN before `min_obs` observations."""
+    var = pandas_ewm(x**2, halflife)
+    for lag in range(1, lags + 1):
+        term = pandas_ewm(x * x.shift(lag), halflife).fillna(0.0)
+        var = var + 2.0 * (1.0 - lag / (lags + 1.0)) * term
+    var = var.where(var > 0, pandas_ewm(x**2, halflife))
+    return var.where(x.notna().cumsum().shift(1).fillna(0) >= min_obs)
+
+
 def test_volatilities_and_correlations_equal_pandas_ewm() -> None:
     f = factor_data()
     p = CovarianceParams(vol_halflife=30.0, corr_halflife=150.0, min_obs=40)
@@ -87,14 +98,7 @@ def test_newey_west_variance_equals_pandas_lagged_products() -> None:
     fc = factor_covariance(f, CovarianceParams(vol_halflife=30.0, nw_lags=lags, min_obs=40))
     frame = pd.DataFrame(f.T)
     for j in range(f.shape[0]):
-        x = frame[j]
-        var = pandas_ewm(x**2, 30.0)
-        for lag in range(1, lags + 1):
-            term = pandas_ewm(x * x.shift(lag), 30.0).fillna(0.0)
-            var = var + 2.0 * (1.0 - lag / (lags + 1.0)) * term
-        var = var.where(var > 0, pandas_ewm(x**2, 30.0))
-        count = x.notna().cumsum().shift(1).fillna(0)
-        expected = np.sqrt(var.where(count >= 40)).to_numpy()
+        expected = np.sqrt(pandas_newey_west(frame[j], 30.0, lags, 40)).to_numpy()
         np.testing.assert_allclose(fc.vol[:, j], expected, rtol=1e-11, equal_nan=True)
 
 
@@ -208,15 +212,10 @@ def test_specific_newey_west_variance_equals_pandas_lagged_products() -> None:
     sv = specific_variance(e, groups, SpecificParams(halflife=30.0, nw_lags=lags, min_obs=42))
     for i in (0, 3, 7):  # row 0 and 7 start late
         x = pd.Series(e[i])
-        var = pandas_ewm(x**2, 30.0)
-        for lag in range(1, lags + 1):
-            term = pandas_ewm(x * x.shift(lag), 30.0).fillna(0.0)
-            var = var + 2.0 * (1.0 - lag / (lags + 1.0)) * term
-        var = var.where(var > 0, pandas_ewm(x**2, 30.0))
-        count = x.notna().cumsum().shift(1).fillna(0)
-        expected = var.where(count >= 42).to_numpy()
+        expected = pandas_newey_west(x, 30.0, lags, 42).to_numpy()
         np.testing.assert_allclose(sv.raw[i], expected, rtol=1e-11, equal_nan=True)
-        assert np.isnan(sv.raw[i, : int(np.argmax(count.to_numpy() >= 42))]).all()
+        first = int(np.argmax(x.notna().cumsum().to_numpy() >= 42)) + 1
+        assert np.isnan(sv.raw[i, :first]).all() and np.isfinite(sv.raw[i, first])
 
 
 def test_a_new_listing_is_pulled_toward_its_group_more_than_a_seasoned_stock() -> None:

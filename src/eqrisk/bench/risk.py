@@ -12,19 +12,19 @@ compared:
 The universe is synthetic (11 sectors, 20 subsectors over one market, like the ETF hierarchy of
 the real data): factor returns give F (`covariance.factor_covariance`), each stock has hedge
 ratios on its three factors and a specific variance, and its returns are drawn from that model.
-Each way is timed as the fastest of its repeats, the ways taking turns.
+Each way is timed as the fastest of its repeats, the ways taking turns (`render.best_of`).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from eqrisk.bench.render import best_of
 from eqrisk.model.covariance import CovarianceParams, factor_covariance
 from eqrisk.model.portfolio_risk import portfolio_risk
 from eqrisk.model.risk_model import RiskModelDay
@@ -100,17 +100,6 @@ def dense_risk(sigma: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray]:
     return vol, w * sw / vol
 
 
-def _best(ways: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, Any]]:
-    """Per way, the fastest of `repeats` runs and its answer, the ways taking turns."""
-    best: dict[str, tuple[float, Any]] = {way: (float("inf"), None) for way in ways}
-    for _ in range(repeats):
-        for way, run_way in ways.items():
-            t0 = time.perf_counter()
-            answer = run_way()
-            best[way] = (min(best[way][0], time.perf_counter() - t0), answer)
-    return best
-
-
 def measure(n: int, b: RiskBench) -> dict[str, Any]:
     """One portfolio of n positions (long and short) through each way."""
     day, returns = synthetic_day(n, b.seed)
@@ -137,7 +126,7 @@ def measure(n: int, b: RiskBench) -> dict[str, Any]:
         "sample": sample,
     }
     load = os.getloadavg()[0]
-    best = _best(ways, b.repeats if n <= 1000 else max(3, b.repeats // 5))
+    best = best_of(ways, b.repeats if n <= 1000 else max(3, b.repeats // 5))
     vol, contrib = best["eqrisk"][1]
     d_vol, d_contrib = best["dense"][1]
     s_vol = best["sample"][1][0]
