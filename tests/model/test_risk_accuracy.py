@@ -6,6 +6,10 @@ says what each number measures and which way is better."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -160,3 +164,13 @@ def test_evaluate_measures_the_forecasts_on_the_real_data_and_says_how_to_read_t
                   "lower is better", "Baseline", "band", "floor"):  # fmt: skip
         assert words in text.stdout, words
     assert "Hedge quality" not in text.stdout
+
+
+def test_evaluate_with_nothing_to_measure_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "eqrisk.cli", "evaluate", "--no-risk", "--no-hedges"],
+        env={**os.environ, "EQRISK_HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "nothing to measure" in proc.stderr and proc.stdout == ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from eqrisk.model.portfolio_risk import portfolio_risk
@@ -91,6 +92,33 @@ def test_each_stocks_predicted_volatility_is_its_exposures_through_f_plus_d(
             assert pred["risk_specific_vol"][i, t] ** 2 == pytest.approx(
                 day.specific_var[i], rel=1e-12
             )
+
+
+def test_f_and_d_of_the_real_slice_equal_pandas_ewm(risk_case: Case) -> None:
+    model, lay = risk_case.model, risk_case.layout
+    params = model.params
+    frame = pd.DataFrame(lay.factors.T, columns=lay.keys)
+    hv, hc = params.covariance.vol_halflife, params.covariance.corr_halflife
+
+    def ewm(x: pd.Series, h: float, min_obs: int = 1) -> np.ndarray:
+        return x.ewm(halflife=h, min_periods=min_obs).mean().shift(1).to_numpy()
+
+    vol = {k: np.sqrt(ewm(frame[k] ** 2, hv, params.covariance.min_obs)) for k in ("SPY", "SMH")}
+    for k in ("SPY", "SMH"):
+        j = lay.keys.index(k)
+        np.testing.assert_allclose(model.factor_cov.vol[:, j], vol[k], rtol=1e-12, equal_nan=True)
+    a, b = lay.keys.index("SPY"), lay.keys.index("SMH")
+    rho = ewm(frame["SPY"] * frame["SMH"], hc) / np.sqrt(
+        ewm(frame["SPY"] ** 2, hc) * ewm(frame["SMH"] ** 2, hc)
+    )
+    got = model.factor_cov.cov[:, a, b]
+    ok = np.isfinite(got) & ~model.factor_cov.clipped
+    assert ok.sum() > 3000
+    np.testing.assert_allclose(got[ok], (rho * vol["SPY"] * vol["SMH"])[ok], rtol=1e-10)
+    i = risk_case.row("NVDA")
+    e = specific_returns(risk_case.result.metrics["return"], lay.factors, model.exposures)[i]
+    raw = ewm(pd.Series(e) ** 2, params.specific.halflife, params.specific.min_obs)
+    np.testing.assert_allclose(model.specific.raw[i], raw, rtol=1e-12, equal_nan=True)
 
 
 def test_f_is_positive_definite_on_every_session(risk_case: Case) -> None:
