@@ -236,6 +236,11 @@ def test_specific_variance_resumes_bitwise_and_never_looks_ahead() -> None:
     tail = specific_variance(e, groups, p, state=SpecificState.from_arrays(head.state.to_arrays()))
     np.testing.assert_array_equal(np.hstack([head.var, tail.var]), full.var)
     np.testing.assert_array_equal(np.hstack([head.raw, tail.raw]), full.raw)
+    # A resumed run needs the sessions from the state's on only.
+    only_tail = specific_variance(e[:, 500:], groups, p, state=head.state, first_column=500)
+    np.testing.assert_array_equal(only_tail.var, tail.var)
+    with pytest.raises(ValueError, match="outside"):
+        specific_variance(e[:, 600:], groups, p, state=head.state, first_column=600)
     changed = e.copy()
     changed[:, 500:] = 0.5
     np.testing.assert_array_equal(specific_variance(changed, groups, p).var[:, :501],

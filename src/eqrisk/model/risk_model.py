@@ -296,14 +296,14 @@ def risk_model(
     cov = estimate_factor_covariance(
         factor_returns, params.covariance, state=None if state is None else state.covariance
     )
-    # D's recursion runs over the whole calendar; columns before `start` are no input of it.
-    full_resid = np.full(returns.shape, np.nan)
-    full_resid[:, start:] = resid
+    if groups is None:
+        groups = factor_index[:, 1]
     spec = estimate_specific_variance(
-        full_resid,
-        factor_index[:, 1] if groups is None else groups,
+        resid,
+        groups if groups.ndim == 1 else groups[:, start:],
         params.specific,
         state=None if state is None else state.specific,
+        first_column=start,
     )
     spec.var[own >= 0] = 0.0
     return RiskModel(

@@ -115,20 +115,24 @@ def specific_variance(
     params: SpecificParams,
     *,
     state: SpecificState | None = None,
+    first_column: int = 0,
 ) -> SpecificVariance:
-    """D for sessions state.session .. T-1 of `residuals` (n x T, NaN = none); `groups` (n,) or
-    (n x T) integer group of each stock (-1 = none). The new state continues with session T."""
+    """D for sessions state.session .. T-1 (all of them without a state); the new state
+    continues with session T. `residuals` (n x columns, NaN = none): column c is session
+    first_column + c (a resumed run needs only the sessions from the state's on); `groups` (n,)
+    or (n x columns, the same sessions): each stock's group (-1 = none)."""
     e = np.asarray(residuals, dtype=np.float64)
-    n, n_t = e.shape
+    n, n_cols = e.shape
+    n_t = first_column + n_cols
     g = np.asarray(groups)
-    if g.shape not in ((n,), (n, n_t)):
-        raise ValueError(f"groups must be of shape ({n},) or ({n}, {n_t})")
+    if g.shape not in ((n,), (n, n_cols)):
+        raise ValueError(f"groups must be of shape ({n},) or ({n}, {n_cols})")
     st = SpecificState.empty(n, params.nw_lags) if state is None else state.copy()
     if st.count.shape != (n,) or st.lagged.shape != (params.nw_lags, n):
         raise ValueError("the state is of another universe or another number of lags")
     start = st.session
-    if not 0 <= start <= n_t:
-        raise ValueError(f"the state's session {start} is outside 0..{n_t}")
+    if not first_column <= start <= n_t:
+        raise ValueError(f"the state's session {start} is outside {first_column}..{n_t}")
     lam = decay(params.halflife)
     nw = bartlett(params.nw_lags)
     raw = np.full((n, n_t - start), np.nan)
@@ -137,7 +141,7 @@ def specific_variance(
         raw[:, t - start] = newey_west_variance(st.sums, st.weights, st.count, nw, params.min_obs)
         with np.errstate(invalid="ignore", divide="ignore"):
             evidence[:, t - start] = np.where(st.squares > 0, st.weights[0] ** 2 / st.squares, 0.0)
-        x = e[:, t]
+        x = e[:, t - first_column]
         for lag, y in enumerate([x, *st.lagged]):
             prod = x * y
             seen = np.isfinite(prod)
@@ -151,7 +155,7 @@ def specific_variance(
     st.session = n_t
     var = np.empty_like(raw)
     for t in range(start, n_t):
-        day_groups = g if g.ndim == 1 else g[:, t]
+        day_groups = g if g.ndim == 1 else g[:, t - first_column]
         var[:, t - start] = shrink(raw[:, t - start], evidence[:, t - start], day_groups, params)
     return SpecificVariance(start=start, raw=raw, evidence=evidence, var=var, state=st)
 
