@@ -4,10 +4,6 @@ published residuals, and `eqrisk evaluate --json` on the real data set."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,7 +12,7 @@ import pytest
 from eqrisk.data.panel import Panel
 from eqrisk.model.quality import vasicek_market_beta
 from eqrisk.model.run import ModelParams, run_model
-from helpers import shared_file
+from model.conftest import Cli
 
 
 def test_hedge_quality_is_the_trailing_variance_ratio_of_next_day_residuals(
@@ -60,17 +56,8 @@ def test_hedge_quality_is_the_trailing_variance_ratio_of_next_day_residuals(
         assert np.nanmean(m["l1_hq"][i]) > np.nanmean(m["l2_hq"][i])
 
 
-def test_evaluate_reports_the_per_level_hedge_quality_of_the_real_data(tmp_path: Path) -> None:
-    prices = shared_file("adjclose_wide_2010_2026.csv.gz")
-    master = shared_file("gics_constituents.csv")
-    env = {**os.environ, "EQRISK_HOME": str(tmp_path / "home")}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "eqrisk.cli", *args]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-
-    assert run("ingest", str(prices), "--master", str(master), "--json").returncode == 0
-    proc = run("evaluate", "--json")
+def test_evaluate_reports_the_per_level_hedge_quality_of_the_real_data(real_cli: Cli) -> None:
+    proc = real_cli("evaluate", "--json", "--no-risk")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     names = [e["estimator"] for e in report["estimators"]]

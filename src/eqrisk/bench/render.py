@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,8 @@ from fastapi.testclient import TestClient
 from eqrisk.api import formats, writers
 from eqrisk.api.app import create_app
 from eqrisk.settings import Settings
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -63,16 +65,17 @@ def capture(home: Path, requests: Sequence[tuple[str, str, Mapping[str, str]]]) 
     return answers
 
 
-def _best(ways: Mapping[str, Callable[[], bytes]], repeats: int) -> dict[str, tuple[float, bytes]]:
+def best_of(ways: Mapping[str, Callable[[], T]], repeats: int) -> dict[str, tuple[float, T]]:
     """Per way, the fastest of `repeats` runs (the machine's noise only ever adds time) and its
     output. The ways take turns, one run each per round, so that a busy spell of the shared
     machine falls on all of them alike rather than on whichever ran then."""
-    best = {way: (float("inf"), b"") for way in ways}
+    best: dict[str, tuple[float, T]] = {}
     for _ in range(repeats):
         for way, make in ways.items():
             t0 = time.perf_counter()
             out = make()
-            best[way] = (min(best[way][0], time.perf_counter() - t0), out)
+            seconds = time.perf_counter() - t0
+            best[way] = (min(best[way][0], seconds) if way in best else seconds, out)
     return best
 
 
@@ -151,7 +154,7 @@ def measure(answer: Answer, repeats: int) -> dict[str, Any]:
     }
     figures: dict[str, dict[str, float]] = {}
     outputs: dict[str, bytes] = {}
-    for way, (seconds, out) in _best(ways, repeats).items():
+    for way, (seconds, out) in best_of(ways, repeats).items():
         outputs[way] = out
         figures[way] = {
             "mb": len(out) / 1e6,

@@ -41,6 +41,23 @@ def bench_model(
     print_mapping(result, as_json, "measure")
 
 
+@bench_app.command("risk")
+def bench_risk(
+    repeats: Annotated[int, typer.Option(help="Timed runs per way (fastest kept).")] = 30,
+    quick: Annotated[
+        bool, typer.Option(help="Small portfolios (50, 300): checks the bench.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """A portfolio's risk (volatility, Euler contributions, hedge) of 500 and 5,000 positions
+    through the factor structure, next to a dense N x N covariance in numpy (the model's Sigma,
+    and np.cov of returns) on the same data: times, ratios and the answers compared."""
+    from eqrisk.bench.risk import QUICK, RiskBench, run
+
+    bench = QUICK if quick else RiskBench(repeats=repeats)
+    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+
+
 @bench_app.command("serve")
 def bench_serve(
     seconds: Annotated[float, typer.Option(help="Load duration per target.")] = 5.0,

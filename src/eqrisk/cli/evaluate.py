@@ -1,20 +1,24 @@
-"""`eqrisk evaluate`: the model's realised hedge quality on the ingested data."""
+"""`eqrisk evaluate`: how good the model was on the ingested data, out of sample: the risk
+forecast's bias statistics next to the weighted-average-volatility baseline, and the realised
+hedge quality per level and estimator. Results on stdout, each table under a header that says
+what it measures and which way is better; progress on stderr."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
-from eqrisk.cli.app import (
-    JsonOpt,
-    app,
-    effective_settings,
-    err,
-    fail,
-    print_json,
-    stages,
-)
+from eqrisk.cli.app import JsonOpt, app, effective_settings, fail, out, print_json, stages
+
+FAMILY_ROWS = {
+    "single_stocks": "stocks",
+    "random_long_only": "long-only",
+    "sector": "sectors",
+    "long_short": "long-short",
+    "hedged_l3": "L3-hedged",
+}
 
 
 @app.command()
@@ -24,14 +28,24 @@ def evaluate(
     halflife: Annotated[
         list[float] | None, typer.Option(help="EWMA half-lives to compare (repeatable).")
     ] = None,
+    risk: Annotated[
+        bool, typer.Option("--risk/--no-risk", help="Measure the risk forecast.")
+    ] = True,
+    hedges: Annotated[
+        bool, typer.Option("--hedges/--no-hedges", help="Measure the hedge quality.")
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Realised next-day hedge quality (hedged over unhedged variance) of the model on the
-    ingested data, per level and per estimator (equal weights, EWMA half-lives)."""
+    """Out-of-sample accuracy on the ingested data: the risk forecast's bias statistics (next
+    to the weighted-average-volatility baseline) and the next-day hedge quality per level and
+    estimator (equal weights, EWMA half-lives)."""
+    from eqrisk.model.risk_model import RiskParams
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.evaluate import DEFAULT_HALFLIVES
     from eqrisk.snapshot.evaluate import evaluate as run_evaluate
 
+    if not (risk or hedges):
+        raise fail("nothing to measure: drop --no-risk or --no-hedges", 2)
     settings = effective_settings(window=window, min_obs=min_obs)
     try:
         params = ModelParams(settings.window, settings.min_obs, None)
@@ -41,6 +55,8 @@ def evaluate(
                 params,
                 halflives=tuple(halflife) if halflife else DEFAULT_HALFLIVES,
                 market_etf=settings.market_etf,
+                risk=RiskParams() if risk else None,
+                hedges=hedges,
                 progress=say,
             )
     except (FileNotFoundError, ValueError) as exc:
@@ -48,11 +64,92 @@ def evaluate(
     if as_json:
         print_json(report)
         return
-    for item in report["estimators"]:
-        for universe, levels in item["levels"].items():
-            figures = ", ".join(
-                f"{lvl.upper()} {v['median']:.3f} (pooled {v['pooled']:.3f})"
-                for lvl, v in levels.items()
+    out.print(
+        f"Data: {report['symbols']} symbols x {report['sessions']} sessions "
+        f"({report['data_source'] or 'unknown source'})."
+    )
+    if "risk_forecast" in report:
+        _print_risk(report["risk_forecast"])
+    if "estimators" in report:
+        _print_hedges(report["estimators"])
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _print_risk(rec: dict[str, Any]) -> None:
+    period = rec["period"]
+    out.print(
+        f"\n[bold]Risk forecast accuracy[/], out of sample: forecasts of "
+        f"{period['first']} .. {period['last']} ({period['sessions']} sessions), each made "
+        "with data up to the session before."
+    )
+    out.print(
+        "b = std(realised return / predicted volatility). 1 is right on average; above 1 "
+        "the risk was under-predicted, below 1 over-predicted. Closer to 1 is better; within "
+        "the band it cannot be told from 1."
+    )
+    out.print(
+        "MAD 12m = mean |b - 1| over rolling 12-month windows: lower is better; floor = what "
+        "a forecast right on every session would still show with these fat tails."
+    )
+    out.print(
+        "Baseline = a portfolio's volatility as the weighted average of its positions' "
+        "23-session volatilities (what a service without a covariance reports)."
+    )
+    table = Table(
+        "horizon",
+        "portfolios",
+        "n",
+        "band",
+        "b",
+        "b base",
+        "MAD",
+        "MAD base",
+        "floor",
+        box=None,
+        padding=(0, 1),
+    )
+    for horizon, families in rec["horizons"].items():
+        for name, f in families.items():
+            lo, hi = f["band"]
+            table.add_row(
+                horizon,
+                FAMILY_ROWS.get(name, name),
+                str(f["members"]),
+                f"±{(hi - lo) / 2:.3f}",
+                _fmt(f["model"]["bias"]),
+                _fmt(f["baseline"]["bias"]),
+                _fmt(f["model"]["mad_12m"]),
+                _fmt(f["baseline"]["mad_12m"]),
+                _fmt(f["mad_12m_floor"]),
             )
+    out.print(table)
+    out.print(
+        "b, MAD: the model's; base: the baseline's; band: 1 ± sqrt(2 / independent "
+        "observations); portfolios: "
+        + "; ".join(f"{FAMILY_ROWS[k]} = {v}" for k, v in rec["families"].items())
+        + "."
+    )
+
+
+def _print_hedges(estimators: list[dict[str, Any]]) -> None:
+    out.print(
+        "\n[bold]Hedge quality[/]: the variance of next-day returns left after the level's ETF "
+        "hedge of the session before, over the unhedged variance, per stock. Lower is better "
+        "(1 = the hedge removed nothing; 0.46 = 54% of the variance removed). Median over "
+        "stocks, pooled (sum of hedged over sum of unhedged variances) in brackets."
+    )
+    table = Table("estimator", "stocks", "n", "L1", "L2", "L3", box=None, padding=(0, 1))
+    for item in estimators:
+        for universe, levels in item["levels"].items():
+            cells = [
+                f"{levels[lvl]['median']:.3f} ({levels[lvl]['pooled']:.3f})"
+                if lvl in levels
+                else "-"
+                for lvl in ("l1", "l2", "l3")
+            ]
             n = next(iter(levels.values()))["stocks"]
-            err.print(f"{item['estimator']:>10} {universe} ({n} stocks): {figures}")
+            table.add_row(item["estimator"], universe.replace("_", " "), str(n), *cells)
+    out.print(table)

@@ -1,5 +1,9 @@
-"""`eqrisk evaluate`: realised out-of-sample hedge quality of the model on the ingested data,
-per level and per estimator option, so that a user chooses the estimator on evidence. Options:
+"""`eqrisk evaluate`: how good the model was, out of sample, on the ingested data. Two parts:
+
+- the risk forecast's accuracy (`risk_evaluation`): bias statistics of stocks and portfolios
+  next to the weighted-average-volatility baseline;
+- the realised hedge quality per level and per estimator option, so that a user chooses the
+  estimator on evidence. Options:
 equal weights over the window, EWMA half-lives, and (L1 only) Vasicek shrinkage of the market
 beta toward the sector's mean beta, applied to the equal-weight estimates.
 
@@ -21,9 +25,11 @@ import pandas as pd
 
 from eqrisk.data.corporate_actions import return_breaks
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import read_ingested, to_panel
+from eqrisk.data.panel import Panel, read_ingested, to_panel
 from eqrisk.model.quality import pooled_hedge_quality, vasicek_market_beta
+from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import ModelParams, ModelResult, run_model
+from eqrisk.snapshot.risk_evaluation import risk_accuracy
 
 DEFAULT_HALFLIVES = (63.0, 126.0)
 
@@ -42,16 +48,11 @@ def _vasicek_l1(result: ModelResult, stocks: np.ndarray) -> np.ndarray:
     return rr
 
 
-def evaluate(
-    home: Path,
-    params: ModelParams,
-    *,
-    halflives: tuple[float, ...] = DEFAULT_HALFLIVES,
-    market_etf: str = "SPY",
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Hedge quality per estimator option and level (see the module docstring)."""
-    say = progress or (lambda _msg: None)
+def load_universe(
+    home: Path, market_etf: str
+) -> tuple[Panel, pd.DataFrame, np.ndarray, dict[str, Any]]:
+    """The ingested data set as the build reads it: panel, classified master, the returns to
+    exclude (unadjusted splits) and the ingest's metadata."""
     prices, raw_master, meta = read_ingested(home)
     present = pd.Index(prices["symbol"].unique())
     missing = present.difference(raw_master["symbol"].astype(str))
@@ -64,12 +65,59 @@ def evaluate(
     master = classify(raw_master, Mappings.load(), market_etf=market_etf)
     panel = to_panel(prices, raw_master)
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
+    return panel, master, breaks, meta
+
+
+def evaluate(
+    home: Path,
+    params: ModelParams,
+    *,
+    halflives: tuple[float, ...] = DEFAULT_HALFLIVES,
+    market_etf: str = "SPY",
+    risk: RiskParams | None = None,
+    hedges: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The risk forecast's accuracy (with `risk`) and the hedge quality per estimator option
+    and level (with `hedges`); see the module docstring."""
+    say = progress or (lambda _msg: None)
+    panel, master, breaks, meta = load_universe(home, market_etf)
+    report: dict[str, Any] = {
+        "data_source": meta.get("data_source"),
+        "symbols": len(panel.symbols),
+        "sessions": len(panel.sessions),
+    }
+    equal: ModelResult | None = None
+    if hedges:
+        equal, report["measure"], report["estimators"] = _hedge_quality(
+            panel, master, breaks, params, halflives, say
+        )
+    if risk is not None:
+        report["risk_forecast"] = risk_accuracy(
+            panel, master, params, risk, exclude=breaks, result=equal, say=say
+        )
+    return report
+
+
+def _hedge_quality(
+    panel: Panel,
+    master: pd.DataFrame,
+    breaks: np.ndarray,
+    params: ModelParams,
+    halflives: tuple[float, ...],
+    say: Callable[[str], None],
+) -> tuple[ModelResult | None, str, list[dict[str, Any]]]:
+    """Hedge quality per estimator option and level; also the run with `params`' own
+    weighting (the published hedge ratios), for the risk part to reuse."""
     options = [("equal", replace(params, halflife=None))]
     options += [(f"ewma_{h:g}", replace(params, halflife=h)) for h in halflives]
     results = []
+    published: ModelResult | None = None
     for name, option in options:
         say(f"estimating with {name}")
         result = run_model(panel, master, option, exclude=breaks)
+        if option == params:
+            published = result
         hier = result.hierarchy
         info = master.set_index("symbol").reindex(result.symbols)
         stock = (info["asset_type"].fillna("stock") == "stock").to_numpy()
@@ -99,11 +147,10 @@ def evaluate(
             }
             method = {**option.describe(), "shrinkage": "vasicek toward the sector mean beta"}
             results.append({"estimator": "vasicek_l1", "method": method, "levels": levels})
-    return {
-        "data_source": meta.get("data_source"),
-        "symbols": len(panel.symbols),
-        "sessions": len(panel.sessions),
-        "measure": "var(lk_rr) / var(r) per stock over its out-of-sample days; median, mean "
-        "and pooled (sum of variances) across stocks",
-        "estimators": results,
-    }
+    measure = (
+        "hedge quality = var(lk_rr) / var(r) per stock over its out-of-sample days (the hedge "
+        "of day t-1 on day t): the share of the variance left after the level-k hedge; lower is "
+        "better (1 = the hedge removed nothing); median, mean and pooled (sum of variances) "
+        "across stocks"
+    )
+    return published, measure, results

@@ -1,0 +1,253 @@
+"""The factor covariance F of the risk model: EWMA moments of the factor returns (the ETF or
+group series the cascade hedges with), volatilities and correlations with separate half-lives,
+optional Newey-West terms, positive semi-definite on every session. Pure: arrays in, arrays out.
+
+Conventions (docs/decisions/risk-forecast.md):
+- F[t] is the forecast for session t's returns: it uses factor returns up to t-1 only.
+- Moments are zero-mean EWMA means, the weights of pandas' `ewm(halflife=h).mean()` (adjust,
+  absolute positions): a missing return skips its day but still ages the others. Each moment is
+  the mean of a product over the days both of its returns exist.
+- Volatility of factor k: sqrt(V_k), V_k the EWMA mean of f_k^2 with the volatility half-life.
+  Correlation of j and k, with the correlation half-life, over the days both exist:
+  sum w f_j f_k / sqrt(sum w f_j^2 sum w f_k^2) (within [-1, 1] whatever the two spans, so that a
+  factor listed years after the others does not meet their older days); F_jk = rho_jk s_j s_k.
+- Newey-West (`nw_lags` L > 0, Bartlett weights c_l = 1 - l / (L + 1)): V_k becomes
+  V_k + 2 sum_l c_l A_k,l with A_k,l the EWMA mean of f_k,t f_k,t-l: the per-session variance of
+  a multi-session sum, for forecasts over a horizon. Correlations keep their lag-0 value.
+- Positive definite: where pairwise correlations over different spans are not jointly
+  (a factor listed years after the others), the late factor's correlations shrink just enough
+  (`psd.make_positive_definite`); untouched otherwise.
+
+The recursion is resumable: `CovarianceState` after session T-1, given back with the answer,
+continues with session T, and the result equals one run over all sessions bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eqrisk.model.psd import make_positive_definite
+
+
+def decay(halflife: float) -> float:
+    """Per-session decay factor of EWMA weights with this half-life (pandas' 1 - alpha)."""
+    if not halflife > 0:
+        raise ValueError(f"a half-life must be positive; got {halflife}")
+    return float(0.5 ** (1.0 / halflife))
+
+
+def bartlett(nw_lags: int) -> np.ndarray:
+    """Newey-West weights of lags 1..L: 1 - l / (L + 1)."""
+    return 1.0 - np.arange(1, nw_lags + 1) / (nw_lags + 1.0)
+
+
+def newey_west_variance(
+    sums: np.ndarray, weights: np.ndarray, count: np.ndarray, nw: np.ndarray, min_obs: int
+) -> np.ndarray:
+    """Per series, from EWMA sums of x_t x_t-l (lags 0..L, first axis) and their weight sums:
+    M_0 + 2 sum_l c_l M_l. A lag with no product yet adds nothing; a negative sum (a strong
+    reversal) keeps M_0; NaN where fewer than `min_obs` lag-0 observations (`count`)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = sums / weights
+    out = m[0].copy()
+    for lag in range(1, m.shape[0]):
+        out += 2.0 * nw[lag - 1] * np.where(np.isfinite(m[lag]), m[lag], 0.0)
+    var: np.ndarray = np.where(out > 0.0, out, m[0])
+    var[~(count >= min_obs)] = np.nan
+    return var
+
+
+@dataclass(frozen=True)
+class CovarianceParams:
+    """How F is estimated: half-lives in sessions, Newey-West lags, observations needed."""
+
+    vol_halflife: float = 42.0
+    corr_halflife: float = 504.0
+    nw_lags: int = 0
+    min_obs: int = 63
+
+    def __post_init__(self) -> None:
+        decay(self.vol_halflife)
+        decay(self.corr_halflife)
+        if self.nw_lags < 0 or self.min_obs < 2:
+            raise ValueError("nw_lags must be >= 0 and min_obs >= 2")
+
+
+@dataclass
+class OwnMoments:
+    """EWMA sums of f_k,t f_k,t-l for lags 0..L and their weight sums; lag-0 day counts."""
+
+    sums: np.ndarray  # (L+1, K)
+    weights: np.ndarray  # (L+1, K)
+    count: np.ndarray  # (K,)
+
+    @classmethod
+    def empty(cls, lags: int, k: int) -> OwnMoments:
+        return cls(np.zeros((lags + 1, k)), np.zeros((lags + 1, k)), np.zeros(k))
+
+    def update(self, lam: float, x: np.ndarray, lagged: np.ndarray) -> None:
+        """Age every sum by one session, then add this session's products (NaN = none)."""
+        for lag, y in enumerate([x, *lagged]):
+            prod = x * y
+            seen = np.isfinite(prod)
+            self.sums[lag] = lam * self.sums[lag] + np.where(seen, prod, 0.0)
+            self.weights[lag] = lam * self.weights[lag] + seen
+        self.count += np.isfinite(x)
+
+    def variance(self, nw: np.ndarray, min_obs: int) -> np.ndarray:
+        return newey_west_variance(self.sums, self.weights, self.count, nw, min_obs)
+
+    def copy(self) -> OwnMoments:
+        return OwnMoments(self.sums.copy(), self.weights.copy(), self.count.copy())
+
+
+@dataclass
+class PairMoments:
+    """EWMA sums over the days both of a pair exist: f_j f_k (`cross`), f_j^2 (`own`, row j
+    column k) and the number of such days. The weights cancel in a correlation."""
+
+    cross: np.ndarray  # (K, K)
+    own: np.ndarray  # (K, K)
+    count: np.ndarray  # (K, K)
+
+    @classmethod
+    def empty(cls, k: int) -> PairMoments:
+        return cls(np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k)))
+
+    def update(self, lam: float, x: np.ndarray) -> None:
+        seen = np.isfinite(x)
+        x0 = np.where(seen, x, 0.0)
+        joint = np.outer(seen, seen)
+        self.cross = lam * self.cross + np.outer(x0, x0)
+        self.own = lam * self.own + np.where(joint, (x0 * x0)[:, None], 0.0)
+        self.count += joint
+
+    def correlation(self, min_obs: int) -> np.ndarray:
+        """rho_jk; 0 for a pair with fewer than `min_obs` joint days, 1 on the diagonal."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rho = self.cross / np.sqrt(self.own * self.own.T)
+        rho = np.where((self.count >= min_obs) & np.isfinite(rho), rho, 0.0)
+        np.fill_diagonal(rho, 1.0)
+        return rho
+
+    def copy(self) -> PairMoments:
+        return PairMoments(self.cross.copy(), self.own.copy(), self.count.copy())
+
+
+@dataclass
+class CovarianceState:
+    """Everything the recursion carries from one session to the next: resume with it."""
+
+    session: int  # the next session to process
+    vol: OwnMoments
+    corr: PairMoments
+    lagged: np.ndarray = field(repr=False)  # (L, K): returns of sessions session-1 .. session-L
+
+    @classmethod
+    def empty(cls, k: int, params: CovarianceParams) -> CovarianceState:
+        lags = params.nw_lags
+        return cls(
+            0,
+            OwnMoments.empty(lags, k),
+            PairMoments.empty(k),
+            np.full((lags, k), np.nan),
+        )
+
+    def copy(self) -> CovarianceState:
+        return CovarianceState(self.session, self.vol.copy(), self.corr.copy(), self.lagged.copy())
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Plain arrays, to store beside a snapshot."""
+        return {
+            "session": np.array([self.session]),
+            "vol_sums": self.vol.sums,
+            "vol_weights": self.vol.weights,
+            "vol_count": self.vol.count,
+            "corr_cross": self.corr.cross,
+            "corr_own": self.corr.own,
+            "corr_count": self.corr.count,
+            "lagged": self.lagged,
+        }
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray]) -> CovarianceState:
+        return cls(
+            int(a["session"][0]),
+            OwnMoments(a["vol_sums"].copy(), a["vol_weights"].copy(), a["vol_count"].copy()),
+            PairMoments(a["corr_cross"].copy(), a["corr_own"].copy(), a["corr_count"].copy()),
+            a["lagged"].copy(),
+        )
+
+
+@dataclass(frozen=True)
+class FactorCovariance:
+    """F per forecast session: `cov[t - start]` is the forecast of session t (data <= t-1)."""
+
+    start: int
+    cov: np.ndarray  # (T - start, K, K), NaN rows/columns where a factor has too few days
+    vol: np.ndarray  # (T - start, K): sqrt of the diagonal
+    obs: np.ndarray  # (T - start, K): returns of each factor up to t-1
+    clipped: np.ndarray  # (T - start,) bool: the correlation matrix was clipped to be PSD
+    state: CovarianceState  # after the last session: resume with it
+
+
+def factor_covariance(
+    factor_returns: np.ndarray,
+    params: CovarianceParams,
+    *,
+    state: CovarianceState | None = None,
+) -> FactorCovariance:
+    """F for sessions state.session .. T-1 (all of them without a state) of `factor_returns`
+    (K x T, NaN = no return); the new state continues with session T."""
+    f = np.asarray(factor_returns, dtype=np.float64)
+    k, n_t = f.shape
+    st = CovarianceState.empty(k, params) if state is None else state.copy()
+    if st.vol.count.shape != (k,) or st.lagged.shape != (params.nw_lags, k):
+        raise ValueError("the state is of another factor set or another number of lags")
+    if not 0 <= st.session <= n_t:
+        raise ValueError(f"the state's session {st.session} is outside 0..{n_t}")
+    start = st.session
+    lam_v, lam_c = decay(params.vol_halflife), decay(params.corr_halflife)
+    nw = bartlett(params.nw_lags)
+    cov = np.full((n_t - start, k, k), np.nan)
+    vol = np.full((n_t - start, k), np.nan)
+    obs = np.zeros((n_t - start, k))
+    for t in range(start, n_t):
+        # The forecast of t from the sums of sessions <= t-1, then session t joins the sums.
+        v = st.vol.variance(nw, params.min_obs)
+        vol[t - start] = np.sqrt(v)
+        obs[t - start] = st.vol.count
+        cov[t - start] = st.corr.correlation(params.min_obs) * np.outer(
+            vol[t - start], vol[t - start]
+        )
+        x = f[:, t]
+        st.vol.update(lam_v, x, st.lagged)
+        st.corr.update(lam_c, x)
+        if params.nw_lags:
+            st.lagged = np.vstack([x[None, :], st.lagged[:-1]])
+    st.session = n_t
+    clipped = _make_psd(cov, vol, obs)
+    return FactorCovariance(start=start, cov=cov, vol=vol, obs=obs, clipped=clipped, state=st)
+
+
+def _make_psd(cov: np.ndarray, vol: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """Make, in place, each session's correlation matrix of its usable factors positive
+    definite (`psd.make_positive_definite`: only a late factor's correlations shrink); the
+    sessions it changed. Sessions with the same usable factors are done together."""
+    clipped = np.zeros(len(cov), dtype=bool)
+    patterns, which = np.unique(np.isfinite(vol), axis=0, return_inverse=True)
+    for p, pattern in enumerate(patterns):
+        keep = np.flatnonzero(pattern)
+        days = np.flatnonzero(which.ravel() == p)
+        if len(keep) < 2:
+            continue
+        s = vol[np.ix_(days, keep)]
+        scale = s[:, :, None] * s[:, None, :]
+        rho = cov[np.ix_(days, keep, keep)] / scale
+        changed = make_positive_definite(rho, obs[np.ix_(days, keep)])
+        if changed.any():
+            cov[np.ix_(days[changed], keep, keep)] = rho[changed] * scale[changed]
+            clipped[days[changed]] = True
+    return clipped

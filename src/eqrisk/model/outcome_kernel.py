@@ -1,0 +1,80 @@
+"""The compiled loop of the accuracy measure (`accuracy.portfolio_outcomes`): per session and
+portfolio, the weights of the members with a forecast and a return, the portfolio's factor
+exposures, its predicted variance, realised return and baseline. A portfolio holds a few dozen
+stocks, so the loop visits its members only (a dense weights x exposures product per session
+would touch every stock of every portfolio)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def portfolio_days(
+    members, weights, hedged, avail, index, level, values, cov, spec, r_sum, f_sum, base, fbase,
+    out_real, out_model, out_base,
+):  # fmt: skip
+    """Sessions are the columns of `avail` (n x S), `level` (n x S), `values` (3 x n x S),
+    `spec`, `r_sum`, `base` (n x S), `f_sum`, `fbase` (K x S) and `cov` (S x K x K); the
+    members of portfolio p are members[p, :] (-1 = padding) with weights[p, :]. Long weights of
+    the members present are scaled to sum to 1, short ones to -1. Outputs (P x S) are written
+    where the portfolio has a member; the horizon's scaling is the caller's."""
+    n_p, n_m = members.shape
+    n_s = avail.shape[1]
+    k = cov.shape[1]
+    x = np.zeros(k)
+    touched = np.zeros(k, dtype=np.bool_)
+    for t in range(n_s):
+        for p in range(n_p):
+            pos = 0.0
+            neg = 0.0
+            for a in range(n_m):
+                i = members[p, a]
+                if i < 0:
+                    break
+                if avail[i, t]:
+                    w = weights[p, a]
+                    if w > 0:
+                        pos += w
+                    else:
+                        neg -= w
+            if pos == 0.0 and neg == 0.0:
+                continue
+            x[:] = 0.0
+            touched[:] = False
+            spec_var = 0.0
+            real = 0.0
+            base_vol = 0.0
+            for a in range(n_m):
+                i = members[p, a]
+                if i < 0:
+                    break
+                if not avail[i, t]:
+                    continue
+                w = weights[p, a]
+                w = w / pos if w > 0 else w / neg
+                for j in range(level[i, t]):
+                    f = index[i, j]
+                    if f >= 0:
+                        x[f] += w * values[j, i, t]
+                        touched[f] = True
+                spec_var += w * w * spec[i, t]
+                real += w * r_sum[i, t]
+                if np.isfinite(base[i, t]):
+                    base_vol += abs(w) * base[i, t]
+            factor_var = 0.0
+            for f in range(k):
+                if not touched[f]:
+                    continue
+                if hedged[p]:
+                    real -= x[f] * f_sum[f, t]
+                    if np.isfinite(fbase[f, t]):
+                        base_vol += abs(x[f]) * fbase[f, t]
+                else:
+                    for g in range(k):
+                        if touched[g]:
+                            factor_var += x[f] * cov[t, f, g] * x[g]
+            out_real[p, t] = real
+            out_model[p, t] = np.sqrt(spec_var + factor_var)
+            out_base[p, t] = base_vol

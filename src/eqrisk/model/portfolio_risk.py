@@ -1,0 +1,216 @@
+"""A portfolio's risk on one session of the risk model: predicted volatility, tracking error,
+the factor / specific split, Euler contributions (per level, per factor, per position), and the
+ETF hedge with the volatility left after it. Pure: a `RiskModelDay` and positions in, numbers
+out, in O(N K + K^2) through the factor structure (never the N x N covariance).
+
+Positions are weights or dollars, shorts allowed; every figure is in the units of the
+positions (a weight portfolio's volatility is a fraction, a dollar portfolio's is dollars).
+With w the positions, H the exposures, F the factor covariance and D the specific variances:
+x = H'w, variance = x'Fx + sum w_i^2 D_i, and Euler's theorem splits the volatility s exactly:
+position i contributes w_i (H F x + D w)_i / s, factor k contributes x_k (F x)_k / s, the
+specific part sum w_i^2 D_i / s. The hedge sells x_k of each factor's ETF: what is left is the
+specific part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from eqrisk.model.risk_model import ANNUALIZATION, LEVEL_NAMES, RiskModelDay
+
+
+@dataclass(frozen=True)
+class Unusable:
+    """A ticker the answer could not use, and why."""
+
+    ticker: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Positions resolved against the model's rows (the usable ones only)."""
+
+    tickers: list[str]
+    rows: np.ndarray  # (m,) row of each in the model day
+    weights: np.ndarray  # (m,)
+    unusable: list[Unusable]
+
+
+@dataclass(frozen=True)
+class FactorBreakdown:
+    """Per factor the portfolio is exposed to (in the model's factor order)."""
+
+    keys: list[str]
+    levels: list[str]  # market, sector or subsector
+    exposure: np.ndarray  # x_k: the portfolio's exposure (units of the positions)
+    marginal: np.ndarray  # d vol / d x_k = (F x)_k / vol
+    contribution: np.ndarray  # x_k (F x)_k / vol
+    share: np.ndarray  # contribution / vol
+
+
+@dataclass(frozen=True)
+class PositionBreakdown:
+    tickers: list[str]
+    weights: np.ndarray
+    marginal: np.ndarray  # d vol / d w_i
+    contribution: np.ndarray  # w_i d vol / d w_i
+    share: np.ndarray
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The risk of one set of positions, with its Euler split."""
+
+    vol: float  # daily
+    vol_annual: float
+    factor_vol: float  # sqrt(x'Fx)
+    specific_vol: float  # sqrt(sum w^2 D)
+    by_level: dict[str, float]  # market, sector, subsector, specific: contributions to vol
+    factors: FactorBreakdown
+    positions: PositionBreakdown
+
+
+@dataclass(frozen=True)
+class Hedge:
+    """The ETF hedge at the model's level: sell `notional` of each factor (a negative notional
+    is a purchase); `tradable` is False for a group portfolio (no ETF in the data)."""
+
+    keys: list[str]
+    notional: np.ndarray
+    tradable: list[bool]
+    vol_after: float
+    vol_after_annual: float
+
+
+@dataclass(frozen=True)
+class PortfolioRisk:
+    session: int
+    portfolio: Attribution
+    active: Attribution | None  # positions less the benchmark: its vol is the tracking error
+    hedge: Hedge
+    unusable: list[Unusable]
+    benchmark_unusable: list[Unusable]
+
+    @property
+    def tracking_error(self) -> float | None:
+        return None if self.active is None else self.active.vol
+
+
+def resolve(day: RiskModelDay, positions: Mapping[str, float]) -> Positions:
+    """The positions the model can use, and the others with why."""
+    tickers = list(positions)
+    row_of = day.row_of
+    rows = np.array([row_of.get(t, -1) for t in tickers], dtype=np.int64)
+    weights = np.array([positions[t] for t in tickers], dtype=np.float64)
+    known = rows >= 0
+    ok = known & np.isfinite(weights) & (weights != 0.0)
+    ok[ok] = day.usable[rows[ok]]
+    unusable = []
+    for i in np.flatnonzero(~ok).tolist():
+        if not known[i]:
+            reason = "not in the model's universe"
+        elif not np.isfinite(weights[i]):
+            reason = "position is not a finite number"
+        elif weights[i] == 0.0:
+            reason = "position is zero"
+        else:
+            reason = day.problems[rows[i]] or "no forecast"
+        unusable.append(Unusable(tickers[i], reason))
+    keep = np.flatnonzero(ok)
+    return Positions([tickers[i] for i in keep.tolist()], rows[keep], weights[keep], unusable)
+
+
+def attribution(day: RiskModelDay, pos: Positions) -> Attribution:
+    """Volatility and its Euler split for resolved positions (see the module docstring)."""
+    idx = day.index[pos.rows]
+    val = day.values[pos.rows] * pos.weights[:, None]
+    has = idx >= 0
+    factors = np.unique(idx[has])
+    local = np.searchsorted(factors, idx)  # slot -> position in `factors` (where has)
+    x = np.bincount(local[has], weights=val[has], minlength=len(factors))
+    fx = day.cov[np.ix_(factors, factors)] @ x
+    factor_var = float(x @ fx)
+    d = day.specific_var[pos.rows]
+    spec_terms = pos.weights * d
+    spec_var = float(pos.weights @ spec_terms)
+    var = factor_var + spec_var
+    vol = float(np.sqrt(var)) if var > 0.0 else 0.0
+    inv = 1.0 / vol if vol > 0.0 else 0.0
+    through = np.where(has, day.values[pos.rows] * fx[np.where(has, local, 0)], 0.0).sum(axis=1)
+    marginal = (through + spec_terms) * inv
+    contribution = pos.weights * marginal
+    f_contrib = x * fx * inv
+    level_of = day.factor_level[factors]
+    per_level = np.bincount(level_of - 1, weights=f_contrib, minlength=3)
+    by_level = {name: float(per_level[j]) for j, name in enumerate(LEVEL_NAMES)}
+    by_level["specific"] = spec_var * inv
+    return Attribution(
+        vol=vol,
+        vol_annual=vol * float(ANNUALIZATION),
+        factor_vol=float(np.sqrt(max(factor_var, 0.0))),
+        specific_vol=float(np.sqrt(spec_var)),
+        by_level=by_level,
+        factors=FactorBreakdown(
+            keys=[day.factor_keys[k] for k in factors.tolist()],
+            levels=[LEVEL_NAMES[lv - 1] for lv in level_of.tolist()],
+            exposure=x,
+            marginal=fx * inv,
+            contribution=f_contrib,
+            share=f_contrib * inv,
+        ),
+        positions=PositionBreakdown(
+            tickers=pos.tickers,
+            weights=pos.weights,
+            marginal=marginal,
+            contribution=contribution,
+            share=contribution * inv,
+        ),
+    )
+
+
+def _active(portfolio: Positions, benchmark: Positions) -> Positions:
+    """Positions less the benchmark, row by row (a row in either)."""
+    rows = np.concatenate([portfolio.rows, benchmark.rows])
+    weights = np.concatenate([portfolio.weights, -benchmark.weights])
+    tickers = portfolio.tickers + benchmark.tickers
+    unique, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    net = np.bincount(inverse.ravel(), weights=weights, minlength=len(unique))
+    return Positions([tickers[i] for i in first.tolist()], unique, net, [])
+
+
+def portfolio_risk(
+    day: RiskModelDay,
+    positions: Mapping[str, float],
+    *,
+    benchmark: Mapping[str, float] | None = None,
+) -> PortfolioRisk:
+    """The risk of `positions` (ticker -> weight or dollars) on the model's session, with the
+    tracking error against `benchmark` (ticker -> weight, same units) when given."""
+    pos = resolve(day, positions)
+    portfolio = attribution(day, pos)
+    active = None
+    bench_unusable: list[Unusable] = []
+    if benchmark is not None:
+        bench = resolve(day, benchmark)
+        bench_unusable = bench.unusable
+        active = attribution(day, _active(pos, bench))
+    f = portfolio.factors
+    after = portfolio.specific_vol
+    return PortfolioRisk(
+        session=day.session,
+        portfolio=portfolio,
+        active=active,
+        hedge=Hedge(
+            keys=f.keys,
+            notional=-f.exposure,
+            tradable=[not k.startswith("group:") for k in f.keys],
+            vol_after=after,
+            vol_after_annual=after * float(ANNUALIZATION),
+        ),
+        unusable=pos.unusable,
+        benchmark_unusable=bench_unusable,
+    )

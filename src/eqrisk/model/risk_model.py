@@ -1,0 +1,318 @@
+"""The covariance forecast on the ETF hierarchy: Sigma_t = H_t F_t H_t' + D_t for every session t,
+from data up to t-1 only. Pure: arrays in, arrays out.
+
+- Factors: the published factor rows of the layout (market, sector and subsector ETFs, or
+  group portfolios where the data has no ETF).
+- Exposures H_t: a stock's hedge ratios at the model's level (L3 by default) published on
+  session t-1, on its own market, sector and subsector factors, so that selling those ETFs in
+  those amounts removes exactly that exposure. Where the level is not published that day, the
+  deepest level above it that is (L2, then L1). A row that is itself a factor series (SPY, XLK
+  ...) has exposure 1 to that factor and no specific risk.
+- Specific returns: r_t - sum_j H_t,j f_t,j: the return left after the previous session's
+  hedge, which is the cascade's `lk_rr` of the level used (bit for bit where the factors are
+  ETFs; a stock in a group portfolio is regressed on its group without itself, `lk_rr` uses
+  that row while the risk model uses the published group, a difference of one member's weight).
+- F: `covariance.factor_covariance`; D: `specific.specific_variance` on those specific returns,
+  grouped by sector unless the caller gives groups (size bands, say).
+
+`risk_model(..., state=...)` resumes at `state.session` and gives the same numbers bit for bit
+as one run over every session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from eqrisk.model.covariance import CovarianceParams, CovarianceState, FactorCovariance
+from eqrisk.model.covariance import factor_covariance as estimate_factor_covariance
+from eqrisk.model.run import LEVEL_HR
+from eqrisk.model.specific import SpecificParams, SpecificState, SpecificVariance
+from eqrisk.model.specific import specific_variance as estimate_specific_variance
+
+ANNUALIZATION = np.sqrt(252.0)
+LEVEL_NAMES = ("market", "sector", "subsector")
+
+
+@dataclass(frozen=True)
+class RiskParams:
+    """The risk model's settings: the hedge level of the exposures, F's and D's estimators."""
+
+    level: int = 3
+    covariance: CovarianceParams = field(default_factory=CovarianceParams)
+    specific: SpecificParams = field(default_factory=SpecificParams)
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVEL_HR:
+            raise ValueError(f"level must be 1, 2 or 3; got {self.level}")
+
+    def describe(self) -> dict[str, Any]:
+        c, s = self.covariance, self.specific
+        return {
+            "exposures": f"L{self.level} hedge ratios of the previous session",
+            "factor_vol_halflife": c.vol_halflife,
+            "factor_corr_halflife": c.corr_halflife,
+            "factor_min_obs": c.min_obs,
+            "specific_halflife": s.halflife,
+            "specific_min_obs": s.min_obs,
+            "specific_prior_obs": s.prior_obs,
+            "specific_floor_daily": s.floor,
+            "newey_west_lags": c.nw_lags,
+        }
+
+
+@dataclass(frozen=True)
+class RiskState:
+    """Where a run stopped: resume `risk_model` with it for the sessions after."""
+
+    covariance: CovarianceState
+    specific: SpecificState
+
+    @property
+    def session(self) -> int:
+        return self.covariance.session
+
+
+@dataclass(frozen=True)
+class Exposures:
+    """Each row's factors and exposures per forecast session."""
+
+    index: np.ndarray  # (n, 3) factor row of the market, sector, subsector slot; -1 = none
+    values: np.ndarray  # (3, n, T - start): hedge of t-1 (0 in an unused slot, NaN = none)
+    level: np.ndarray  # (n, T - start) int8: level of the hedge used, 0 = none
+
+
+def factor_levels(factor_index: np.ndarray, n_factors: int) -> np.ndarray:
+    """The level (1 market, 2 sector, 3 subsector) of each factor row: the first column of the
+    layout's factor index it appears in (0 for a row no symbol uses)."""
+    level = np.zeros(n_factors, dtype=np.int64)
+    for j in (2, 1, 0):
+        rows = factor_index[:, j]
+        level[rows[rows >= 0]] = j + 1
+    return level
+
+
+def hedge_exposures(
+    hedge_ratios: Mapping[str, np.ndarray],
+    factor_index: np.ndarray,
+    own_factor: np.ndarray,
+    level: int,
+    start: int = 0,
+) -> Exposures:
+    """Exposures of sessions start..T-1 from the published hedge ratios (n x T each, the
+    `lk_*_hr` fields; columns start-1 .. T-1 are read). `own_factor` (n,): the factor row each
+    row is (-1 for a stock)."""
+    n, n_t = next(iter(hedge_ratios.values())).shape
+    index = np.where(own_factor[:, None] >= 0, -1, factor_index).astype(np.int64)
+    index[own_factor >= 0, 0] = own_factor[own_factor >= 0]
+    values = np.full((3, n, n_t - start), np.nan)
+    used = np.zeros((n, n_t - start), dtype=np.int8)
+    lo = max(start, 1)
+    for lev in range(level, 0, -1):
+        names = LEVEL_HR[lev]
+        prev = [hedge_ratios[name][:, lo - 1 : n_t - 1] for name in names]
+        ok = np.ones((n, n_t - lo), dtype=bool)
+        for j, hr in enumerate(prev):
+            ok &= np.isfinite(hr) | (index[:, j] < 0)[:, None]
+        take = ok & (used[:, lo - start :] == 0)
+        for j in range(3):
+            slot = values[j, :, lo - start :]
+            source = prev[j] if j < len(prev) else np.zeros((n, n_t - lo))
+            # A slot the row has no factor for (or the level does not reach) holds 0.
+            source = np.where((index[:, j] >= 0)[:, None] & (j < lev), source, 0.0)
+            slot[take] = source[take]
+        used[:, lo - start :][take] = lev
+    own = own_factor >= 0
+    values[:, own] = 0.0
+    values[0, own] = 1.0
+    used[own] = 1
+    return Exposures(index=index, values=values, level=used)
+
+
+def specific_returns(
+    returns: np.ndarray, factor_returns: np.ndarray, exposures: Exposures, start: int = 0
+) -> np.ndarray:
+    """r_t - sum_j H_t,j f_t,j for sessions start..T-1 (the cascade's order of operations,
+    so that it equals `lk_rr` bit for bit where the factors are the published rows)."""
+    r = returns[:, start:]
+    total = np.zeros(r.shape)
+    level = exposures.level
+    for j in range(3):
+        idx = exposures.index[:, j]
+        has = idx >= 0
+        # Only the slots of the level used: a slot below it holds 0, whose product with a
+        # missing factor return (an ETF not listed yet) would be NaN.
+        term = exposures.values[j, has] * factor_returns[idx[has], start:]
+        total[has] += np.where(level[has] > j, term, 0.0)
+    total[level == 0] = np.nan
+    out: np.ndarray = r - total
+    return out
+
+
+@dataclass(frozen=True)
+class RiskModelDay:
+    """The model of one forecast session: what a portfolio's risk needs."""
+
+    session: int
+    symbols: np.ndarray  # (n,)
+    factor_keys: list[str]  # (K,)
+    factor_level: np.ndarray  # (K,)
+    cov: np.ndarray  # (K, K)
+    index: np.ndarray  # (n, 3) factor rows of the slots used that session, -1 = none
+    values: np.ndarray  # (n, 3) exposures (0 in a slot not used)
+    level: np.ndarray  # (n,) level of the hedge used, 0 = no exposures
+    specific_var: np.ndarray  # (n,)
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return {str(s): i for i, s in enumerate(self.symbols.tolist())}
+
+    @cached_property
+    def usable(self) -> np.ndarray:
+        """(n,) bool: the rows with a forecast this session."""
+        factor_ok = np.isfinite(np.diag(self.cov))
+        slots_ok = (self.index < 0) | factor_ok[np.clip(self.index, 0, None)]
+        ok: np.ndarray = (self.level > 0) & slots_ok.all(axis=1) & np.isfinite(self.specific_var)
+        return ok
+
+    @cached_property
+    def problems(self) -> list[str | None]:
+        """Why each row has no forecast this session (None: it has one)."""
+        factor_ok = np.isfinite(np.diag(self.cov))
+        out: list[str | None] = []
+        for i in range(len(self.symbols)):
+            idx = self.index[i]
+            if self.level[i] == 0:
+                out.append("no hedge ratios published for the previous session")
+            elif not all(factor_ok[j] for j in idx.tolist() if j >= 0):
+                out.append("too few returns of its ETFs for their covariance")
+            elif not np.isfinite(self.specific_var[i]):
+                out.append("too few out-of-sample residual returns for its specific risk")
+            else:
+                out.append(None)
+        return out
+
+
+@dataclass(frozen=True)
+class RiskModel:
+    """The risk model of sessions start..T-1 (arrays hold those sessions only)."""
+
+    start: int
+    symbols: np.ndarray
+    factor_keys: list[str]
+    factor_level: np.ndarray
+    exposures: Exposures
+    factor_cov: FactorCovariance
+    specific: SpecificVariance
+    params: RiskParams
+
+    @property
+    def state(self) -> RiskState:
+        return RiskState(self.factor_cov.state, self.specific.state)
+
+    def day(self, t: int) -> RiskModelDay:
+        """The model of forecast session t (an index of the whole calendar)."""
+        k = t - self.start
+        if not 0 <= k < self.factor_cov.cov.shape[0]:
+            raise IndexError(
+                f"session {t} is outside {self.start}..{self.factor_cov.state.session}"
+            )
+        level = self.exposures.level[:, k]
+        # Only the slots of the level used that session.
+        index = np.where(level[:, None] > np.arange(3)[None, :], self.exposures.index, -1)
+        return RiskModelDay(
+            session=t,
+            symbols=self.symbols,
+            factor_keys=self.factor_keys,
+            factor_level=self.factor_level,
+            cov=self.factor_cov.cov[k],
+            index=index,
+            values=np.where(index >= 0, self.exposures.values[:, :, k].T, 0.0),
+            level=level,
+            specific_var=self.specific.var[:, k],
+        )
+
+    @cached_property
+    def factor_var(self) -> np.ndarray:
+        """(n, T - start): h' F h of each row and session over the slots of the level used
+        (NaN where the row has no exposures or a factor of it no covariance)."""
+        idx, v, level = self.exposures.index, self.exposures.values, self.exposures.level
+        cov = self.factor_cov.cov
+        days = np.arange(cov.shape[0])[None, :]
+        out = np.zeros(v.shape[1:])
+        for a in range(3):
+            for b in range(3):
+                ia, ib = idx[:, a], idx[:, b]
+                has = (ia >= 0) & (ib >= 0)
+                term = v[a, has] * v[b, has] * cov[days, ia[has, None], ib[has, None]]
+                active = (level[has] > a) & (level[has] > b)
+                out[has] += np.where(active, term, 0.0)
+        out[level == 0] = np.nan
+        return out
+
+    @cached_property
+    def predicted(self) -> dict[str, np.ndarray]:
+        """Per row and session, daily volatilities: total, factor and specific (NaN where the
+        row has no forecast)."""
+        factor = self.factor_var
+        spec = self.specific.var
+        total = factor + spec
+        return {
+            "risk_total_vol": np.sqrt(total),
+            "risk_factor_vol": np.sqrt(np.where(np.isfinite(total), factor, np.nan)),
+            "risk_specific_vol": np.sqrt(np.where(np.isfinite(total), spec, np.nan)),
+        }
+
+
+def risk_model(
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    factor_index: np.ndarray,
+    factor_keys: list[str],
+    symbols: np.ndarray,
+    hedge_ratios: Mapping[str, np.ndarray],
+    params: RiskParams,
+    *,
+    groups: np.ndarray | None = None,
+    state: RiskState | None = None,
+) -> RiskModel:
+    """The risk model of every session from `state.session` on (all of them without a state).
+
+    `returns` (n x T), `factor_returns` (K x T, the layout's published rows), `factor_index`
+    (n x 3, into them), `hedge_ratios`: the cascade's `lk_*_hr` fields (n x T). `groups` (n,) or
+    (n x T): each row's shrinkage group for D, default its sector factor row.
+    """
+    start = 0 if state is None else state.session
+    if state is not None and state.specific.session != start:
+        raise ValueError("the state's factor and specific parts stop at different sessions")
+    own = np.array([factor_keys.index(s) if s in factor_keys else -1 for s in symbols.tolist()])
+    exposures = hedge_exposures(hedge_ratios, factor_index, own, params.level, start)
+    resid = specific_returns(returns, factor_returns, exposures, start)
+    resid[own >= 0] = np.nan  # a factor's own row has no specific risk, and joins no group
+    cov = estimate_factor_covariance(
+        factor_returns, params.covariance, state=None if state is None else state.covariance
+    )
+    if groups is None:
+        groups = factor_index[:, 1]
+    spec = estimate_specific_variance(
+        resid,
+        groups if groups.ndim == 1 else groups[:, start:],
+        params.specific,
+        state=None if state is None else state.specific,
+        first_column=start,
+    )
+    spec.var[own >= 0] = 0.0
+    return RiskModel(
+        start=start,
+        symbols=symbols,
+        factor_keys=list(factor_keys),
+        factor_level=factor_levels(factor_index, len(factor_keys)),
+        exposures=exposures,
+        factor_cov=cov,
+        specific=spec,
+        params=params,
+    )

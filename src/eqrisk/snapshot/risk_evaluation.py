@@ -1,0 +1,118 @@
+"""The risk forecast's accuracy on a data set (`eqrisk evaluate`): the model run, the risk model
+of every session, and the accuracy figures of `model.accuracy`, as one small record.
+
+The record (`accuracy_record`) is what a snapshot can carry beside its lineage: the period, the
+risk model's settings, and per horizon and family of portfolios the bias statistic and its
+rolling 12-month deviation, the model's next to the baseline's, with the band and the floor that
+say what "close to 1" means on that many observations with these tails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from eqrisk.data.panel import Panel
+from eqrisk.model.accuracy import FAMILIES, YEAR, evaluate_forecasts
+from eqrisk.model.cascade import rolling_std
+from eqrisk.model.risk_model import RiskParams, risk_model
+from eqrisk.model.run import (
+    VOL_SHORT_MIN_OBS,
+    VOL_SHORT_WINDOW,
+    ModelParams,
+    ModelResult,
+    plan_model,
+    run_model,
+)
+
+DAILY = np.sqrt(252.0)
+MEASURE = (
+    "bias statistic b = standard deviation of (realised return / predicted volatility) over "
+    "the forecasts of a period; 1 = right on average, above 1 = risk under-predicted, below 1 = "
+    "over-predicted"
+)
+READING = {
+    "bias": "closer to 1 is better; within `band` it cannot be told from 1 on that many "
+    "observations",
+    "mad_12m": "mean absolute deviation from 1 of b over rolling 12-month windows (one a "
+    "month): lower is better; `mad_12m_floor` is what a forecast right on every session "
+    "would still show with these fat tails",
+    "baseline": "a portfolio's volatility as the weighted average of its positions' "
+    "23-session volatilities, sum |w_i| s_i (no diversification; the hedge's ETF legs are "
+    "positions)",
+}
+FAMILY_TEXT = {
+    "single_stocks": "single stocks (median over stocks of each one's figure)",
+    "random_long_only": "100 random long-only portfolios of 50 stocks",
+    "sector": "one equal-weight portfolio per sector",
+    "long_short": "100 random long-short portfolios (50 long, 50 short, dollar neutral)",
+    "hedged_l3": "the random long-only portfolios hedged with their L3 ETF hedge",
+}
+
+
+def risk_accuracy(
+    panel: Panel,
+    master: pd.DataFrame,
+    model_params: ModelParams,
+    risk_params: RiskParams,
+    *,
+    exclude: np.ndarray | None = None,
+    result: ModelResult | None = None,
+    horizons: tuple[int, ...] = (1, 21),
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The accuracy record of the risk model on this panel (`result`: a run of the same panel
+    and parameters, reused when the caller has one)."""
+    progress = say or (lambda _msg: None)
+    progress("risk model: factor series")
+    plan = plan_model(panel, master, model_params, exclude=exclude)
+    if result is None:
+        progress("risk model: hedge ratios")
+        result = run_model(panel, master, model_params, exclude=exclude)
+    m = result.metrics
+    layout = plan.layout
+    progress("risk model: F and D of every session")
+    model = risk_model(
+        m["return"], layout.factors, layout.fidx, layout.keys, result.symbols, m, risk_params
+    )
+    stocks = plan.is_stock & (layout.fidx[:, 1] >= 0)
+    progress("risk model: out-of-sample figures")
+    factor_vol23 = rolling_std(layout.factors, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS)
+    figures = evaluate_forecasts(
+        model,
+        m["return"],
+        layout.factors,
+        m["vol_23d"] / DAILY,
+        factor_vol23,
+        stocks,
+        np.where(stocks, layout.fidx[:, 1], -1),
+        horizons=horizons,
+        burn_in=YEAR,
+    )
+    sessions = pd.DatetimeIndex(result.sessions)
+    first = min(YEAR, len(sessions) - 1) if len(sessions) else 0
+    return accuracy_record(figures, sessions[first:], risk_params)
+
+
+def accuracy_record(
+    figures: dict[str, dict[str, Any]], sessions: pd.DatetimeIndex, params: RiskParams
+) -> dict[str, Any]:
+    """The small record a snapshot can carry: what is measured, how to read it, the period,
+    the settings and the figures."""
+    return {
+        "measure": MEASURE,
+        "reading": READING,
+        "period": {
+            "first": sessions[0].date().isoformat() if len(sessions) else None,
+            "last": sessions[-1].date().isoformat() if len(sessions) else None,
+            "sessions": len(sessions),
+        },
+        "forecast": "the forecast of session t uses data up to t-1; the h-day forecast is "
+        "sqrt(h) times the daily volatility, against the sum of the next h daily returns",
+        "risk_model": params.describe(),
+        "families": {name: FAMILY_TEXT[name] for name in ("single_stocks", *FAMILIES)},
+        "horizons": figures,
+    }
