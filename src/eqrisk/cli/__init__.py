@@ -1,11 +1,11 @@
 """The `eqrisk` command: `app` (in `eqrisk.cli.app`) with the command groups registered on it
 by importing their modules, in the order `eqrisk --help` lists them."""
 
-from eqrisk.cli import data, serve, evaluate, snapshots, accounts, bench  # noqa: I001 (help order)
+from eqrisk.cli import data, demo, serve, evaluate, snapshots, accounts, bench  # noqa: I001 (help order)
 from eqrisk.cli.app import app
 
-__all__ = ["accounts", "app", "bench", "data", "evaluate", "main", "serve", "snapshots"]
+__all__ = ["accounts", "app", "bench", "data", "demo", "evaluate", "main", "serve", "snapshots"]
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    app()
+    app(prog_name="eqrisk")
