@@ -60,7 +60,7 @@ ColumnOpt = Annotated[
     ),
 ]
 PricesArg = Annotated[
-    list[Path], typer.Argument(metavar="PRICES...", help="Price files: CSV, CSV.gz or Parquet.")
+    list[Path], typer.Argument(metavar="PRICES", help="Price files: CSV, CSV.gz or Parquet.")
 ]
 
 
@@ -252,7 +252,7 @@ def _build(
 def update(
     prices: Annotated[
         list[Path],
-        typer.Argument(metavar="PRICES...", help="New price files (new sessions, revisions)."),
+        typer.Argument(metavar="PRICES", help="New price files (new sessions, revisions)."),
     ],
     master: Annotated[Path | None, typer.Option(help="Master rows to merge.")] = None,
     source: Annotated[str | None, typer.Option(help="data_source label.")] = None,

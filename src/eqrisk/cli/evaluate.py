@@ -6,15 +6,8 @@ from typing import Annotated
 
 import typer
 
-from eqrisk.cli.app import (
-    JsonOpt,
-    app,
-    effective_settings,
-    err,
-    fail,
-    print_json,
-    stages,
-)
+from eqrisk.cli.app import JsonOpt, app, effective_settings, fail
+from eqrisk.cli.output import print_json, result, stages
 
 
 @app.command()
@@ -22,12 +15,13 @@ def evaluate(
     window: Annotated[int | None, typer.Option(help="Rolling window in sessions.")] = None,
     min_obs: Annotated[int | None, typer.Option(help="Observations before publishing.")] = None,
     halflife: Annotated[
-        list[float] | None, typer.Option(help="EWMA half-lives to compare (repeatable).")
+        list[float] | None,
+        typer.Option(metavar="SESSIONS", help="EWMA half-lives to compare (repeatable)."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Realised next-day hedge quality (hedged over unhedged variance) of the model on the
-    ingested data, per level and per estimator (equal weights, EWMA half-lives)."""
+    """The model's next-day hedge quality on the ingested data. Realised hedged over unhedged
+    variance, per level and per estimator (equal weights, EWMA half-lives)."""
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.evaluate import DEFAULT_HALFLIVES
     from eqrisk.snapshot.evaluate import evaluate as run_evaluate
@@ -55,4 +49,4 @@ def evaluate(
                 for lvl, v in levels.items()
             )
             n = next(iter(levels.values()))["stocks"]
-            err.print(f"{item['estimator']:>10} {universe} ({n} stocks): {figures}")
+            result(f"{item['estimator']:>10} {universe} ({n} stocks): {figures}")
