@@ -32,12 +32,16 @@ def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def demo_cli_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    home = tmp_path_factory.mktemp("cli-home")
+def demo_in(home: Path) -> tuple[Path, dict]:
+    """`eqrisk demo --no-serve --json` in `home`: the home and the printed summary."""
     proc = run(home, "demo", "--no-serve", "--json")
     assert proc.returncode == 0, proc.stderr
     return home, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def demo_cli_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    return demo_in(tmp_path_factory.mktemp("cli-home"))
 
 
 def test_demo_builds_a_snapshot_and_prints_one_json_document(demo_cli_home) -> None:
@@ -143,11 +147,8 @@ def test_update_merges_and_builds_incrementally_and_build_full_rebuilds(
 
 @pytest.fixture(scope="module")
 def visit_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A home of `eqrisk demo --no-serve --json` that only the first-visit tests use."""
-    home = tmp_path_factory.mktemp("visit-home")
-    proc = run(home, "demo", "--no-serve", "--json")
-    assert proc.returncode == 0, proc.stderr
-    return home, json.loads(proc.stdout)
+    """A demo home that only the first-visit tests use (the others change theirs)."""
+    return demo_in(tmp_path_factory.mktemp("visit-home"))
 
 
 def test_demo_makes_one_evaluation_key_in_its_home_prints_it_and_keeps_it(
