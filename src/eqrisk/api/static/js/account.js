@@ -27,7 +27,13 @@ function useKey(key, remember) {
   state.accountError = null;
   state.usage = { requests: 0, usd: 0 };
   state.rate = { limit: null, remaining: null };
-  state.client = new Client(key, { onMeter, onWait });
+  onWait({ until: 0, waiting: 0, problem: null }); // the last key's wait is not this one's
+  // A client left behind (another key) may still finish a request: it no longer speaks.
+  const client = new Client(key, {
+    onMeter: (m) => client === state.client && onMeter(m),
+    onWait: (w) => client === state.client && onWait(w),
+  });
+  state.client = client;
   try {
     if (remember) localStorage.setItem(KEY_STORE, key);
     else localStorage.removeItem(KEY_STORE);
@@ -49,6 +55,7 @@ function forgetKey() {
   state.key = null;
   state.client = null;
   state.accountError = null;
+  onWait({ until: 0, waiting: 0, problem: null });
   renderStrip();
   onKeyChange();
   askForKey();
