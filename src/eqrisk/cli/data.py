@@ -14,11 +14,9 @@ from eqrisk.cli.app import (
     app,
     effective_settings,
     fail,
-    print_json,
-    stages,
     summary_line,
 )
-from eqrisk.cli.output import out, result
+from eqrisk.cli.output import out, print_json, result, stages
 from eqrisk.settings import Settings
 
 if TYPE_CHECKING:  # imported by the commands that need it, not at start-up

@@ -14,7 +14,7 @@ import typer
 
 from eqrisk.cli.app import SUMMARY_KEYS, JsonOpt, app, fail, summary_line
 from eqrisk.cli.output import note, print_json, result, stages
-from eqrisk.cli.serve import HostOpt, PortOpt, preflight
+from eqrisk.cli.serve import HostOpt, PortOpt, preflight, run_server
 from eqrisk.settings import Settings, get_settings
 
 EVALUATION_KEY_FILE = Path("demo") / "evaluation-key"  # under the demo's home, mode 0600
@@ -133,8 +133,6 @@ def demo(
             )
     if not serve:
         return
-    from eqrisk.cli.serve import run_server
-
     offered = ""
     if key is not None and _is_loopback(host):
         # Worker processes build the app from the settings: the key travels in the environment.
