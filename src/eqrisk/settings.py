@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         default=SecretStr("eqrisk-demo"),
         description="The shared, documented demo key (rotate it by setting another value).",
     )
+    evaluation_key: SecretStr | None = Field(
+        default=None,
+        description="A key the dashboard offers every visitor as the local evaluation key: "
+        "`eqrisk demo` sets it for its own server, on a loopback address only (never set it "
+        "on a server other people reach).",
+    )
     webhook_secret: SecretStr | None = Field(
         default=None, description="Shared secret of the payment-provider webhook (off if unset)."
     )
@@ -143,7 +149,14 @@ class Settings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""
         out = self.model_dump(mode="json")
-        for key in ("database_url", "redis_url", "webhook_secret", "demo_key", "tiingo_api_key"):
+        for key in (
+            "database_url",
+            "redis_url",
+            "webhook_secret",
+            "demo_key",
+            "evaluation_key",
+            "tiingo_api_key",
+        ):
             if out.get(key):
                 out[key] = "**********"
         out["home"] = str(self.home_dir)

@@ -1,4 +1,5 @@
-"""The dashboard at `/`, in real headless Chromium against `eqrisk serve` on the demo market.
+"""The dashboard at `/`, in real headless Chromium against `eqrisk serve` on the demo market
+(with one large stock left unpriced for the last two sessions: the stale stock the page marks).
 
 Chromium and its driver are Debian's (`.ci/run` installs them); nothing is downloaded while the
 tests run. Without them these tests fail, unless EQRISK_SKIP_BROWSER=1 says to skip them. They
@@ -10,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,12 +37,39 @@ WAIT_S = 60  # generous: the development machine is small and shared
 
 
 @pytest.fixture(scope="module")
-def server(demo_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`eqrisk serve` in a child process on a copy of the demo snapshot, with a funded key."""
+def stale_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The demo market built through the user's path, except that its largest stock outside the
+    demo tickers has no price for the last two sessions; with a funded key. Returns the home
+    and that stock."""
+    import pandas as pd
+
+    from eqrisk.data.demo import DATA_SOURCE, generate_demo, write_demo_files
+    from eqrisk.data.ingest import ingest
+    from eqrisk.model.run import ModelParams
+    from eqrisk.snapshot.build import build_snapshot
+
     home = tmp_path_factory.mktemp("dashboard-home")
-    shutil.copytree(demo_home / "snapshots", home / "snapshots")
+    files = write_demo_files(generate_demo(seed=7), home / "demo")
+    prices, master = pd.read_csv(files["prices"]), pd.read_csv(files["master"])
+    last = prices[prices["date"] == prices["date"].max()].merge(master, on="symbol")
+    stocks = last[(last["asset_type"] == "stock") & ~last["symbol"].isin(MAG7)]
+    largest = stocks.assign(cap=stocks["shares"] * stocks["close"]).nlargest(1, "cap")
+    ticker = str(largest["symbol"].iloc[0])
+    dropped = sorted(prices["date"].unique())[-2:]
+    prices = prices[~((prices["symbol"] == ticker) & prices["date"].isin(dropped))]
+    prices.to_csv(files["prices"], index=False)
+    report = ingest([files["prices"]], files["master"], home=home, data_source=DATA_SOURCE)
+    assert report.ok, report.issues
+    build_snapshot(home, ModelParams())
     register_key(home)
-    with Server(home) as running:
+    return home, ticker
+
+
+@pytest.fixture(scope="module")
+def server(stale_home: tuple[Path, str]) -> Iterator[str]:
+    """`eqrisk serve` in a child process on that home; its page offers the funded key as the
+    local evaluation key (as the server `eqrisk demo` starts does)."""
+    with Server(stale_home[0], EQRISK_EVALUATION_KEY=TEST_KEY) as running:
         yield running.base
 
 
@@ -160,6 +187,47 @@ def problem_shown(driver: Any, status: int) -> dict[str, str]:
         return p && {code: p.dataset.code, text: p.innerText}""",
         status,
     )
+
+
+def expected_hedge(api: httpx.Client, dollars: dict[str, float]) -> dict[tuple[str, str], float]:
+    """The book's hedge computed here from the metrics route: per (layer, ETF), the sum of
+    position dollars x L3 hedge ratio."""
+    expected: dict[tuple[str, str], float] = {}
+    for ticker, amount in dollars.items():
+        doc = api.get(f"/api/metrics/{ticker}").json()
+        m, meta = doc["metrics"], doc["meta"]
+        for layer, column, etf in (
+            ("market", "l3_mkt_hr", meta["market_etf"]),
+            ("sector", "l3_sec_hr", meta["sector_etf"]),
+            ("subsector", "l3_sub_hr", meta["subsector_etf"]),
+        ):
+            if etf and m[column] is not None and not math.isnan(m[column]):
+                expected[(layer, etf)] = expected.get((layer, etf), 0.0) + amount * m[column]
+    return expected
+
+
+def hedge_rows(driver: Any) -> dict[tuple[str, str], tuple[float, float, str]]:
+    """The hedge table as drawn: (layer, ETF) -> (dollars, per $1 of the book, row text)."""
+    rows = driver.execute_script(
+        "return [...document.querySelectorAll('#hedge-notional tbody tr')].map(tr => "
+        "[tr.dataset.layer, tr.dataset.etf, Number(tr.dataset.usd), Number(tr.dataset.perDollar),"
+        " tr.innerText])"
+    )
+    return {(layer, etf): (usd, per, text) for layer, etf, usd, per, text in rows}
+
+
+def one_wait_shown(driver: Any) -> tuple[dict[str, Any], int | None]:
+    """The wait box once it shows, and the strip's countdown read at the same instant."""
+    box = wait_js(
+        driver,
+        """const box = document.getElementById('wait-box');
+        if (box.hidden) return null;
+        const strip = document.querySelector('#account [data-item="rate"] .wait-count');
+        return {status: box.dataset.status, text: box.innerText,
+                seconds: parseInt(box.querySelector('.wait-count').textContent),
+                strip: strip && parseInt(strip.textContent)}""",
+    )
+    return box, box["strip"]
 
 
 def cumulative(returns: list[float | None]) -> list[float | None]:
@@ -377,26 +445,14 @@ def test_portfolio_of_three_tickers_shows_its_hedge(
     spec = ",".join(f"{t}:{w:g}" for t, w in weights.items())
     fresh_visit(browser, server, TEST_KEY, f"#/portfolio?p={spec}&value=2000000")
     wait_js(browser, "return document.querySelector('#hedge-notional tbody tr')")
-    expected: dict[tuple[str, str], float] = {}
-    for ticker, weight in weights.items():
-        doc = api.get(f"/api/metrics/{ticker}").json()
-        m, meta = doc["metrics"], doc["meta"]
-        for layer, column, etf in (
-            ("market", "l3_mkt_hr", meta["market_etf"]),
-            ("sector", "l3_sec_hr", meta["sector_etf"]),
-            ("subsector", "l3_sub_hr", meta["subsector_etf"]),
-        ):
-            if etf and m[column] is not None and not math.isnan(m[column]):
-                expected[(layer, etf)] = expected.get((layer, etf), 0.0) + weight / 100 * m[column]
-    shown = browser.execute_script(
-        "return [...document.querySelectorAll('#hedge-notional tbody tr')]"
-        ".map(tr => [tr.dataset.layer, tr.dataset.etf, Number(tr.dataset.notional), tr.innerText])"
-    )
-    assert {(layer, etf) for layer, etf, _, _ in shown} == set(expected)
+    expected = expected_hedge(api, {t: w / 100 * 2_000_000 for t, w in weights.items()})
+    shown = hedge_rows(browser)
+    assert set(shown) == set(expected)
     assert ("market", "SPY") in expected and len(expected) >= 4  # SPY, XLK, XLV, SMH, XBI, IGV
-    for layer, etf, notional, text in shown:
-        assert notional == pytest.approx(expected[(layer, etf)], rel=1e-12)
-        side = "Sell" if notional >= 0 else "Buy"
+    for (layer, etf), (usd, per_dollar, text) in shown.items():
+        assert usd == pytest.approx(expected[(layer, etf)], rel=1e-12)
+        assert per_dollar == pytest.approx(expected[(layer, etf)] / 2_000_000, rel=1e-12)
+        side = "Sell" if usd >= 0 else "Buy"
         assert text.startswith(f"{etf}\t{side} $"), text
     assert trace_lengths(browser, "chart-portfolio-hedge") == [len(expected)]
     positions = browser.execute_script(
@@ -409,11 +465,12 @@ def test_portfolio_of_three_tickers_shows_its_hedge(
 # ------------------------------------------------------------------------------ keys, errors
 
 
-def test_demo_key_first_visit_shows_its_view_then_403_and_429(
+def test_demo_key_first_visit_shows_every_view_waiting_out_its_limit(
     browser: Any, server: str, api: httpx.Client
 ) -> None:
     """The demo key's five requests a minute: heatmap, a stock (snapshot + history), a
-    portfolio; then a non-demo ticker (403) and one request too many (429)."""
+    portfolio, a non-demo ticker (403); the next stock waits, visibly, for the window's next
+    free request (one countdown, the same in the strip and the wait box), then completes."""
     from selenium.webdriver.common.by import By
 
     fresh_visit(browser, server, None)
@@ -444,12 +501,22 @@ def test_demo_key_first_visit_shows_its_view_then_403_and_429(
     assert "Not available with the demo key" in shown["text"] and "FLR" in shown["text"]
     assert browser.execute_script("return document.querySelectorAll('#view .chart').length") == 0
 
-    browser.execute_script("location.hash = '#/stock/TSLA'")  # 6: over the limit
-    shown = problem_shown(browser, 429)
-    assert shown["code"] == "RATE_LIMIT_EXCEEDED" and "Too many requests" in shown["text"]
-    wait = browser.find_element(By.CSS_SELECTOR, "#view .retry-wait").text
-    assert 1 <= int(wait.removesuffix(" s")) <= 60
-    assert browser.find_element(By.CSS_SELECTOR, "#view button.retry").get_attribute("disabled")
+    browser.execute_script("location.hash = '#/stock/TSLA'")  # 6: none left this minute
+    box, strip = one_wait_shown(browser)
+    assert box["status"] == "wait" and "completes by itself" in box["text"]
+    # A minute after the first request, in whole seconds counted from the answer's Date header
+    # (both rounded up): at most 61 when the page made its five requests within a second.
+    assert 1 <= box["seconds"] <= 61 and strip == box["seconds"]
+    # The window frees the first request a minute after it was made; then the view completes.
+    for chart in ("chart-shares", "chart-hedges", "chart-returns"):
+        wait_js(
+            browser,
+            "const g = document.getElementById(arguments[0]); return !!(g && g.data)",
+            chart,
+            timeout=WAIT_S + 60,
+        )
+    assert browser.execute_script("return document.getElementById('wait-box').hidden")
+    assert browser.execute_script("return document.querySelectorAll('#view .problem').length") == 0
 
 
 def test_a_bad_key_shows_the_401_message(browser: Any, server: str) -> None:
@@ -464,6 +531,253 @@ def test_a_bad_key_shows_the_401_message(browser: Any, server: str) -> None:
     # the account strip asks /api/balance on its own: wait for its answer, then read it
     wait_js(browser, "return document.getElementById('account').textContent.includes('accepted')")
     assert "not accepted" in browser.find_element(By.ID, "account").text
+
+
+def key_in(home: Path, *, rate_limit: str, balance_tokens: int | None = None) -> str:
+    """A verified account in the server's home with one key of `rate_limit`, its balance
+    brought down to `balance_tokens` (by a charge, as the gate would) when given."""
+    from eqrisk.accounts.book import Accounts
+    from eqrisk.accounts.db import make_engine
+
+    accounts = Accounts(make_engine(home))
+    account_id = accounts.create_account("page tests")["account_id"]
+    accounts.verify_card(account_id, provider="tests")
+    made = accounts.create_key(account_id, rate_limit=rate_limit)
+    if balance_tokens is not None:
+        spend = accounts.balance(account_id) - balance_tokens
+        accounts.charge(
+            account_id,
+            spend,
+            key_id=made["key_id"],
+            route="tests",
+            params_digest="-",
+            request_id="spend-down",
+        )
+        assert accounts.balance(account_id) == balance_tokens
+    accounts.engine.dispose()
+    return made["key"]
+
+
+def test_a_429_is_waited_out_in_sight_and_the_view_completes(
+    browser: Any, server: str, stale_home: tuple[Path, str], api: httpx.Client
+) -> None:
+    """Another client spends the key's window (3 requests in 10 s); the page's first requests
+    are refused (429): one wait box with the countdown the strip shows, then the stock page
+    completes with every chart, without a click."""
+    key = key_in(stale_home[0], rate_limit="3/10 seconds")
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {key}"}) as other:
+        statuses = [
+            other.get("/api/tickers", params={"mag7": "true"}).status_code for _ in range(4)
+        ]
+    assert statuses == [200, 200, 200, 429]
+    fresh_visit(browser, server, key, "#/stock/NVDA?years=1")
+    box, strip = one_wait_shown(browser)
+    assert box["status"] == "429" and "Too many requests (429)" in box["text"]
+    assert "This key allows 3/10 seconds" in box["text"]
+    assert 1 <= box["seconds"] <= 10 and strip == box["seconds"]
+    for chart in ("chart-shares", "chart-hedges", "chart-returns"):
+        plotted(browser, chart)
+    rows = api.get("/api/ticker-returns", params={"ticker": "NVDA", "years": 1}).json()["data"]
+    assert trace_lengths(browser, "chart-returns") == [len(rows)] * 2
+    assert browser.execute_script("return document.getElementById('wait-box').hidden")
+    assert (
+        browser.execute_script("return document.querySelectorAll('.problem:not([hidden])').length")
+        == 0
+    )
+    assert "not accepted" not in browser.find_element("id", "account").text
+
+
+def test_a_402_in_one_view_leaves_the_other_views_whole(
+    browser: Any, server: str, stale_home: tuple[Path, str]
+) -> None:
+    """A balance of 0.012 USD: the market (0.005) is drawn; the portfolio (0.01 at least)
+    finds 0.007 left and says 402 in its place; the market is whole again from the page's
+    cache, and a stock whose history no longer fits shows its snapshot and the 402 beside."""
+    key = key_in(stale_home[0], rate_limit="1000/minute", balance_tokens=600)  # 0.012 USD
+    fresh_visit(browser, server, key)
+    plotted(browser, "treemap")
+    browser.execute_script("location.hash = '#/portfolio?p=AAPL:40,MSFT:30,NVDA:30'")
+    shown = problem_shown(browser, 402)
+    assert shown["code"] == "INSUFFICIENT_BALANCE" and "Not enough credit (402)" in shown["text"]
+
+    browser.execute_script("location.hash = '#/market'")
+    plotted(browser, "treemap")
+    assert browser.execute_script("return document.querySelectorAll('#view .problem').length") == 0
+    strip = wait_js(browser, "return document.getElementById('account').innerText")
+    assert "0.0070" in strip, strip
+
+    browser.execute_script("location.hash = '#/stock/NVDA?years=1'")  # metrics fit, history not
+    shown = problem_shown(browser, 402)
+    assert (
+        browser.execute_script(
+            "return document.querySelectorAll('#snapshot td[data-metric]').length"
+        )
+        == 15
+    )
+    browser.execute_script("location.hash = '#/market'")
+    plotted(browser, "treemap")
+    assert browser.execute_script("return document.querySelectorAll('#view .problem').length") == 0
+
+
+def test_the_stale_stock_is_marked_wherever_it_appears(
+    browser: Any, server: str, stale_home: tuple[Path, str], api: httpx.Client
+) -> None:
+    """The stock priced last two sessions before the data date: badge and last session on the
+    market map (its rectangle, its hover, the list under the map), its page and its row of a
+    portfolio; no other stock is marked."""
+    ticker = stale_home[1]
+    doc = api.get(f"/api/metrics/{ticker}").json()
+    assert doc["stale"] and doc["sessions_behind"] == 2
+    last = doc["last_session"]
+    heatmap = api.get("/api/heatmap", params={"limit": 100}).json()["data"]
+    assert [r["ticker"] for r in heatmap if r["stale"]] == [ticker]
+
+    fresh_visit(browser, server, TEST_KEY)
+    plotted(browser, "treemap")
+    marks = browser.execute_script(
+        "const t = document.getElementById('treemap').data[0];"
+        "return Object.fromEntries(t.ids.map((id, i) => [id, t.customdata[i][4]]))"
+    )
+    assert marks[f"stock/{ticker}"] == f"<br>stale: last priced {last}"
+    assert [k for k, v in marks.items() if v] == [f"stock/{ticker}"]
+    listed = browser.execute_script(
+        "return [...document.querySelectorAll('#stale-list li')].map(li => "
+        "[li.dataset.ticker, li.querySelector('.stale-badge').dataset.lastSession])"
+    )
+    assert listed == [[ticker, last]]
+
+    browser.execute_script("location.hash = arguments[0]", f"#/stock/{ticker}")
+    badge = wait_js(
+        browser,
+        "const b = document.querySelector('#stock-title .stale-badge');"
+        "return b && [b.dataset.staleTicker, b.dataset.lastSession, b.innerText]",
+    )
+    assert badge == [ticker, last, f"stale: last priced {last}"]
+
+    browser.execute_script("location.hash = arguments[0]", f"#/portfolio?p={ticker}:50,MSFT:50")
+    wait_js(browser, "return document.querySelector('#position-table tbody tr')")
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#position-table tbody tr')].map(tr => "
+        "[tr.dataset.ticker, (tr.querySelector('.stale-badge') || {dataset: {}}).dataset.lastSession])"
+    )
+    assert rows == [[ticker, last], ["MSFT", None]]
+
+
+def test_positions_in_dollars_hedge_the_same_book_as_in_percent(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    """A long/short book in dollars: the hedge is the sum of dollars x hedge ratio per ETF
+    (computed here from /api/metrics); switching to percent rewrites the positions as shares
+    of the gross, and analysing that gives the same dollars."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    book = {"NVDA": 600_000.0, "AAPL": 250_000.0, "MSFT": -150_000.0}
+    spec = ",".join(f"{t}:{d:g}" for t, d in book.items())
+    fresh_visit(browser, server, TEST_KEY, f"#/portfolio?p={spec}&units=usd")
+    wait_js(browser, "return document.querySelector('#hedge-notional tbody tr')")
+    expected = expected_hedge(api, book)
+    gross = sum(abs(d) for d in book.values())
+    shown = hedge_rows(browser)
+    assert set(shown) == set(expected)
+    for key, (usd, per_dollar, _) in shown.items():
+        assert usd == pytest.approx(expected[key], rel=1e-12)
+        assert per_dollar == pytest.approx(expected[key] / gross, rel=1e-12)
+    positions = browser.execute_script(
+        "return [...document.querySelectorAll('#position-table tbody tr')]"
+        ".map(tr => [tr.dataset.ticker, Number(tr.dataset.usd)])"
+    )
+    assert positions == [[t, d] for t, d in book.items()]
+
+    Select(browser.find_element(By.ID, "portfolio-units")).select_by_value("pct")
+    amounts = browser.execute_script(
+        "return [...document.querySelectorAll('#positions .pos-amount')].map(i => Number(i.value))"
+    )
+    assert amounts == [60.0, 25.0, -15.0]
+    assert browser.find_element(By.ID, "portfolio-value").get_attribute("value") == "1000000"
+    browser.find_element(By.ID, "analyze").click()
+    wait_js(browser, "return location.hash.includes('value=1000000')")
+    wait_js(browser, "return document.querySelector('#hedge-notional tbody tr')")
+    for key, (usd, _, _) in hedge_rows(browser).items():
+        assert usd == pytest.approx(expected[key], rel=1e-12)
+
+
+def test_the_page_offers_the_local_evaluation_key_of_its_server(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    """The server's evaluation key (set by `eqrisk demo`; here the funded test key) is one click
+    away on a first visit, and opens the whole market; a server without one offers none."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/")
+    browser.execute_script("localStorage.clear()")
+    browser.refresh()
+    wait_js(browser, "return document.getElementById('key-dialog').open")
+    button = browser.find_element(By.ID, "use-evaluation")
+    assert button.is_displayed() and button.text == "Use the local evaluation key"
+    button.click()
+    plotted(browser, "treemap")
+    rows = api.get("/api/heatmap", params={"limit": 100}).json()["data"]
+    assert len([s for s in treemap_slices(browser) if s["id"].startswith("stock/")]) == len(rows)
+    assert "local evaluation key" in browser.find_element(By.ID, "account").text
+    page = httpx.get(f"{server}/")
+    assert f'<meta name="eqrisk-evaluation-key" content="{TEST_KEY}">' in page.text
+    assert page.headers["cache-control"] == "no-store"
+
+
+def test_the_page_fits_a_phone_and_no_legend_covers_a_plot(
+    browser: Any, server: str, stale_home: tuple[Path, str]
+) -> None:
+    """At 390 px (a phone, device emulation) no page scrolls sideways and no table is cut; on
+    the phone and on the desktop every chart's legend lies outside its plot."""
+    pages = {
+        "market": ("#/market", "treemap"),
+        "stock": (f"#/stock/{stale_home[1]}?years=3", "chart-returns"),
+        "portfolio": (
+            f"#/portfolio?p=NVDA:600000,{stale_home[1]}:250000,MSFT:-150000&units=usd",
+            "chart-position-shares",
+        ),
+    }
+    fresh_visit(browser, server, TEST_KEY)
+    plotted(browser, "treemap")
+    try:
+        for width, height, mobile in ((*PHONE, True), (*DESKTOP, False)):
+            browser.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+            )
+            for name, (hash_, chart) in pages.items():
+                browser.execute_script("location.hash = arguments[0]", hash_)
+                plotted(browser, chart)
+                time.sleep(0.5)  # plotly's responsive resize after the layout settles
+                fit = browser.execute_script(
+                    """const root = document.documentElement, w = root.clientWidth;
+                    const over = [...document.querySelectorAll('#view *')]
+                      .filter(e => e.getBoundingClientRect().right > w + 0.5)
+                      .map(e => e.tagName + '#' + e.id + '.' + e.className);
+                    const cut = [...document.querySelectorAll('#view table')]
+                      .filter(t => t.scrollWidth > t.clientWidth + 1
+                               || t.parentElement.scrollWidth > t.parentElement.clientWidth + 1)
+                      .map(t => t.id);
+                    return {scroll: root.scrollWidth - w, over, cut}"""
+                )
+                if width == PHONE[0]:
+                    assert fit == {"scroll": 0, "over": [], "cut": []}, (name, fit)
+                overlaps = browser.execute_script(
+                    """const box = (e) => e && e.getBoundingClientRect();
+                    return [...document.querySelectorAll('#view .card')].map(card => {
+                      const legend = box(card.querySelector('.chart-legend'));
+                      const plot = box(card.querySelector('.nsewdrag'));
+                      return {id: card.querySelector('.chart').id, legend: !!legend, plot: !!plot,
+                              overlap: !!(legend && plot && legend.bottom > plot.top
+                                         && legend.top < plot.bottom)};
+                    })"""
+                )
+                assert len(overlaps) == {"market": 0, "stock": 3, "portfolio": 2}[name]
+                assert all(o["legend"] and o["plot"] for o in overlaps), overlaps
+                assert not any(o["overlap"] for o in overlaps), (name, width, overlaps)
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 # ------------------------------------------------------------------------------ screenshots

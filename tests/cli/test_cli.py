@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 
+import httpx
 import pytest
 
 from eqrisk.data.panel import read_ingested
+from helpers import free_port
 
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -24,12 +32,16 @@ def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def demo_cli_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    home = tmp_path_factory.mktemp("cli-home")
+def demo_in(home: Path) -> tuple[Path, dict]:
+    """`eqrisk demo --no-serve --json` in `home`: the home and the printed summary."""
     proc = run(home, "demo", "--no-serve", "--json")
     assert proc.returncode == 0, proc.stderr
     return home, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def demo_cli_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    return demo_in(tmp_path_factory.mktemp("cli-home"))
 
 
 def test_demo_builds_a_snapshot_and_prints_one_json_document(demo_cli_home) -> None:
@@ -128,3 +140,230 @@ def test_update_merges_and_builds_incrementally_and_build_full_rebuilds(
     full = run(home, "build", "--full", "--json")
     assert full.returncode == 0, full.stderr
     assert json.loads(full.stdout)["build"] == {"mode": "full", "reasons": ["--full"]}
+
+
+# --------------------------------------------------------------------------- the first visit
+
+
+@pytest.fixture(scope="module")
+def visit_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A demo home that only the first-visit tests use (the others change theirs)."""
+    return demo_in(tmp_path_factory.mktemp("visit-home"))
+
+
+def test_demo_makes_one_evaluation_key_in_its_home_prints_it_and_keeps_it(
+    visit_home: tuple[Path, dict],
+) -> None:
+    """`eqrisk demo` makes a verified account with the starting credit and a key in its own
+    home (the key also in a 0600 file there); a second run prints the same key, on one line of
+    stdout, and makes no second account."""
+    from eqrisk.accounts.book import Accounts
+    from eqrisk.accounts.db import make_engine
+    from eqrisk.accounts.evaluation import EVALUATION_ACCOUNT_NAME
+
+    home, summary = visit_home
+    made = summary["evaluation_key"]
+    accounts = Accounts(make_engine(home))
+    record = accounts.authenticate(made["key"])
+    assert record is not None and record.account_id == made["account_id"]
+    assert record.account_state == "verified" and not record.is_demo
+    assert made["balance_usd"] == 20.0 and record.rate_limit == "120/minute"
+    key_file = home / "demo" / "evaluation-key"
+    assert key_file.read_text() == made["key"] + "\n"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+    again = run(home, "demo", "--no-serve")
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("snapshot v")
+    assert lines[1].startswith(f"evaluation key: {made['key']} (account {made['account_id']}")
+    assert "done demo" in again.stderr and made["key"] not in again.stderr
+    names = [a["name"] for a in accounts.list_accounts() if a["name"] == EVALUATION_ACCOUNT_NAME]
+    assert names == [EVALUATION_ACCOUNT_NAME]
+    accounts.engine.dispose()
+
+
+def test_demo_checks_the_port_before_it_builds(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run(home, "demo", "--host", "127.0.0.1", "--port", str(port))
+    assert proc.returncode == 3, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr
+    assert "done demo" not in proc.stderr
+    assert not (home / "snapshots").exists() and not (home / "demo").exists()
+    bad = run(home, "demo", "--port", "70000")
+    assert bad.returncode == 2 and "--port" in bad.stderr and "65535" in bad.stderr
+
+
+def _page_offers(base: str) -> str:
+    """The evaluation key the page at `base` offers ('' for none)."""
+    page = httpx.get(f"{base}/", timeout=10).text
+    found = re.search(r'<meta name="eqrisk-evaluation-key" content="([^"]*)">', page)
+    assert found is not None
+    return found.group(1)
+
+
+@contextmanager
+def _serving(home: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`eqrisk ARGS --port P` in a child process until the block ends; its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eqrisk.cli", *args, "--port", str(port)],
+        env={**os.environ, "EQRISK_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert proc.poll() is None, "the server stopped"
+        yield base, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_demo_server_offers_its_key_and_serve_offers_none(
+    visit_home: tuple[Path, dict],
+) -> None:
+    """The server `eqrisk demo` starts puts its evaluation key on the page (and the key opens
+    a paid route); `eqrisk serve` on the same home offers none and makes no account or key."""
+    from eqrisk.accounts.book import Accounts
+    from eqrisk.accounts.db import make_engine
+
+    home, _ = visit_home
+    accounts = Accounts(make_engine(home))
+    with _serving(home, "demo", "--host", "127.0.0.1") as (base, _proc):
+        key = _page_offers(base)
+        assert key == (home / "demo" / "evaluation-key").read_text().strip()
+        paid = httpx.get(f"{base}/api/metrics/FLR", headers={"Authorization": f"Bearer {key}"})
+        assert paid.status_code == 200 and float(paid.headers["x-api-cost-usd"]) > 0
+    before = (accounts.list_accounts(), accounts.list_keys())
+    with _serving(home, "serve") as (base, _proc):
+        assert _page_offers(base) == ""
+    assert (accounts.list_accounts(), accounts.list_keys()) == before
+    accounts.engine.dispose()
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _commands() -> list[list[str]]:
+    """Every command path of the typer app (`[]` is `eqrisk` itself)."""
+    import typer
+
+    from eqrisk.cli import app
+
+    paths: list[list[str]] = []
+
+    def walk(command: object, path: list[str]) -> None:
+        paths.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return paths
+
+
+WIDTH = 78  # click's help width in an 80-column terminal (and away from one)
+
+
+def _paragraphs(help_text: str) -> list[list[str]]:
+    """The description's paragraphs: the indented lines between the usage line and the first
+    section (Arguments, Options, Commands)."""
+    lines = help_text.splitlines()
+    body: list[str] = []
+    for line in lines[1:]:
+        if line.endswith(":") and not line.startswith(" "):
+            break
+        body.append(line)
+    paragraphs: list[list[str]] = [[]]
+    for line in body:
+        if line.strip():
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    return [p for p in paragraphs if p]
+
+
+def test_every_help_reads_well_at_80_columns() -> None:
+    """`eqrisk ... --help` for every command, without a terminal: lines of at most 80 columns,
+    no `<bool>` metavar, paragraphs filled to the width (no line broken early, mid-sentence),
+    and command lists whose one-line help is a whole sentence (never cut with '...')."""
+    paths = _commands()
+    assert len(paths) > 20 and ["demo"] in paths and ["keys", "create"] in paths
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "eqrisk.cli", *path, "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "80"},
+        )
+        for path in paths
+    ]
+    for path, proc in zip(paths, procs, strict=True):
+        out, errors = proc.communicate(timeout=300)
+        name = " ".join(["eqrisk", *path])
+        assert proc.returncode == 0 and not errors, (name, errors)
+        assert out.startswith(f"Usage: {name} "), out
+        assert all(len(line) <= 80 for line in out.splitlines()), (name, out)
+        assert "<bool>" not in out and "\x1b" not in out and "╭" not in out, (name, out)
+        paragraphs = _paragraphs(out)
+        assert paragraphs, (name, out)
+        for lines in paragraphs:
+            for line, following in pairwise(lines):
+                first_word = following.split()[0]
+                assert len("  " + line) + 1 + len(first_word) > WIDTH, (name, line, following)
+        if "\nCommands:\n" in out:
+            listed = out.split("\nCommands:\n", 1)[1].splitlines()
+            assert listed and not any(line.rstrip().endswith("...") for line in listed), out
+
+
+def test_results_go_to_stdout_whole_and_progress_to_stderr(
+    demo_cli_home: tuple[Path, dict],
+) -> None:
+    """Without a terminal: `snapshots` lists every version name whole; a new key is one line
+    of stdout, the key that works; `keys list` and `accounts list` show whole identifiers; a
+    build's summary is on stdout and its progress on stderr."""
+    from eqrisk.accounts.book import Accounts
+    from eqrisk.accounts.db import make_engine
+
+    home, _ = demo_cli_home
+    listing = run(home, "snapshots")
+    assert listing.returncode == 0 and "…" not in listing.stdout
+    versions = json.loads(run(home, "snapshots", "--json").stdout)["versions"]
+    for version in versions:
+        assert version["model_version"] in listing.stdout
+
+    account = json.loads(run(home, "accounts", "create", "--name", "A" * 60, "--json").stdout)
+    account_id = account["account_id"]
+    made = run(home, "keys", "create", "--account", account_id, "--label", "L" * 70)
+    assert made.returncode == 0 and made.stderr == ""
+    (line,) = made.stdout.splitlines()
+    key = re.search(r"(eqk_\S+)", line)
+    assert key is not None and line.endswith("(shown once)")
+    accounts = Accounts(make_engine(home))
+    record = accounts.authenticate(key.group(1))
+    assert record is not None and record.account_id == account_id
+    accounts.engine.dispose()
+    keys = run(home, "keys", "list", "--account", account_id)
+    assert record.key_id in keys.stdout and account_id in keys.stdout and "L" * 70 in keys.stdout
+    assert "A" * 60 in run(home, "accounts", "list").stdout
+    revoked = run(home, "keys", "revoke", record.key_id)
+    assert revoked.stdout == f"key {record.key_id} revoked\n" and revoked.stderr == ""
+
+    build = run(home, "build")
+    assert build.returncode == 0, build.stderr
+    assert build.stdout.startswith("snapshot v") and " build (" in build.stdout
+    assert "done build in" in build.stderr and "snapshot v" not in build.stderr

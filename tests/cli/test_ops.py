@@ -191,7 +191,7 @@ def test_demo_refuses_to_replace_another_data_set(home: Path) -> None:
 
 
 def test_demo_goes_ahead_over_its_own_data(demo_home: Path, tmp_path: Path) -> None:
-    from eqrisk.cli.data import _demo_may_write
+    from eqrisk.cli.demo import _demo_may_write
     from eqrisk.data.demo import DATA_SOURCE
 
     _demo_may_write(demo_home, DATA_SOURCE)  # its own data set and snapshot: no refusal

@@ -711,7 +711,7 @@ def test_the_ingest_command_takes_a_share_file_and_reports_it(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["shares"]["symbols_with_shares"] == 2
     human = subprocess.run([*cli, *args], env=env, capture_output=True, text=True)
-    assert "2 symbols got a share count from s.csv" in " ".join(human.stderr.split())
+    assert "2 symbols got a share count from s.csv" in " ".join(human.stdout.split())  # result
     missing = subprocess.run(
         [*cli, str(prices), "--shares", str(tmp_path / "nope.csv")],
         env=env,

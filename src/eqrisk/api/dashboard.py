@@ -2,8 +2,9 @@
 
 It is served outside `/api` and outside Service A's routes, so the gate and the price table never
 see it; it calls the same routes with the same keys as any client. Plotting uses the JavaScript
-bundled in the installed `plotly` Python package (no CDN: the page works offline). The only thing
-filled in on the server is the configured demo key, a public value the page offers to visitors.
+bundled in the installed `plotly` Python package (no CDN: the page works offline). The only things
+filled in on the server are the keys the page offers to visitors: the configured demo key (a
+public value) and, on the server `eqrisk demo` starts, its local evaluation key.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATIC_PREFIX = "/static"
 DEMO_KEY_MARK = "{{DEMO_KEY}}"
+EVALUATION_KEY_MARK = "{{EVALUATION_KEY}}"
 
 def plotly_bundle() -> Path:
     """plotly.js as shipped inside the installed `plotly` package (found without importing it)."""
@@ -35,9 +37,11 @@ def plotly_bundle() -> Path:
 
 
 @lru_cache(maxsize=4)
-def index_html(demo_key: str) -> str:
-    """The page, with the configured demo key filled in (escaped for an HTML attribute)."""
+def index_html(demo_key: str, evaluation_key: str = "") -> str:
+    """The page, with the keys it offers filled in (escaped for an HTML attribute); an empty
+    evaluation key: the page offers none."""
     text = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    text = text.replace(EVALUATION_KEY_MARK, html.escape(evaluation_key, quote=True))
     return text.replace(DEMO_KEY_MARK, html.escape(demo_key, quote=True))
 
 
@@ -57,12 +61,18 @@ class DashboardFiles(StaticFiles):
 def include(app: FastAPI) -> None:
     """Serve the page at `/` and its files under `/static` on `app`."""
     files = DashboardFiles(plotly_bundle())
-    demo_key = app.state.settings.demo_key.get_secret_value()
+    settings = app.state.settings
+    demo_key = settings.demo_key.get_secret_value()
+    evaluation = settings.evaluation_key
+    evaluation_key = evaluation.get_secret_value() if evaluation is not None else ""
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> HTMLResponse:
-        # The security headers are every response's (api/security.py).
-        return HTMLResponse(index_html(demo_key), headers={"Cache-Control": "no-cache"})
+        # The security headers are every response's (api/security.py); no-store: the page may
+        # carry the evaluation key, a secret of this machine's demo.
+        return HTMLResponse(
+            index_html(demo_key, evaluation_key), headers={"Cache-Control": "no-store"}
+        )
 
     # plotly.min.js is 4.8 MB; gzip sends about a third of that.
     app.mount(STATIC_PREFIX, GZipMiddleware(files, minimum_size=1024), name="static")

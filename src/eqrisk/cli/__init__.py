@@ -1,7 +1,7 @@
 """The `eqrisk` command: `app` (in `eqrisk.cli.app`) with the command groups registered on it
 by importing their modules, in the order `eqrisk --help` lists them."""
 
-from eqrisk.cli import data, feeds, serve, mcp, evaluate, snapshots, accounts, bench  # noqa: I001 (help order)
+from eqrisk.cli import data, demo, feeds, serve, mcp, evaluate, snapshots, accounts, bench  # noqa: I001 (help order)
 from eqrisk.cli.app import app
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "app",
     "bench",
     "data",
+    "demo",
     "evaluate",
     "feeds",
     "main",
@@ -19,4 +20,4 @@ __all__ = [
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    app()
+    app(prog_name="eqrisk")

@@ -2,4 +2,4 @@
 
 from eqrisk.cli import app
 
-app()
+app(prog_name="eqrisk")

@@ -6,25 +6,23 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from eqrisk.cli.app import (
-    JsonOpt,
-    app,
-    err,
-    fail,
-    out,
-    print_json,
-    show,
-)
+from eqrisk.cli.app import JsonOpt, app, fail
+from eqrisk.cli.output import print_json, result, result_table, show
 from eqrisk.settings import Settings, get_settings
 
 accounts_app = typer.Typer(
-    help="Accounts: create, verify a card (grants the starting credit), suspend."
+    help="Accounts: create, verify a card, credit, suspend, list. Verifying a card grants the "
+    "starting credit once."
 )
 keys_app = typer.Typer(help="API keys: create (shown once), list, revoke.")
 app.add_typer(accounts_app, name="accounts")
 app.add_typer(keys_app, name="keys")
+
+
+AccountArg = Annotated[
+    str, typer.Argument(metavar="ACCOUNT_ID", help="The account's id (acc_...).")
+]
 
 
 def _accounts(settings: Settings | None = None) -> Any:
@@ -51,18 +49,19 @@ def accounts_create(
     email: Annotated[str | None, typer.Option(help="Contact e-mail.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create an account (state: created; no credit until a card is verified)."""
+    """Create an account. Its state is `created`: no credit until its card is verified."""
     acc = _account_op(lambda: _accounts().create_account(name, email))
     show(acc, as_json, f"account {acc['account_id']} created ({acc['state']})")
 
 
 @accounts_app.command("verify")
 def accounts_verify(
-    account_id: str,
+    account_id: AccountArg,
     reference: Annotated[str | None, typer.Option(help="Card check reference.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Confirm the account's card as the operator (the default payment provider)."""
+    """Confirm the account's card (grants the starting credit once). The operator confirms it,
+    as the default payment provider."""
     from eqrisk.accounts.payments import OperatorProvider
 
     accounts = _accounts()
@@ -72,22 +71,23 @@ def accounts_verify(
 
 
 @accounts_app.command("suspend")
-def accounts_suspend(account_id: str) -> None:
-    """Suspend an account: its keys stop working until it is reinstated."""
+def accounts_suspend(account_id: AccountArg) -> None:
+    """Suspend an account: its keys stop working until reinstated."""
     _account_op(lambda: _accounts().set_state(account_id, "suspended"))
-    err.print(f"account {account_id} suspended")
+    result(f"account {account_id} suspended")
 
 
 @accounts_app.command("reinstate")
-def accounts_reinstate(account_id: str) -> None:
-    """Reinstate a suspended account whose card was verified (no second starting credit)."""
+def accounts_reinstate(account_id: AccountArg) -> None:
+    """Reinstate a suspended account. Its card must have been verified; no second starting
+    credit."""
     _account_op(lambda: _accounts().set_state(account_id, "verified"))
-    err.print(f"account {account_id} reinstated")
+    result(f"account {account_id} reinstated")
 
 
 @accounts_app.command("credit")
 def accounts_credit(
-    account_id: str,
+    account_id: AccountArg,
     usd: Annotated[str, typer.Option(help="Amount in USD, e.g. 10 or 0.25.")],
     reason: Annotated[str, typer.Option(help="Ledger note.")] = "operator credit",
     as_json: JsonOpt = False,
@@ -116,10 +116,10 @@ def accounts_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table("account", "name", "state", "balance USD")
-    for row in rows:
-        table.add_row(row["account_id"], row["name"], row["state"], f"{row['balance_usd']:.5f}")
-    out.print(table)
+    result_table(
+        ("account", "name", "state", "balance USD"),
+        ((r["account_id"], r["name"], r["state"], f"{r['balance_usd']:.5f}") for r in rows),
+    )
 
 
 @keys_app.command("create")
@@ -154,20 +154,19 @@ def keys_list(
     if as_json:
         print_json(rows)
         return
-    table = Table("key id", "account", "label", "rate limit", "revoked")
-    for row in rows:
-        table.add_row(
-            row["key_id"],
-            row["account_id"],
-            row["label"] or "",
-            row["rate_limit"],
-            str(row["revoked_at"] or ""),
-        )
-    out.print(table)
+    result_table(
+        ("key id", "account", "label", "rate limit", "revoked"),
+        (
+            (r["key_id"], r["account_id"], r["label"] or "", r["rate_limit"], r["revoked_at"] or "")
+            for r in rows
+        ),
+    )
 
 
 @keys_app.command("revoke")
-def keys_revoke(key_id: str) -> None:
-    """Revoke a key at once (every server sees it on the next request)."""
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(metavar="KEY_ID", help="The key's id (keys list).")],
+) -> None:
+    """Revoke a key at once. Every server refuses it from its next request on."""
     _account_op(lambda: _accounts().revoke_key(key_id))
-    err.print(f"key {key_id} revoked")
+    result(f"key {key_id} revoked")

@@ -1,7 +1,8 @@
 """The `eqrisk` command. Results a script would read go to stdout (`--json`: one JSON document);
-progress and logs go to stderr. Exit codes: 0 success, 1 failure (including a refusal to lose
-data), 2 bad usage, 3 the environment is not usable (home, disk, port, database, Redis, snapshot);
-the last three print one line that names the cause and the fix.
+progress and logs go to stderr (the rule and its helpers: eqrisk.cli.output). Exit codes:
+0 success, 1 failure (including a refusal to lose data), 2 bad usage, 3 the environment is not
+usable (home, disk, port, database, Redis, snapshot); the last three print one line that names
+the cause and the fix.
 
 This module holds the app, the operator-error mapping and the helpers every command group uses;
 the command groups register themselves on `app` from their own modules."""
@@ -9,27 +10,27 @@ the command groups register themselves on `app` from their own modules."""
 from __future__ import annotations
 
 import errno
-import json
 import re
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from typer.core import TyperGroup
 
+# Where commands write (results on stdout, the rest on stderr): eqrisk.cli.output. The names
+# are also importable from here, where the command modules have always found them.
+from eqrisk.cli.output import err as err
+from eqrisk.cli.output import out as out
+from eqrisk.cli.output import print_json as print_json
+from eqrisk.cli.output import print_mapping as print_mapping
+from eqrisk.cli.output import result as result
+from eqrisk.cli.output import say_error as say_error
+from eqrisk.cli.output import show as show
+from eqrisk.cli.output import stages as stages
 from eqrisk.settings import Settings, get_settings
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_ENVIRONMENT = 1, 2, 3
-
-err = Console(stderr=True)
-out = Console()
 
 
 class EnvironmentProblem(Exception):
@@ -130,6 +131,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -152,49 +154,9 @@ def effective_settings(**overrides: Any) -> Settings:
     return base.model_copy(update=clean) if clean else base
 
 
-def print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
-
-
-def print_mapping(doc: dict[str, Any], as_json: bool, heading: str) -> None:
-    """A flat mapping as one JSON document, or as a two-column table for people."""
-    if as_json:
-        print_json(doc)
-        return
-    table = Table(heading, "value")
-    for key, value in doc.items():
-        table.add_row(key, str(value))
-    out.print(table)
-
-
-def say_error(message: str) -> None:
-    """One line on stderr, never wrapped (scripts and logs read it whole)."""
-    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
-
-
 def fail(message: str, code: int = EXIT_FAILURE) -> typer.Exit:
     say_error(message)
     return typer.Exit(code)
-
-
-@contextmanager
-def stages(title: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr showing the current stage and the elapsed time."""
-    start = time.perf_counter()
-    with err.status(title) as status:
-
-        def say(message: str) -> None:
-            status.update(f"{title}: {message} [dim]({time.perf_counter() - start:.1f}s)[/]")
-
-        yield say
-    err.print(f"[green]done[/] {title} in {time.perf_counter() - start:.1f}s")
-
-
-def show(doc: Any, as_json: bool, line: str) -> None:
-    if as_json:
-        print_json(doc)
-    else:
-        out.print(line)
 
 
 SUMMARY_KEYS = (

@@ -6,17 +6,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from eqrisk.cli.app import (
-    JsonOpt,
-    app,
-    err,
-    fail,
-    out,
-    print_json,
-    print_mapping,
-)
+from eqrisk.cli.app import JsonOpt, app, fail
+from eqrisk.cli.output import err, print_json, print_mapping, result, result_table
 
 bench_app = typer.Typer(help="Benchmarks, each side by side with the alternative, in one run.")
 app.add_typer(bench_app, name="bench")
@@ -28,17 +20,17 @@ def bench_model(
     sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
     baseline: Annotated[int, typer.Option(help="Symbols timed with RollingOLS.")] = 50,
     quick: Annotated[
-        bool, typer.Option(help="Small sizes: checks the bench, times nothing.")
+        bool, typer.Option("--quick", help="Small sizes: checks the bench, times nothing.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The L3 cascade next to the bandwidth floor, RollingOLS per stock and polars' rolling
-    market beta: times, ratios with their spread, peak memory and max differences."""
+    """The L3 cascade next to its floor, RollingOLS and polars. The floor is the memory
+    bandwidth's; RollingOLS runs per stock, polars computes the rolling market beta. Prints
+    times, ratios with their spread, peak memory and the largest differences."""
     from eqrisk.bench.model import QUICK, ModelBench, run
 
     bench = QUICK if quick else ModelBench(symbols, sessions, baseline_symbols=baseline)
-    result = run(bench, say=lambda m: err.print(m))
-    print_mapping(result, as_json, "measure")
+    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
 
 
 @bench_app.command("risk")
@@ -65,58 +57,65 @@ def bench_serve(
     generator: Annotated[str, typer.Option(help="auto, wrk or httpx.")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
-    """Requests/s and p50/p99 of data routes next to /api/health, same server and generator."""
+    """Request rates and latencies of data routes next to /api/health. The same server and load
+    generator for all: requests/s, p50 and p99."""
     from eqrisk.bench.serve import run
 
     if generator not in ("auto", "wrk", "httpx"):
         raise fail("--generator must be auto, wrk or httpx", 2)
-    result = run(seconds=seconds, connections=connections, generator=generator, say=err.print)
+    figures = run(seconds=seconds, connections=connections, generator=generator, say=err.print)
     if as_json:
-        print_json(result)
+        print_json(figures)
         return
-    table = Table("target", "cache", "kB", "req/s", "MB/s", "p50 ms", "p99 ms", "req/s vs health")
-    for row in result["results"]:
-        table.add_row(
-            row["target"],
-            row["cache"],
-            f"{row['bytes'] / 1e3:.0f}",
-            f"{row['rps']:.0f}",
-            f"{row['mb_per_s']:.0f}",
-            f"{row['p50_ms']:.2f}",
-            f"{row['p99_ms']:.2f}",
-            f"{row['rps_ratio_to_health']:.2f}",
-        )
-    out.print(table)
-    _print_large_answers(result)
-    out.print(
-        f"generator {result['generator']}, {result['connections']} connections, "
-        f"{result['seconds_per_target']:g}s per target, {result['server']}"
+    result_table(
+        ("target", "cache", "kB", "req/s", "MB/s", "p50 ms", "p99 ms", "req/s vs health"),
+        (
+            (
+                row["target"],
+                row["cache"],
+                f"{row['bytes'] / 1e3:.0f}",
+                f"{row['rps']:.0f}",
+                f"{row['mb_per_s']:.0f}",
+                f"{row['p50_ms']:.2f}",
+                f"{row['p99_ms']:.2f}",
+                f"{row['rps_ratio_to_health']:.2f}",
+            )
+            for row in figures["results"]
+        ),
     )
-    _print_metered(result["metered"])
+    _print_large_answers(figures)
+    result(
+        f"generator {figures['generator']}, {figures['connections']} connections, "
+        f"{figures['seconds_per_target']:g}s per target, {figures['server']}"
+    )
+    _print_metered(figures["metered"])
 
 
 def _print_metered(metered: dict[str, Any]) -> None:
     """Issue 9's figures: metered calls next to /api/health at the same concurrency."""
-    table = Table(
-        f"metered path, {metered['connections']} connections",
-        "req/s",
-        "p50 ms",
-        "p99 ms",
-        "req/s vs health",
-        "server CPU us/req",
+    result_table(
+        (
+            f"metered path, {metered['connections']} connections",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "req/s vs health",
+            "server CPU us/req",
+        ),
+        (
+            (
+                row["target"],
+                f"{row['rps']:.0f}",
+                f"{row['p50_ms']:.2f}",
+                f"{row['p99_ms']:.2f}",
+                f"{row['rps_ratio_to_health']:.2f}",
+                f"{row['server_cpu_us_per_request']:.0f}",
+            )
+            for row in [*metered["results"], *metered["unpriced"]]
+        ),
     )
-    for row in [*metered["results"], *metered["unpriced"]]:
-        table.add_row(
-            row["target"],
-            f"{row['rps']:.0f}",
-            f"{row['p50_ms']:.2f}",
-            f"{row['p99_ms']:.2f}",
-            f"{row['rps_ratio_to_health']:.2f}",
-            f"{row['server_cpu_us_per_request']:.0f}",
-        )
-    out.print(table)
     lat = metered["balance_latency"]
-    out.print(
+    result(
         f"/api/balance, one connection: p50 {lat['new_account']['p50_ms']:.2f} ms on a new "
         f"account, {lat['large_ledger']['p50_ms']:.2f} ms with {lat['ledger_rows']:,} ledger "
         f"rows (ratio {lat['p50_ratio_large_to_new']:.2f}); the charge's share of a metered "
@@ -125,15 +124,15 @@ def _print_metered(metered: dict[str, Any]) -> None:
     )
 
 
-def _print_large_answers(result: dict[str, Any]) -> None:
+def _print_large_answers(figures: dict[str, Any]) -> None:
     """The writers in-process next to orjson on the same rows, then /api/health under load."""
-    table = Table("answer", "written by", "MB", "ms", "MB/s")
+    rows = []
     lines = []
-    for answer in result["writers"]:
+    for answer in figures["writers"]:
         name = f"{answer['answer']} ({answer['rows']} rows)"
         for way, fig in answer["ways"].items():
-            table.add_row(
-                name, way, f"{fig['mb']:.2f}", f"{fig['ms']:.1f}", f"{fig['mb_per_s']:.0f}"
+            rows.append(
+                (name, way, f"{fig['mb']:.2f}", f"{fig['ms']:.1f}", f"{fig['mb_per_s']:.0f}")
             )
         lines.append(
             f"{answer['answer']}: the writers take 1/{answer['json_speedup']:.2f} (JSON) and "
@@ -142,15 +141,15 @@ def _print_large_answers(result: dict[str, Any]) -> None:
             f"alone); same JSON bytes: {answer['json_identical']}, same CSV cells: "
             f"{answer['csv_same_cells']}"
         )
-    out.print(table)
-    loaded = result["health_under_large_answers"]
+    result_table(("answer", "written by", "MB", "ms", "MB/s"), rows)
+    loaded = figures["health_under_large_answers"]
     lines.append(
         f"/api/health while {loaded['connections_fetching_large_answers']} connections fetch "
         f"large answers (render cache off): p50 {loaded['p50_ms']:.2f} ms, p99 "
         f"{loaded['p99_ms']:.2f} ms, max {loaded['max_ms']:.1f} ms over {loaded['probes']} probes"
     )
     for line in lines:
-        out.print(line)
+        result(line)
 
 
 @bench_app.command("build")
@@ -162,7 +161,7 @@ def bench_build(
     block: Annotated[int, typer.Option(help="Symbols per block.")] = 1024,
     zarr_fields: Annotated[int, typer.Option(help="Fields also read from Zarr (0: none).")] = 3,
     quick: Annotated[
-        bool, typer.Option(help="Small sizes (300 x 1000): checks the bench.")
+        bool, typer.Option("--quick", help="Small sizes (300 x 1000): checks the bench.")
     ] = False,
     snapshot: Annotated[
         Path | None,
@@ -170,7 +169,8 @@ def bench_build(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Disk of a version, disk added by one more session, per-ticker reads vs monolithic .npy."""
+    """Disk per version and per update, per-ticker reads vs .npy. The disk of a version, the
+    disk one more session adds, and one ticker's reads against monolithic .npy files."""
     from eqrisk.bench.build import BuildBench, read_version, run
 
     if snapshot is not None:

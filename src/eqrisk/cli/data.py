@@ -1,8 +1,7 @@
-"""Data commands: ingest, build, and the demo (generate -> ingest -> build -> serve)."""
+"""Data commands: ingest, build and update (the demo is in eqrisk.cli.demo)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,13 +13,11 @@ from eqrisk.cli.app import (
     JsonOpt,
     app,
     effective_settings,
-    err,
     fail,
-    print_json,
-    stages,
     summary_line,
 )
-from eqrisk.settings import Settings, get_settings
+from eqrisk.cli.output import note, out, print_json, result, stages
+from eqrisk.settings import Settings
 
 if TYPE_CHECKING:  # imported by the commands that need it, not at start-up
     from eqrisk.data.ingest_report import IngestReport
@@ -29,8 +26,9 @@ if TYPE_CHECKING:  # imported by the commands that need it, not at start-up
 ReplaceOpt = Annotated[
     bool,
     typer.Option(
+        "--replace",
         help="Replace the ingested data set even with a much smaller one, or with mostly "
-        "rejected rows."
+        "rejected rows.",
     ),
 ]
 SharesOpt = Annotated[
@@ -54,7 +52,13 @@ ActionsOpt = Annotated[
 ]
 ColumnOpt = Annotated[
     list[str] | None,
-    typer.Option(help="Map a price column: CANONICAL=SOURCE, e.g. symbol=Name (repeatable)."),
+    typer.Option(
+        metavar="CANONICAL=SOURCE",
+        help="Map a price column, e.g. symbol=Name (repeatable).",
+    ),
+]
+PricesArg = Annotated[
+    list[Path], typer.Argument(metavar="PRICES", help="Price files: CSV, CSV.gz or Parquet.")
 ]
 
 
@@ -87,11 +91,13 @@ def _ingest(
 
 @app.command()
 def ingest(
-    prices: Annotated[list[Path], typer.Argument(help="Price files: CSV, CSV.gz or Parquet.")],
+    prices: PricesArg,
     master: Annotated[
         Path | None, typer.Option(help="Security master (symbol, name, asset_type, GICS...).")
     ] = None,
-    merge: Annotated[bool, typer.Option(help="Merge into the ingested data set.")] = False,
+    merge: Annotated[
+        bool, typer.Option("--merge", help="Merge into the ingested data set.")
+    ] = False,
     replace: ReplaceOpt = False,
     source: Annotated[str | None, typer.Option(help="data_source label.")] = None,
     max_move: Annotated[
@@ -101,7 +107,11 @@ def ingest(
     prices_basis: PricesBasisOpt = "auto",
     actions: ActionsOpt = None,
     keep_split_moves: Annotated[
-        bool, typer.Option(help="Keep suspected unadjusted splits in the model (still reported).")
+        bool,
+        typer.Option(
+            "--keep-split-moves",
+            help="Keep suspected unadjusted splits in the model (still reported).",
+        ),
     ] = False,
     column: ColumnOpt = None,
     as_json: JsonOpt = False,
@@ -137,7 +147,7 @@ def ingest(
     if as_json:
         print_json(report.to_dict())
     else:
-        render_report(report, err)
+        render_report(report, out)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -151,7 +161,7 @@ def build(
         int, typer.Option(min=1, help="Newest versions to keep (pinned ones are kept besides).")
     ] = 3,
     force: Annotated[
-        bool, typer.Option(help="Publish even when the universe shrank sharply.")
+        bool, typer.Option("--force", help="Publish even when the universe shrank sharply.")
     ] = False,
     dask: Annotated[
         str | None,
@@ -169,8 +179,8 @@ def build(
     full: FullOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Build the risk model on the ingested data into a new snapshot and make it current.
-    Incremental when the previous version's history is proved unchanged (only the new
+    """Build a new snapshot from the ingested data; make it current. The risk model runs on the
+    ingested data set; the build is incremental when the previous version's history is proved unchanged (only the new
     sessions' chunks are computed and written; the output says why not, otherwise).
     Refuses (exit 1, nothing changed) a universe of less than half the current snapshot's
     symbols or sessions, unless --force."""
@@ -225,10 +235,10 @@ def _build(
     if as_json:
         print_json(summary)
     else:
-        err.print(summary_line(summary))
+        result(summary_line(summary))
         how = manifest.get("build") or {}
         storage = manifest.get("storage", {})
-        err.print(
+        result(
             f"{how.get('mode', 'full')} build ({'; '.join(how.get('reasons', []))}): "
             f"{storage.get('chunks_written')} files written "
             f"({storage.get('bytes_written', 0) / 1e6:.1f} MB), "
@@ -239,7 +249,8 @@ def _build(
 @app.command()
 def update(
     prices: Annotated[
-        list[Path] | None, typer.Argument(help="New price files (new sessions, revisions).")
+        list[Path] | None,
+        typer.Argument(metavar="PRICES", help="New price files (new sessions, revisions)."),
     ] = None,
     master: Annotated[Path | None, typer.Option(help="Master rows to merge.")] = None,
     source: Annotated[str | None, typer.Option(help="data_source label.")] = None,
@@ -262,9 +273,10 @@ def update(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The daily job: merge new price files into the ingested data set (`ingest --merge`), then
-    build (incremental when the history is unchanged). Exit 1, without building, when the
-    ingest rejected rows. `--from PROVIDER` fetches the new sessions first (`eqrisk fetch`)."""
+    """The daily job: merge new price files, then build. The files are merged into the ingested
+    data set (`ingest --merge`), then the build runs (incremental when the history is
+    unchanged). Exit 1, without building, when the ingest rejected rows. `--from PROVIDER`
+    fetches the new sessions first (`eqrisk fetch`)."""
     from eqrisk.data.ingest_report import render_report
 
     settings = effective_settings(max_move=max_move)
@@ -274,7 +286,7 @@ def update(
 
         fetched, _ = fetch_file(settings, from_provider, since, None, None, None)
         if fetched is None and not prices:
-            err.print(f"nothing new from {from_provider}: the data set and snapshot are unchanged")
+            note(f"nothing new from {from_provider}: the data set and snapshot are unchanged")
             return
         prices += [fetched] if fetched is not None else []
     if not prices:
@@ -282,73 +294,9 @@ def update(
     _check_files([*prices, *([master] if master is not None else [])])
     report = _ingest(settings, prices, master, merge=True, data_source=source)
     if not as_json:
-        render_report(report, err)
+        render_report(report, out)
     if not report.ok:
         if as_json:
             print_json({"ingest": report.to_dict()})
         raise typer.Exit(1)
     _build(settings, keep=keep, force=False, dask_workers=None, full=full, as_json=as_json)
-
-
-def _demo_may_write(home: Path, demo_source: str) -> None:
-    """Refuse to let the demo overwrite someone's own data set or current snapshot."""
-    from eqrisk.data.panel import ingested_source
-    from eqrisk.snapshot.versions import current_version, snapshots_dir
-
-    found = []
-    source = ingested_source(home)
-    if source not in (None, demo_source):
-        found.append(f"an ingested data set from {source!r}")
-    version = current_version(home)
-    if version is not None:
-        try:
-            manifest = json.loads((snapshots_dir(home) / version / "manifest.json").read_text())
-            snap_source = manifest.get("data_source")
-        except (OSError, ValueError):
-            snap_source = "unknown"
-        if snap_source != demo_source:
-            found.append(f"a current snapshot {version} from {snap_source!r}")
-    if found:
-        raise fail(
-            f"EQRISK_HOME {home} holds {' and '.join(found)}; the demo would replace it. Run "
-            "the demo in a home of its own, e.g. `EQRISK_HOME=/tmp/eqrisk-demo eqrisk demo`"
-        )
-
-
-@app.command()
-def demo(
-    serve: Annotated[bool, typer.Option(help="Serve the demo snapshot once built.")] = True,
-    seed: Annotated[int, typer.Option(help="Generator seed (same seed, same market).")] = 7,
-    as_json: JsonOpt = False,
-) -> None:
-    """Generate the synthetic demo market, ingest it, build it, and (by default) serve it."""
-    from eqrisk.data.demo import DATA_SOURCE
-    from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import DemoDataInvalid, build_demo
-
-    settings = get_settings()
-    home = settings.home_dir
-    _demo_may_write(home, DATA_SOURCE)
-    with stages("demo") as say:
-        try:
-            manifest = build_demo(
-                home,
-                seed=seed,
-                params=ModelParams(settings.window, settings.min_obs, settings.halflife),
-                market_etf=settings.market_etf,
-                max_move=settings.max_move,
-                replace=True,  # checked above: only the demo's own data set is replaced
-                force=True,
-                progress=say,
-            )
-        except DemoDataInvalid as exc:
-            raise fail(str(exc)) from None
-    summary = {k: manifest[k] for k in SUMMARY_KEYS}
-    if as_json:
-        print_json(summary)
-    else:
-        err.print(summary_line(summary))
-    if serve:
-        from eqrisk.cli.serve import run_server
-
-        run_server(settings, settings.host, settings.port, 1)

@@ -26,7 +26,8 @@ def evaluate(
     window: Annotated[int | None, typer.Option(help="Rolling window in sessions.")] = None,
     min_obs: Annotated[int | None, typer.Option(help="Observations before publishing.")] = None,
     halflife: Annotated[
-        list[float] | None, typer.Option(help="EWMA half-lives to compare (repeatable).")
+        list[float] | None,
+        typer.Option(metavar="SESSIONS", help="EWMA half-lives to compare (repeatable)."),
     ] = None,
     risk: Annotated[
         bool, typer.Option("--risk/--no-risk", help="Measure the risk forecast.")

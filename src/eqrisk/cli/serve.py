@@ -14,11 +14,11 @@ import typer
 from eqrisk.cli.app import (
     EnvironmentProblem,
     app,
-    err,
     fail,
     os_problem,
 )
 from eqrisk.cli.mcp import mcp_line
+from eqrisk.cli.output import note
 from eqrisk.settings import Settings, get_settings
 
 
@@ -75,8 +75,12 @@ def _check_port(host: str, port: int) -> None:
             ) from None
 
 
-def _preflight(settings: Settings, host: str, port: int) -> str:
-    """What `serve` needs, checked before it says it is serving; returns the current version."""
+def preflight(
+    settings: Settings, host: str, port: int | None, *, snapshot: bool = True
+) -> str | None:
+    """What serving needs, checked before `serve` says it is serving (and before `demo` builds
+    anything): the home, the current snapshot (unless `snapshot` is False: the demo builds it),
+    the accounts database, Redis, the port (unless None). Returns the current version (None: not checked)."""
     from limits import storage
 
     from eqrisk.accounts.db import make_engine
@@ -84,7 +88,9 @@ def _preflight(settings: Settings, host: str, port: int) -> str:
 
     home = settings.home_dir
     _check_home(home)
-    version = SnapshotStore(home, root=settings.snapshots_dir).current().version
+    version = (
+        SnapshotStore(home, root=settings.snapshots_dir).current().version if snapshot else None
+    )
     url = settings.database_url.get_secret_value() if settings.database_url else None
     make_engine(home, url).dispose()
     if settings.redis_url is not None:
@@ -98,11 +104,16 @@ def _preflight(settings: Settings, host: str, port: int) -> str:
                 "Redis at EQRISK_REDIS_URL is not reachable: start it, or fix or unset "
                 "EQRISK_REDIS_URL (limits are then counted per process)"
             )
-    _check_port(host, port)
+    if port is not None:
+        _check_port(host, port)
     return version
 
 
-def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
+def run_server(
+    settings: Settings, host: str, port: int, workers: int, *, offered: str = ""
+) -> None:
+    """Check what serving needs, say where it serves (stderr), then run uvicorn until stopped.
+    `offered`: a line on the keys the page offers besides the demo key (the demo's)."""
     import uvicorn
 
     from eqrisk.api.bounds import head_limit
@@ -121,16 +132,18 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
     # Worker processes build the app from the settings, so the choices travel in the environment.
     os.environ["EQRISK_RATE_LIMIT_STORAGE"] = "sqlite" if limits == "sqlite" else "memory"
     os.environ["EQRISK_ACCESS_LOG"] = json.dumps(settings.access_log)
-    version = _preflight(settings, host, port)
-    base = f"http://{host}:{port}"
-    err.print(
+    version = preflight(settings, host, port)
+    base = f"http://{_url_host(host)}:{port}"
+    note(
         f"serving snapshot {version} (of {settings.snapshots_dir}) at [bold]{base}[/]\n"
         f"  Service A: {base}/daily ... (header apikey)\n"
         f"  Service B: {base}/api/... (Authorization: Bearer <key>)\n"
         f"  dashboard: {base}/\n"
         f"  docs:      {base}/docs\n"
         f"  MCP:       {mcp_line(base, settings.services)}\n"
-        f"  demo key:  {settings.demo_key.get_secret_value()}\n"
+        f"  demo key:  {settings.demo_key.get_secret_value()} (5 requests a minute, the seven "
+        "demo tickers)\n"
+        f"{offered}"
         f"  workers:   {workers}, rate limits in {limits}, "
         f"access log {'on' if settings.access_log else 'off'}"
     )
@@ -152,10 +165,24 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
     )
 
 
+def _url_host(host: str) -> str:
+    """The host as written in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
+
+
+HostOpt = Annotated[
+    str | None, typer.Option(help="Interface to bind (default EQRISK_HOST, 127.0.0.1).")
+]
+PortOpt = Annotated[
+    int | None,
+    typer.Option(min=1, max=65535, help="Port to listen on (default EQRISK_PORT, 8000)."),
+]
+
+
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Interface to bind.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port.")] = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
     service: Annotated[
         str, typer.Option(help="Which services: all, daily (Service A) or risk (Service B).")
@@ -167,8 +194,9 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve Service A and/or Service B over the current snapshot (new snapshots are picked up
-    without a restart)."""
+    """Serve Service A and/or Service B over the current snapshot. New snapshots are picked up
+    without a restart. The home, the snapshot, the accounts database, Redis and the port are
+    checked first (exit 3 with the cause and the fix)."""
     choices = {"all": ["daily", "risk"], "daily": ["daily"], "risk": ["risk"]}
     if service not in choices:
         raise fail(f"--service must be one of {', '.join(choices)}; got {service!r}", 2)

@@ -8,18 +8,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from eqrisk.cli.app import (
-    EXIT_USAGE,
-    SUMMARY_KEYS,
-    JsonOpt,
-    app,
-    fail,
-    out,
-    print_json,
-    show,
-)
+from eqrisk.cli.app import EXIT_USAGE, SUMMARY_KEYS, JsonOpt, app, fail
+from eqrisk.cli.output import print_json, result, result_table, show
 from eqrisk.settings import get_settings
 
 snapshots_app = typer.Typer(help="Snapshot versions: list (alone), use one, pin or unpin one.")
@@ -55,26 +46,32 @@ def snapshots(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json({"current": current, "pinned": sorted(pinned), "versions": rows})
         return
-    table = Table(
-        "version", "current", "pinned", "data as of", "source", "symbols", "sessions", "method"
-    )
-    for row in rows:
-        method = row["method"]
-        table.add_row(
-            row["model_version"],
-            "*" if row["current"] else "",
-            "pinned" if row["pinned"] else "",
-            row["data_as_of"] or "",
-            row["data_source"] or "",
-            str(row["universe_size"] or ""),
-            str(row["sessions"] or ""),
+    if not rows:
+        result("no snapshots yet: run `eqrisk build` or `eqrisk demo`")
+        return
+
+    def method(row: dict[str, Any]) -> str:
+        m = row["method"]
+        if not m:
+            return f"damaged: {row['problem']}"
+        return f"{m['weighting']} w={m['window']} min={m['min_obs']}"
+
+    result_table(
+        ("version", "current", "pinned", "data as of", "source", "symbols", "sessions", "method"),
+        (
             (
-                f"{method['weighting']} w={method['window']} min={method['min_obs']}"
-                if method
-                else f"damaged: {row['problem']}"
-            ),
-        )
-    out.print(table if rows else "no snapshots yet: run `eqrisk build` or `eqrisk demo`")
+                row["model_version"],
+                "*" if row["current"] else "",
+                "pinned" if row["pinned"] else "",
+                row["data_as_of"] or "",
+                row["data_source"] or "",
+                row["universe_size"] or "",
+                row["sessions"] or "",
+                method(row),
+            )
+            for row in rows
+        ),
+    )
 
 
 def _versioned(fn: Callable[[], str]) -> str:
@@ -92,7 +89,7 @@ VersionArg = Annotated[str, typer.Argument(help="A kept version: its full name o
 
 @snapshots_app.command("use")
 def snapshots_use(version: VersionArg, as_json: JsonOpt = False) -> None:
-    """Make a kept version current (atomically; running servers switch without a restart)."""
+    """Make a kept version current. Atomically: running servers switch without a restart."""
     from eqrisk.snapshot.versions import current_version, use_version
 
     home = get_settings().home_dir
@@ -117,7 +114,8 @@ def snapshots_pin(version: VersionArg, as_json: JsonOpt = False) -> None:
 
 @snapshots_app.command("unpin")
 def snapshots_unpin(version: VersionArg, as_json: JsonOpt = False) -> None:
-    """Unpin a version: it is pruned like any other once older than the kept ones."""
+    """Unpin a version: pruning may remove it again. It goes once it is older than the newest
+    versions a build keeps."""
     from eqrisk.snapshot.versions import pinned_versions, set_pinned
 
     home = get_settings().home_dir

@@ -2,13 +2,15 @@
 // change of the wire format is an edit of one function.
 
 // A metrics snapshot (`/api/metrics/{ticker}`):
-// -> {ticker, teo, metrics: {vol_23d, l3_mkt_hr, ...}, meta: {company_name, sector_etf, ...}}.
+// -> {ticker, teo, metrics: {vol_23d, l3_mkt_hr, ...}, meta: {company_name, sector_etf, ...},
+//     staleness: {stale, lastSession, behind}}.
 export function readMetrics(doc) {
   return {
     ticker: doc.ticker,
     teo: doc.teo,
     metrics: doc.metrics || {},
     meta: doc.meta || {},
+    staleness: readStaleness(doc),
   };
 }
 
@@ -21,6 +23,7 @@ function readEntrySnapshot(ticker, entry) {
     teo: flat.date || flat.teo,
     metrics: flat,
     meta: entry.meta || {},
+    staleness: readStaleness(flat),
   };
 }
 
@@ -37,4 +40,23 @@ export function readBatch(doc) {
       snapshot: ok ? readEntrySnapshot(ticker, entry) : null,
     };
   });
+}
+
+// How far a stock's last price lies behind the snapshot's data_as_of, from any answer that says
+// it (metrics: stale, last_session, sessions_behind; heatmap rows and batch full_metrics: stale,
+// teo or date, sessions_behind) -> {stale, lastSession, behind}.
+export function readStaleness(doc) {
+  return {
+    stale: Boolean(doc.stale),
+    lastSession: doc.last_session || doc.teo || doc.date || null,
+    behind: Number(doc.sessions_behind) || 0,
+  };
+}
+
+// A heatmap answer (`/api/heatmap`) -> {rows (each with `staleness`), meta}.
+export function readHeatmap(doc) {
+  return {
+    rows: (doc.data || []).map((r) => ({ ...r, staleness: readStaleness(r) })),
+    meta: doc.meta || {},
+  };
 }

@@ -48,19 +48,25 @@ export const LEVELS = {
   },
 };
 
-// No mode bar: it covers the legends on small charts; drag zooms, a double click resets.
+// No mode bar: it covers small charts; drag zooms, a double click resets.
 const CONFIG = { responsive: true, displaylogo: false, displayModeBar: false };
 
+// No plotly legend: each chart function returns its legend entries ({name, color}) and the
+// page draws them above the plot (ui.js chartLegend), where they wrap instead of covering it.
 function baseLayout(extra) {
   return {
     margin: { l: 48, r: 12, t: 8, b: 32 },
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 12 },
-    legend: { orientation: "h", y: 1.02, yanchor: "bottom", x: 0, traceorder: "normal" },
+    showlegend: false,
     hovermode: "x unified",
     ...extra,
   };
+}
+
+function legendOf(traces, names) {
+  return traces.map((t, i) => ({ name: names[i], color: t.line ? t.line.color : t.marker.color }));
 }
 
 export function purge(div) {
@@ -69,6 +75,7 @@ export function purge(div) {
 
 // The market treemap: area = market cap, colour = latest daily return, grouped by sector.
 // `onOpen(ticker)` is called when a stock (a leaf) is clicked; a sector click zooms into it.
+// A stale stock (row.staleness.stale, adapt.js) says so on its rectangle and in its hover.
 export function treemap(div, rows, onOpen) {
   const bySector = new Map();
   for (const r of rows) {
@@ -92,7 +99,7 @@ export function treemap(div, rows, onOpen) {
   const parents = [""];
   const values = [total];
   const colors = [weighted(rows)];
-  const custom = [["All stocks shown", `${rows.length} stocks`, fmtPct(colors[0], 2, true), fmtUsd(total)]];
+  const custom = [["All stocks shown", `${rows.length} stocks`, fmtPct(colors[0], 2, true), fmtUsd(total), ""]];
   for (const [sector, list] of bySector) {
     const cap = list.reduce((s, r) => s + r.market_cap, 0);
     const ret = weighted(list);
@@ -101,7 +108,7 @@ export function treemap(div, rows, onOpen) {
     parents.push("market");
     values.push(cap);
     colors.push(ret);
-    custom.push([`${list.length} stocks`, plain(sector), fmtPct(ret, 2, true), fmtUsd(cap)]);
+    custom.push([`${list.length} stocks`, plain(sector), fmtPct(ret, 2, true), fmtUsd(cap), ""]);
   }
   for (const r of rows) {
     ids.push(`stock/${r.ticker}`);
@@ -109,7 +116,8 @@ export function treemap(div, rows, onOpen) {
     parents.push(`sector/${r.sector || "Unclassified"}`);
     values.push(r.market_cap);
     colors.push(r.return_1d);
-    custom.push([plain(r.company_name || ""), plain(r.sector || ""), fmtPct(r.return_1d, 2, true), fmtUsd(r.market_cap)]);
+    const stale = r.staleness && r.staleness.stale ? `<br>stale: last priced ${r.staleness.lastSession}` : "";
+    custom.push([plain(r.company_name || ""), plain(r.sector || ""), fmtPct(r.return_1d, 2, true), fmtUsd(r.market_cap), stale]);
   }
   const trace = {
     type: "treemap",
@@ -119,10 +127,10 @@ export function treemap(div, rows, onOpen) {
     values,
     branchvalues: "total",
     customdata: custom,
-    texttemplate: "<b>%{label}</b><br>%{customdata[2]}",
+    texttemplate: "<b>%{label}</b><br>%{customdata[2]}%{customdata[4]}",
     hovertemplate:
       "<b>%{label}</b> %{customdata[0]}<br>%{customdata[1]}<br>" +
-      "Return %{customdata[2]}<br>Market cap %{customdata[3]}<extra></extra>",
+      "Return %{customdata[2]}<br>Market cap %{customdata[3]}%{customdata[4]}<extra></extra>",
     marker: {
       colors: colors.map((c) => (c === null ? 0 : c)),
       colorscale: RETURN_SCALE,
@@ -168,6 +176,7 @@ export function riskShares(div, rows, level) {
     hovertemplate: "%{y:.1%}",
   }));
   Plotly.react(div, traces, baseLayout({ yaxis: { tickformat: ".0%", range: [0, 1] } }), CONFIG);
+  return legendOf(traces, LEVELS[level].er.map(([, layer]) => LAYERS[layer].label));
 }
 
 // Hedge-ratio lines of one level: dollars of each ETF per $1 of the stock.
@@ -183,6 +192,8 @@ export function hedgeRatios(div, rows, level, etfs) {
     hovertemplate: "%{y:.3f}",
   }));
   Plotly.react(div, traces, baseLayout({ yaxis: { zeroline: true, zerolinecolor: "#bbb" } }), CONFIG);
+  const names = LEVELS[level].hr.map(([, layer]) => `${LAYERS[layer].label}${etfs[layer] ? ` (${etfs[layer]})` : ""}`);
+  return legendOf(traces, names);
 }
 
 // Compounded return over the window, skipping days without a return (shown as gaps).
@@ -219,6 +230,7 @@ export function hedgedReturn(div, rows, level, ticker) {
     },
   ];
   Plotly.react(div, traces, baseLayout({ yaxis: { tickformat: ".0%", zeroline: true, zerolinecolor: "#bbb" } }), CONFIG);
+  return legendOf(traces, [`${ticker} (unhedged)`, `Hedged at L${level} (residual)`]);
 }
 
 // Each position's L3 explained-risk shares, one stacked bar per ticker.
@@ -241,18 +253,21 @@ export function positionShares(div, positions) {
     margin: { l: 56, r: 12, t: 8, b: 28 },
   });
   Plotly.react(div, traces, layout, CONFIG);
+  return legendOf(traces, LEVELS[3].er.map(([, layer]) => LAYERS[layer].label));
 }
 
-// The portfolio's hedge: notional per ETF (per 1 of portfolio value), coloured by level.
+// The portfolio's hedge: the dollars of each ETF to sell (negative: buy), coloured by level.
 export function portfolioHedge(div, hedges) {
   const trace = {
     type: "bar",
     x: hedges.map((h) => plain(h.etf)),
-    y: hedges.map((h) => h.notional),
+    y: hedges.map((h) => h.dollars),
     marker: { color: hedges.map((h) => LAYERS[h.layer].color) },
-    customdata: hedges.map((h) => [LAYERS[h.layer].label, fmtNum(h.notional, 3)]),
-    hovertemplate: "%{x} (%{customdata[0]}): %{customdata[1]} per 1 of portfolio<extra></extra>",
+    customdata: hedges.map((h) => [LAYERS[h.layer].label, fmtUsd(h.dollars), fmtNum(h.perDollar, 3)]),
+    hovertemplate: "%{x} (%{customdata[0]}): %{customdata[1]}, %{customdata[2]} per $1 of the book<extra></extra>",
   };
-  const layout = baseLayout({ hovermode: "closest", showlegend: false, yaxis: { zeroline: true, zerolinecolor: "#bbb" } });
+  const layout = baseLayout({ hovermode: "closest", yaxis: { zeroline: true, zerolinecolor: "#bbb" } });
   Plotly.react(div, [trace], layout, CONFIG);
+  const layers = Object.keys(LAYERS).filter((layer) => hedges.some((h) => h.layer === layer));
+  return layers.map((layer) => ({ name: LAYERS[layer].label, color: LAYERS[layer].color }));
 }

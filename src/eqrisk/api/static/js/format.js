@@ -17,10 +17,11 @@ export function fmtNum(value, digits = 2) {
 export function fmtUsd(value) {
   if (value === null || value === undefined || Number.isNaN(value)) return DASH;
   const abs = Math.abs(value);
+  const sign = value < 0 ? "-" : "";
   for (const [size, unit] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "k"]]) {
-    if (abs >= size) return `$${(value / size).toFixed(abs / size >= 100 ? 0 : 1)}${unit}`;
+    if (abs >= size) return `${sign}$${(abs / size).toFixed(abs / size >= 100 ? 0 : 1)}${unit}`;
   }
-  return `$${value.toFixed(2)}`;
+  return `${sign}$${abs.toFixed(2)}`;
 }
 
 // A money amount in USD with enough digits for API prices (0.005) and balances (19.995).

@@ -1,0 +1,99 @@
+"""Where the command line writes. Every command follows one rule, kept here:
+
+- **stdout: results**, what a script reads: a summary line, a table, a key, `--json`'s one
+  JSON document (`result`, `result_table`, `print_mapping`, `print_json`, `show`).
+- **stderr: everything else**: progress (`stages`, a spinner at a terminal), notes for people
+  (`note`), one-line errors (`say_error`), a server's banner and access log.
+
+Nothing written is ever cut or wrapped where a script or a log reads it: a line is one line
+whatever its length (`soft_wrap`), and away from a terminal (a pipe, a file, CI) a table is as
+wide as its widest cell. At a terminal a table that does not fit folds its cells onto more lines
+(every character stays) instead of ending them with an ellipsis.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+# The width of a console that is not a terminal: wide enough that rich never cuts a cell.
+UNBOUNDED = 1_000_000
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else UNBOUNDED
+    return Console(stderr=stderr, width=width, soft_wrap=True, highlight=False)
+
+
+out = _console(stderr=False)  # results
+err = _console(stderr=True)  # progress, notes, errors
+
+
+def result(line: str) -> None:
+    """One result line on stdout (rich markup allowed: escape the values you put in it)."""
+    out.print(line)
+
+
+def note(line: str) -> None:
+    """One line for people on stderr (what happened, what to do next): never a result."""
+    err.print(line)
+
+
+def print_json(doc: Any) -> None:
+    """`--json`: one JSON document on stdout."""
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def show(doc: Any, as_json: bool, line: str) -> None:
+    """A command's result: the JSON document with `--json`, else its line for people."""
+    if as_json:
+        print_json(doc)
+    else:
+        result(line)
+
+
+def result_table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None
+) -> None:
+    """Rows as a table on stdout; a cell is never cut (see the module docstring)."""
+    table = Table(*headers, title=title)
+    for column in table.columns:
+        column.overflow = "fold"
+    for row in rows:
+        table.add_row(*(escape(str(cell)) for cell in row))
+    out.print(table)
+
+
+def print_mapping(doc: dict[str, Any], as_json: bool, heading: str) -> None:
+    """A flat mapping as one JSON document, or as a two-column table for people."""
+    if as_json:
+        print_json(doc)
+    else:
+        result_table((heading, "value"), doc.items())
+
+
+def say_error(message: str) -> None:
+    """One line on stderr, never wrapped (scripts and logs read it whole)."""
+    err.print(f"[bold red]error:[/] {escape(message)}")
+
+
+@contextmanager
+def stages(title: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr showing the current stage and the elapsed time."""
+    start = time.perf_counter()
+    with err.status(title) as status:
+
+        def say(message: str) -> None:
+            status.update(f"{title}: {message} [dim]({time.perf_counter() - start:.1f}s)[/]")
+
+        yield say
+    err.print(f"[green]done[/] {title} in {time.perf_counter() - start:.1f}s")
