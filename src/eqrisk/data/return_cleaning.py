@@ -410,10 +410,11 @@ def _print_run(
                 return [], ""
             if abs(s.g[i]) > rule.group_share * abs(last):
                 return [], ""
-            scale = rows.close[j] / rows.close_raw[j] if np.isfinite(rows.close_raw[j]) else 1.0
-            opened = rows.open[j + 1] * scale
+            # The open after the print's last day, against the print's level.
+            scale = rows.close[i] / rows.close_raw[i] if np.isfinite(rows.close_raw[i]) else 1.0
+            moved = float(np.log(rows.close[i - 1] / rows.close[j - 1]))
             with np.errstate(invalid="ignore", divide="ignore"):
-                back_open = -np.log(opened / rows.close[j]) / x
+                back_open = -np.log(rows.open[i] * scale / rows.close[i - 1]) / moved
             if np.isfinite(back_open) and back_open < rule.print_open_back:
                 return [], ""  # traded at the print's level the next morning: a real whipsaw
             why = (
