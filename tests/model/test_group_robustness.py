@@ -15,7 +15,7 @@ from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import to_panel
 from eqrisk.model import returns as group_returns_module
 from eqrisk.model.run import ModelParams, ModelResult, run_model
-from helpers import shared_file
+from helpers import gics_master, shared_file
 
 SECTORS = ("Communication Services", "Real Estate")
 HEDGES = ["l2_mkt_hr", "l2_sec_hr", "l3_mkt_hr", "l3_sec_hr", "l3_sub_hr"]
@@ -41,16 +41,7 @@ def universe() -> tuple[pd.DataFrame, pd.DataFrame]:
     gics = gics[gics["GICS Sector"].isin(SECTORS)]
     fin = pd.read_csv(shared_file("constituents_financials.csv"))
     shares = dict(zip(fin["Symbol"], fin["Market Cap"] / fin["Price"], strict=True))
-    master = pd.DataFrame(
-        {
-            "symbol": gics["Symbol"],
-            "name": gics["Security"],
-            "asset_type": "stock",
-            "gics_sector": gics["GICS Sector"],
-            "gics_sub_industry": gics["GICS Sub-Industry"],
-            "shares": gics["Symbol"].map(shares),
-        }
-    )
+    master = gics_master(gics).assign(shares=gics["Symbol"].map(shares).to_numpy())
     etfs = pd.DataFrame({"symbol": ["SPY", "FDN", "IYR"], "asset_type": "etf"})
     master = pd.concat([master, etfs], ignore_index=True)
     prices = ohlcv[ohlcv["symbol"].isin(set(master["symbol"]))]

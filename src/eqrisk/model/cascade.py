@@ -34,9 +34,8 @@ from numba import njit, prange
 
 from eqrisk.model.cascade_sums import (
     ZERO14,
-    add_day,
+    add_at,
     decay,
-    drop_day,
     plus,
     reference_means,
     window_sums,
@@ -160,50 +159,17 @@ def _stock_cascade(z, lev, first, i, k, window, min_obs, lam, start, outs):
                     s_c *= lam
                     acc_c = decay(acc_c, lam)
             s = t - first
-            level = lev[s]
-            if level > 0:
-                d0 = z[s, 0] - r0
-                d1 = z[s, 1] - r1
-                d2 = z[s, 2] - r2
-                d3 = z[s, 3] - r3
-                if level == top:
-                    n_a += 1
-                    s_a += 1.0
-                    acc_a = add_day(acc_a, 1.0, d0, d1, d2, d3)
-                elif level == top - 1:
-                    n_b += 1
-                    s_b += 1.0
-                    acc_b = add_day(acc_b, 1.0, d0, d1, d2, d3)
-                else:
-                    n_c += 1
-                    s_c += 1.0
-                    acc_c = add_day(acc_c, 1.0, d0, d1, d2, d3)
-            old = t - window
-            if old >= 0 and lev[old - first] > 0:
-                s = old - first
-                level = lev[s]
-                d0 = z[s, 0] - r0
-                d1 = z[s, 1] - r1
-                d2 = z[s, 2] - r2
-                d3 = z[s, 3] - r3
-                if level == top:
-                    n_a -= 1
-                    s_a -= lam_w
-                    acc_a = drop_day(acc_a, lam_w, d0, d1, d2, d3)
-                elif level == top - 1:
-                    n_b -= 1
-                    s_b -= lam_w
-                    acc_b = drop_day(acc_b, lam_w, d0, d1, d2, d3)
-                    if n_b == 0:  # an empty sample's sums are zero, exactly
-                        s_b = 0.0
-                        acc_b = ZERO14
-                else:
-                    n_c -= 1
-                    s_c -= lam_w
-                    acc_c = drop_day(acc_c, lam_w, d0, d1, d2, d3)
-                    if n_c == 0:
-                        s_c = 0.0
-                        acc_c = ZERO14
+            if lev[s] > 0:
+                s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c = add_at(
+                    z, s, lev[s], top, 1.0, 1, r0, r1, r2, r3,
+                    s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c,
+                )  # fmt: skip
+            old = t - window - first
+            if t >= window and lev[old] > 0:
+                s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c = add_at(
+                    z, old, lev[old], top, -lam_w, -1, r0, r1, r2, r3,
+                    s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c,
+                )  # fmt: skip
         since_anchor += 1
         if t < start:
             continue

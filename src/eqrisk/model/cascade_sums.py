@@ -14,7 +14,8 @@ ZERO14 = (0.0,) * 14
 @njit(cache=True, inline="always")
 def add_day(acc, w, d0, d1, d2, d3):
     """The accumulators (4 sums, then the lower triangle of the cross sums, row by row) plus one
-    session of centred inputs d weighted w. Scalars, not arrays, so that they live in registers."""
+    session of centred inputs d weighted w (a negative w drops it: (-w) d is -(w d) exactly, so
+    a drop is bit for bit a subtraction). Scalars, not arrays, so that they live in registers."""
     m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
     w0 = w * d0
     w1 = w * d1
@@ -26,23 +27,6 @@ def add_day(acc, w, d0, d1, d2, d3):
         c10 + w1 * d0, c11 + w1 * d1,
         c20 + w2 * d0, c21 + w2 * d1, c22 + w2 * d2,
         c30 + w3 * d0, c31 + w3 * d1, c32 + w3 * d2, c33 + w3 * d3,
-    )  # fmt: skip
-
-
-@njit(cache=True, inline="always")
-def drop_day(acc, w, d0, d1, d2, d3):
-    """The accumulators less one session of centred inputs d weighted w."""
-    m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
-    w0 = w * d0
-    w1 = w * d1
-    w2 = w * d2
-    w3 = w * d3
-    return (
-        m0 - w0, m1 - w1, m2 - w2, m3 - w3,
-        c00 - w0 * d0,
-        c10 - w1 * d0, c11 - w1 * d1,
-        c20 - w2 * d0, c21 - w2 * d1, c22 - w2 * d2,
-        c30 - w3 * d0, c31 - w3 * d1, c32 - w3 * d2, c33 - w3 * d3,
     )  # fmt: skip
 
 
@@ -85,6 +69,31 @@ def reference_means(z, lev, lo, hi):
 
 
 @njit(cache=True, inline="always")
+def add_at(
+    z, s, level, top, w, dn, r0, r1, r2, r3, s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c
+):
+    """The three samples' weight sums, counts and accumulators with scratch row s (serving
+    `level` of the stock's `top` levels) added with weight w and count dn (-lam**window and -1
+    drop it); a sample left empty has its sums reset to exact zeros."""
+    d0 = z[s, 0] - r0
+    d1 = z[s, 1] - r1
+    d2 = z[s, 2] - r2
+    d3 = z[s, 3] - r3
+    if level == top:
+        return (s_a + w, n_a + dn, add_day(acc_a, w, d0, d1, d2, d3),
+                s_b, n_b, acc_b, s_c, n_c, acc_c)  # fmt: skip
+    if level == top - 1:
+        if n_b + dn == 0:
+            return s_a, n_a, acc_a, 0.0, 0, ZERO14, s_c, n_c, acc_c
+        return (s_a, n_a, acc_a, s_b + w, n_b + dn, add_day(acc_b, w, d0, d1, d2, d3),
+                s_c, n_c, acc_c)  # fmt: skip
+    if n_c + dn == 0:
+        return s_a, n_a, acc_a, s_b, n_b, acc_b, 0.0, 0, ZERO14
+    return (s_a, n_a, acc_a, s_b, n_b, acc_b,
+            s_c + w, n_c + dn, add_day(acc_c, w, d0, d1, d2, d3))  # fmt: skip
+
+
+@njit(cache=True, inline="always")
 def window_sums(z, lev, top, lo, hi, lam, r0, r1, r2, r3):
     """From-scratch weighted sums over scratch rows lo..hi (inclusive) of the inputs centred on
     the reference r, newest first (weight 1, then lam, lam**2, ...), in three accumulators: the
@@ -96,22 +105,10 @@ def window_sums(z, lev, top, lo, hi, lam, r0, r1, r2, r3):
     for t in range(hi, lo - 1, -1):
         level = lev[t]
         if level > 0:
-            d0 = z[t, 0] - r0
-            d1 = z[t, 1] - r1
-            d2 = z[t, 2] - r2
-            d3 = z[t, 3] - r3
-            if level == top:
-                n_a += 1
-                s_a += w
-                acc_a = add_day(acc_a, w, d0, d1, d2, d3)
-            elif level == top - 1:
-                n_b += 1
-                s_b += w
-                acc_b = add_day(acc_b, w, d0, d1, d2, d3)
-            else:
-                n_c += 1
-                s_c += w
-                acc_c = add_day(acc_c, w, d0, d1, d2, d3)
+            s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c = add_at(
+                z, t, level, top, w, 1, r0, r1, r2, r3,
+                s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c,
+            )  # fmt: skip
         w *= lam
     return s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c
 
