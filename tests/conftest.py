@@ -13,7 +13,7 @@ import pytest
 
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, to_panel
-from helpers import TEST_KEY, register_key, shared_file
+from helpers import TEST_KEY, gics_master, register_key, shared_file
 
 
 @pytest.fixture(scope="session")
@@ -21,16 +21,7 @@ def real_universe() -> tuple[Panel, pd.DataFrame]:
     """The full adjusted-close file (574 symbols, 2010-2026) with the GICS master, classified."""
     wide = pd.read_csv(shared_file("adjclose_wide_2010_2026.csv.gz"))
     long = wide.melt(id_vars="date", var_name="symbol", value_name="close").dropna()
-    gics = pd.read_csv(shared_file("gics_constituents.csv"))
-    master = pd.DataFrame(
-        {
-            "symbol": gics["Symbol"],
-            "name": gics["Security"],
-            "asset_type": "stock",
-            "gics_sector": gics["GICS Sector"],
-            "gics_sub_industry": gics["GICS Sub-Industry"],
-        }
-    )
+    master = gics_master(pd.read_csv(shared_file("gics_constituents.csv")))
     etfs = pd.DataFrame({"symbol": sorted(set(long["symbol"]) - set(master["symbol"]))})
     master = pd.concat([master, etfs], ignore_index=True)
     master = master[master["symbol"].isin(set(long["symbol"]))]

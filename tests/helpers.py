@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
@@ -61,6 +62,19 @@ def shared_file(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data file {path} is not available")
     return path
+
+
+def gics_master(gics: pd.DataFrame) -> pd.DataFrame:
+    """The real `gics_constituents.csv` rows as master rows of stocks."""
+    return pd.DataFrame(
+        {
+            "symbol": gics["Symbol"],
+            "name": gics["Security"],
+            "asset_type": "stock",
+            "gics_sector": gics["GICS Sector"],
+            "gics_sub_industry": gics["GICS Sub-Industry"],
+        }
+    )
 
 
 def nan_equal(a: np.ndarray, b: np.ndarray) -> bool:

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from eqrisk.data.corporate_actions import parse_split_ratio, suspected_splits
+from eqrisk.data.corporate_actions import parse_split_ratio
 from eqrisk.data.ingest import ingest
 from eqrisk.data.panel import read_ingested
+from eqrisk.data.return_cleaning import PriceRows, detect_events
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
@@ -123,26 +124,28 @@ def test_split_ratio_spellings() -> None:
         parse_split_ratio("seven")
 
 
+def _events(frame: pd.DataFrame, close: str) -> pd.DataFrame:
+    rows = frame.assign(date=pd.to_datetime(frame["date"]), close=frame[close])
+    return detect_events(PriceRows.of(rows.drop(columns="adjusted_close")))
+
+
 def test_raw_closes_without_factors_find_the_real_splits(ohlcv) -> None:
-    found = suspected_splits(
-        ohlcv["symbol"].to_numpy(), pd.to_datetime(ohlcv["date"]).to_numpy(), ohlcv["close"]
-    )
-    got = set(zip(found["symbol"], found["date"], found["ratio"], strict=True))
-    # Every split of these stocks but AOS's 3:2 of 2010 (a fractional ratio needs a close match).
+    found = _events(ohlcv, "close")
+    found = found[found["action"] == "drop"]
+    got = set(zip(found["symbol"], found["date"], found["kind"], found["ratio"], strict=True))
+    # Every split of these stocks, AOS's 3:2 of 2010 too (a fractional ratio needs a match
+    # within 0.005), and nothing else.
     assert got == {
-        ("AAPL", "2014-06-09", 7.0),
-        ("AAPL", "2020-08-31", 4.0),
-        ("AOS", "2013-05-16", 2.0),
-        ("AOS", "2016-10-06", 2.0),
-        ("AFL", "2018-03-19", 2.0),
+        ("AAPL", "2014-06-09", "split", 7.0),
+        ("AAPL", "2020-08-31", "split", 4.0),
+        ("AOS", "2010-11-16", "split", 1.5),
+        ("AOS", "2013-05-16", "split", 2.0),
+        ("AOS", "2016-10-06", "split", 2.0),
+        ("AFL", "2018-03-19", "split", 2.0),
     }
     # None on the adjusted closes of the same stocks: real moves are never taken for splits.
-    none = suspected_splits(
-        ohlcv["symbol"].to_numpy(),
-        pd.to_datetime(ohlcv["date"]).to_numpy(),
-        ohlcv["adjusted_close"],
-    )
-    assert none.empty
+    kept = _events(ohlcv, "adjusted_close")
+    assert (kept["action"] == "keep").all()
 
 
 def test_unadjusted_seven_for_one_split_is_kept_out_of_the_model(tmp_path) -> None:
@@ -164,8 +167,9 @@ def test_unadjusted_seven_for_one_split_is_kept_out_of_the_model(tmp_path) -> No
     assert splits[0]["examples"][0]["symbol"] == "NVDA"
     assert splits[0]["examples"][0]["date"] == split_day
     assert splits[0]["examples"][0]["ratio"] == 7.0
-    report_csv = pd.read_csv(Path(report.report_dir) / "splits.csv")
-    assert report_csv[["symbol", "date"]].values.tolist() == [["NVDA", split_day]]
+    table = pd.read_csv(Path(report.report_dir) / "return_decisions.csv")
+    dropped = table[table["action"] == "drop"]
+    assert dropped[["symbol", "date", "kind"]].values.tolist() == [["NVDA", split_day, "split"]]
     manifest = build_snapshot(home, ModelParams())
     assert manifest["model"]["returns_excluded"] == 1
     snap = Snapshot.open(snapshots_dir(home) / manifest["model_version"])

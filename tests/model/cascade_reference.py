@@ -1,6 +1,14 @@
-"""The cascade kernel as it was before issue 9 (fresh outputs, one scratch per stock), kept
-verbatim as the reference the new kernel must equal bitwise: the rewrite changed where values
-are written and which sessions are computed, never a number."""
+"""References of the cascade kernel.
+
+`joint_reference_cascade` is the kernel as it was before issue 9 (fresh outputs, one scratch per
+stock, every level on one joint sample), kept verbatim: where each level's sample is the same
+(every ETF has the stock's days), the kernel equals it bitwise.
+
+`reference_cascade` is the issue-22 definition built from it: each level on its own joint
+sample (L1: stock and market; L2: and the sector; L3: and the subsector), by running the
+verbatim kernel once per depth with the deeper levels cut off, then publishing each level from
+its own run where its sample has `min_obs` observations; the deepest published level fills the
+columns below it, as for a stock that stops there. `n_obs` is the L1 sample's count."""
 
 from __future__ import annotations
 
@@ -282,7 +290,34 @@ def reference_cascade(
     min_obs: int,
     lam: float = 1.0,
 ) -> np.ndarray:
-    """(16 x n x T) in the order of CASCADE_FIELDS."""
+    """(16 x n x T) in the order of CASCADE_FIELDS: every level on its own joint sample."""
+    fidx = np.asarray(fidx, dtype=np.int64)
+    depth = (fidx >= 0).cumprod(axis=1).sum(axis=1)  # levels each row has: 0..3
+    runs = {}
+    for d in (1, 2, 3):
+        cut = fidx.copy()
+        cut[:, d:] = -1
+        runs[d] = joint_reference_cascade(
+            returns, factors, cut, window=window, min_obs=min_obs, lam=lam
+        )
+    out = runs[1].copy()  # L1 in every column (the rule of a row hedged by the market only)
+    l2 = (depth >= 2)[:, None] & (runs[2][N_OBS] >= min_obs)
+    out[L2_MKT_HR:N_OBS] = np.where(l2, runs[2][L2_MKT_HR:N_OBS], out[L2_MKT_HR:N_OBS])
+    l3 = (depth >= 3)[:, None] & l2 & (runs[3][N_OBS] >= min_obs) & np.isfinite(out[L2_MKT_HR])
+    out[L3_MKT_HR:N_OBS] = np.where(l3, runs[3][L3_MKT_HR:N_OBS], out[L3_MKT_HR:N_OBS])
+    return out
+
+
+def joint_reference_cascade(
+    returns: np.ndarray,
+    factors: np.ndarray,
+    fidx: np.ndarray,
+    *,
+    window: int,
+    min_obs: int,
+    lam: float = 1.0,
+) -> np.ndarray:
+    """(16 x n x T) in the order of CASCADE_FIELDS, every level on the joint sample."""
     out = np.empty((len(CASCADE_FIELDS), *returns.shape))
     _cascade_all(
         np.ascontiguousarray(returns),

@@ -1,7 +1,8 @@
-"""The cascade kernel's mechanics (issue 9 and 10): outputs written in place (`out=`, e.g.
-memory-mapped files, or a block buffer reused across symbol blocks) and partial runs from a
-session (`start=`) give exactly the numbers of the kernel as it was before (kept verbatim in
-cascade_reference.py), bit for bit, NaN positions included."""
+"""The cascade kernel: every level on its own joint sample (issue 22), equal to the reference
+built from the kernel as it was before (cascade_reference.py) to 1e-12, and bit for bit where
+the levels' samples are the same; and its mechanics (issues 9 and 10): outputs written in place
+(`out=`, e.g. memory-mapped files, or a block buffer reused across symbol blocks) and partial
+runs from a session (`start=`) give exactly the numbers of a full run, NaN positions included."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
-from model.cascade_reference import reference_cascade, reference_std
+from model.cascade_reference import joint_reference_cascade, reference_cascade, reference_std
 
 WINDOW, MIN_OBS = 60, 30
 HALFLIFE = 20.0
@@ -26,7 +27,9 @@ def bits(a: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def panel() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stocks with every level count (none, market, +sector, +subsector), late listings,
-    halts, missing factor days, and a subsector ETF collinear with its sector."""
+    halts, missing factor days, a sector ETF and a subsector ETF that list late (sessions 200
+    and 130: their stocks' lower levels start after the market level), and a subsector ETF
+    collinear with its sector."""
     rng = np.random.default_rng(9)
     n, n_t = 40, 400
     m = rng.standard_t(4, n_t) * 0.01
@@ -35,6 +38,8 @@ def panel() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     sub[3] = sec[0]  # collinear: the "subsector" is the sector
     factors = np.vstack([m, sec, sub])
     factors[2, 150:155] = np.nan  # a sector ETF with missing days
+    factors[3, :200] = np.nan  # a sector ETF listed late
+    factors[5, :130] = np.nan  # a subsector ETF listed late
     fidx = np.full((n, 3), -1, dtype=np.int64)
     fidx[:, 0] = 0
     fidx[:, 1] = 1 + rng.integers(0, 3, n)
@@ -55,17 +60,49 @@ def expected(panel: tuple[np.ndarray, np.ndarray, np.ndarray], lam: float) -> np
     return reference_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, lam=lam)
 
 
+def _lam(halflife: float | None) -> float:
+    return 1.0 if halflife is None else LAM
+
+
 @pytest.mark.parametrize("halflife", [None, HALFLIFE])
-def test_full_run_equals_the_reference_kernel_bitwise(panel, halflife) -> None:
+def test_each_level_equals_its_own_joint_sample_reference(panel, halflife) -> None:
     returns, factors, fidx = panel
     got = rolling_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife)
-    want = expected(panel, 1.0 if halflife is None else LAM)
+    want = expected(panel, _lam(halflife))
     for f, name in enumerate(CASCADE_FIELDS):
-        assert np.array_equal(bits(got[name]), bits(want[f])), name
+        assert np.array_equal(np.isnan(got[name]), np.isnan(want[f])), name
+        np.testing.assert_allclose(got[name], want[f], rtol=0, atol=1e-12, err_msg=name)
     # The panel reaches every branch: unpublished rows, each level's publication, collinearity.
     assert np.isnan(got["n_obs"][0]).all()
     assert np.isfinite(got["l3_sub_hr"][20:]).any() and np.isnan(got["l3_sub_hr"][8:10]).all()
     assert np.isfinite(got["l2_sec_hr"][8:10]).any()
+    # A stock on the late sector ETF has its market level from its own min_obs-th session
+    # with the market, its sector level from its min_obs-th with the sector ETF too, and the
+    # L3 columns carry its deepest published level meanwhile (sector/subsector fields null).
+    late = np.flatnonzero((fidx[:, 1] == 3) & (fidx[:, 2] >= 0) & (fidx[:, 2] != 5))
+    row = late[late >= 17][0]  # fully observed itself
+    first_l2 = 200 + MIN_OBS - 1  # its min_obs-th return with the ETF's first return at 200
+    assert np.isnan(got["l1_mkt_hr"][row, : MIN_OBS - 1]).all()
+    assert np.isfinite(got["l1_mkt_hr"][row, MIN_OBS - 1 :]).all()
+    assert np.isnan(got["l2_sec_hr"][row, :first_l2]).all()
+    assert np.isfinite(got["l2_sec_hr"][row, first_l2:]).all()
+    np.testing.assert_array_equal(
+        got["l3_mkt_hr"][row, MIN_OBS:200], got["l1_mkt_hr"][row, MIN_OBS:200]
+    )
+    assert np.isnan(got["l3_sec_hr"][row, MIN_OBS:200]).all()
+
+
+def test_where_the_levels_share_their_sample_the_kernel_is_the_joint_one_bitwise(panel) -> None:
+    """Rows whose ETFs have every session (and the market-only rows) are computed as before
+    issue 22, bit for bit: a late ETF costs its own rows only."""
+    returns, factors, fidx = panel
+    got = rolling_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS)
+    want = joint_reference_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS)
+    gaps = np.isnan(factors[:, :]).any(axis=1)
+    same = ~(np.where(fidx >= 0, gaps[np.maximum(fidx, 0)], False)[:, 1:]).any(axis=1)
+    assert same.sum() >= 10
+    for f, name in enumerate(CASCADE_FIELDS):
+        assert np.array_equal(bits(got[name][same]), bits(want[f][same])), name
 
 
 def test_rolling_std_equals_the_reference_bitwise(panel) -> None:
@@ -79,6 +116,7 @@ def test_rolling_std_equals_the_reference_bitwise(panel) -> None:
 
 def test_outputs_are_written_into_memory_mapped_files(panel, tmp_path: Path) -> None:
     returns, factors, fidx = panel
+    want = rolling_cascade(returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS)
     files = {
         name: np.lib.format.open_memmap(tmp_path / f"{name}.npy", "w+", np.float64, returns.shape)
         for name in CASCADE_FIELDS
@@ -87,9 +125,8 @@ def test_outputs_are_written_into_memory_mapped_files(panel, tmp_path: Path) -> 
     assert all(got[name] is files[name] for name in CASCADE_FIELDS)
     for array in files.values():
         array.flush()
-    want = expected(panel, 1.0)
-    for f, name in enumerate(CASCADE_FIELDS):
-        assert np.array_equal(bits(np.load(tmp_path / f"{name}.npy")), bits(want[f])), name
+    for name in CASCADE_FIELDS:
+        assert np.array_equal(bits(np.load(tmp_path / f"{name}.npy")), bits(want[name])), name
     vol_file = np.lib.format.open_memmap(tmp_path / "vol.npy", "w+", np.float64, returns.shape)
     assert rolling_std(returns, window=WINDOW, min_obs=MIN_OBS, out=vol_file) is vol_file
     assert np.array_equal(
@@ -101,7 +138,9 @@ def test_symbol_blocks_through_one_reused_buffer_equal_the_full_run(panel) -> No
     """A caller that writes blocks of symbols through one small buffer (then to disk) gets the
     same numbers as one call over every symbol."""
     returns, factors, fidx = panel
-    want = expected(panel, LAM)
+    want = rolling_cascade(
+        returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=HALFLIFE
+    )
     block = 7
     buffer = {name: np.full((block, returns.shape[1]), -1.0) for name in CASCADE_FIELDS}
     for lo in range(0, len(returns), block):
@@ -111,8 +150,8 @@ def test_symbol_blocks_through_one_reused_buffer_equal_the_full_run(panel) -> No
             returns[lo:hi], factors, fidx[lo:hi],
             window=WINDOW, min_obs=MIN_OBS, halflife=HALFLIFE, out=view,
         )  # fmt: skip
-        for f, name in enumerate(CASCADE_FIELDS):
-            assert np.array_equal(bits(view[name]), bits(want[f][lo:hi])), (name, lo)
+        for name in CASCADE_FIELDS:
+            assert np.array_equal(bits(view[name]), bits(want[name][lo:hi])), (name, lo)
 
 
 def _start_points(n_t: int) -> list[int]:
@@ -126,7 +165,9 @@ def _start_points(n_t: int) -> list[int]:
 @pytest.mark.parametrize("halflife", [None, HALFLIFE])
 def test_a_run_from_start_equals_the_full_run_and_leaves_earlier_sessions(panel, halflife) -> None:
     returns, factors, fidx = panel
-    want = expected(panel, 1.0 if halflife is None else LAM)
+    want = rolling_cascade(
+        returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife
+    )
     sentinel = 12345.0
     for start in _start_points(returns.shape[1]):
         out = {name: np.full(returns.shape, sentinel) for name in CASCADE_FIELDS}
@@ -134,9 +175,9 @@ def test_a_run_from_start_equals_the_full_run_and_leaves_earlier_sessions(panel,
             returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife,
             out=out, start=start,
         )  # fmt: skip
-        for f, name in enumerate(CASCADE_FIELDS):
+        for name in CASCADE_FIELDS:
             assert (out[name][:, :start] == sentinel).all(), (name, start)
-            assert np.array_equal(bits(out[name][:, start:]), bits(want[f][:, start:])), (
+            assert np.array_equal(bits(out[name][:, start:]), bits(want[name][:, start:])), (
                 name,
                 start,
             )
@@ -147,7 +188,9 @@ def test_a_run_from_start_reads_one_window_before_its_anchor_only(panel, halflif
     """Issue 10's incremental update: data older than (anchor at or before start) - window + 1
     is never read, so a one-session update costs O(window) per stock, not O(T)."""
     returns, factors, fidx = panel
-    want = expected(panel, 1.0 if halflife is None else LAM)
+    want = rolling_cascade(
+        returns, factors, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife
+    )
     n_t = returns.shape[1]
     for start in (n_t - 1, 3 * WINDOW, 3 * WINDOW + 1, 5 * WINDOW - 1):
         first = start - start % WINDOW - WINDOW + 1
@@ -159,8 +202,8 @@ def test_a_run_from_start_reads_one_window_before_its_anchor_only(panel, halflif
             garbage_r, garbage_f, fidx, window=WINDOW, min_obs=MIN_OBS, halflife=halflife,
             out=out, start=start,
         )  # fmt: skip
-        for f, name in enumerate(CASCADE_FIELDS):
-            assert np.array_equal(bits(out[name][:, start:]), bits(want[f][:, start:])), name
+        for name in CASCADE_FIELDS:
+            assert np.array_equal(bits(out[name][:, start:]), bits(want[name][:, start:])), name
         vol = np.zeros(returns.shape)
         rolling_std(garbage_r, window=WINDOW, min_obs=MIN_OBS, out=vol, start=start)
         full = reference_std(returns, window=WINDOW, min_obs=MIN_OBS)

@@ -14,6 +14,7 @@ from eqrisk.model.cascade import rolling_cascade, rolling_std
 from eqrisk.model.returns import group_returns, simple_returns
 from eqrisk.model.run import ModelParams, ModelResult, run_model
 from helpers import nan_equal
+from model.group_reference import held_returns
 
 WINDOW, MIN_OBS = 252, 126
 # At least 20 real stocks that have all three levels (market, sector ETF, subsector ETF).
@@ -71,9 +72,34 @@ def test_hedge_ratios_equal_the_multiple_regression(real_universe, real_model) -
             # Residual risk is the unexplained share of the same regression.
             res = real_model.metrics["l3_res_er"][row[symbol], t]
             assert abs(res - (1.0 - fit.rsquared)) < 1e-9
-            assert real_model.metrics["n_obs"][row[symbol], t] == len(y)
+            # n_obs counts the market level's sample: the stock's joint days with the market.
+            y1, _ = _window_design(real_model, panel, symbol, t, 1)
+            assert real_model.metrics["n_obs"][row[symbol], t] == len(y1) >= len(y)
             checked += 1
     assert checked >= 60
+
+
+def _assert_levels(model: ModelResult, panel: Panel, symbol: str, t: int) -> list[int]:
+    """Each published level of `symbol` at t equals the regression on its own joint sample
+    (L1: the stock's days with the market; L2: with the sector too; L3: with the subsector
+    too); returns the levels that were published."""
+    i = panel.index_of()[symbol]
+    m = model.metrics
+    fields = {1: ["l1_mkt_hr"], 2: ["l2_mkt_hr", "l2_sec_hr"],
+              3: ["l3_mkt_hr", "l3_sec_hr", "l3_sub_hr"]}  # fmt: skip
+    shares = {1: "l1_res_er", 2: "l2_res_er", 3: "l3_res_er"}
+    published = []
+    for level, names in fields.items():
+        got = np.array([m[k][i, t] for k in names])
+        if np.isnan(got[-1]):
+            continue
+        y, x = _window_design(model, panel, symbol, t, level)
+        assert len(y) >= MIN_OBS, (symbol, level)
+        fit = sm.OLS(y, x).fit()
+        np.testing.assert_allclose(got, fit.params[1:], rtol=0, atol=1e-8, err_msg=symbol)
+        assert abs(m[shares[level]][i, t] - (1.0 - fit.rsquared)) < 1e-9, (symbol, level)
+        published.append(level)
+    return published
 
 
 def test_each_level_equals_its_own_regression(real_universe, real_model) -> None:
@@ -81,17 +107,48 @@ def test_each_level_equals_its_own_regression(real_universe, real_model) -> None
     row = panel.index_of()
     for symbol in REAL_STOCKS[:20]:
         t = _test_dates(real_model, row[symbol])[1]
-        y, x = _window_design(real_model, panel, symbol, t, 3)
-        one = sm.OLS(y, x[:, :2]).fit()
-        two = sm.OLS(y, x[:, :3]).fit()
-        m = real_model.metrics
-        i = row[symbol]
-        assert abs(m["l1_mkt_hr"][i, t] - one.params[1]) < 1e-8
-        assert abs(m["l1_mkt_er"][i, t] - one.rsquared) < 1e-9
-        np.testing.assert_allclose(
-            [m["l2_mkt_hr"][i, t], m["l2_sec_hr"][i, t]], two.params[1:], atol=1e-8
-        )
-        assert abs(m["l2_res_er"][i, t] - (1 - two.rsquared)) < 1e-9
+        assert _assert_levels(real_model, panel, symbol, t) == [1, 2, 3]
+
+
+def test_every_level_as_soon_as_its_own_inputs_exist(real_universe, real_model) -> None:
+    """Issue 22 on the real data set: every stock has its L1 market beta from its 126th joint
+    observation with SPY, whenever its sector ETF lists (XLC 2018-06, XLRE 2015-10, JETS
+    2015); L2 and L3 come when their own samples reach 126, each equal to its own regression,
+    and the L3 columns carry the deepest published level meanwhile."""
+    panel, master = real_universe
+    m = real_model.metrics
+    r = m["return"]
+    spy = r[panel.index_of()["SPY"]]
+    stocks = np.flatnonzero(master.set_index("symbol").reindex(panel.symbols)["asset_type"]
+                            .fillna("stock").to_numpy() == "stock")  # fmt: skip
+    joint = np.isfinite(r[stocks]) & np.isfinite(spy)[None, :]
+    # Joint observations in each session's window of WINDOW sessions.
+    counts = np.cumsum(joint, axis=1)
+    counts[:, WINDOW:] -= counts[:, :-WINDOW].copy()
+    expected = counts >= MIN_OBS
+    got = np.isfinite(m["l1_mkt_hr"][stocks])
+    assert np.array_equal(got, expected)
+    np.testing.assert_array_equal(m["n_obs"][stocks][expected], counts[expected])
+    # Communication Services before XLC: a market beta, no sector level yet, carried in L3.
+    xlc = np.flatnonzero(np.isfinite(r[panel.index_of()["XLC"]]))[0]
+    sessions = panel.sessions.astype("datetime64[D]").astype(str)
+    assert sessions[xlc].startswith("2018-06")
+    for symbol in ("GOOGL", "DIS", "CMCSA", "VZ", "NFLX"):
+        i = panel.index_of()[symbol]
+        assert np.isfinite(m["l1_mkt_hr"][i, xlc - 1])
+        assert np.isnan(m["l2_sec_hr"][i, : xlc + MIN_OBS - 1]).all()
+        assert np.isfinite(m["l2_sec_hr"][i, xlc + MIN_OBS - 1])
+        assert m["l3_mkt_hr"][i, xlc - 1] == m["l1_mkt_hr"][i, xlc - 1]
+        assert np.isnan(m["l3_sec_hr"][i, xlc - 1])
+    # Where the levels' samples differ, each published level is its own regression.
+    checked = set()
+    for symbol in ("GOOGL", "DIS", "T", "PLD", "AMT", "DAL", "UAL"):
+        i = panel.index_of()[symbol]
+        first = {lvl: int(np.flatnonzero(np.isfinite(m[f][i]))[0])
+                 for lvl, f in ((1, "l1_mkt_hr"), (2, "l2_sec_hr"))}  # fmt: skip
+        for t in (first[2] - 1, first[2], first[2] + 60):
+            checked.update(_assert_levels(real_model, panel, symbol, t))
+    assert checked == {1, 2, 3}
 
 
 def test_risk_shares_sum_to_one_wherever_published(real_model) -> None:
@@ -252,8 +309,12 @@ def test_levels_without_etfs_fall_back_to_group_portfolios(real_universe) -> Non
     t = 4000
     window = slice(t - WINDOW + 1, t + 1)
     others = [i for s, i in rows.items() if s != "NVDA"]
-    market = np.nanmean(r[others, window], axis=0)
-    sector = np.nanmean(r[[rows[s] for s in tech if s != "NVDA"], window], axis=0)
+    # Member returns as the group portfolios hold them (written out in group_reference.py).
+    held = held_returns(r)
+    tech_rows = np.array([rows[s] for s in tech])
+    held_tech = held_returns(r[tech_rows])
+    market = np.nanmean(held[others, window], axis=0)
+    sector = np.nanmean(held_tech[tech_rows != rows["NVDA"], window], axis=0)
     y = r[rows["NVDA"], window]
     fit = sm.OLS(y, sm.add_constant(np.column_stack([market, sector]))).fit()
     assert abs(result.metrics["l2_sec_hr"][rows["NVDA"], t] - fit.params[2]) < 1e-8

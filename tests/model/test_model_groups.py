@@ -12,6 +12,7 @@ from eqrisk.data.panel import Panel
 from eqrisk.model.returns import group_portfolio, group_returns
 from eqrisk.model.run import ModelParams, ModelResult, run_model
 from helpers import nan_equal, shared_file
+from model.group_reference import held_returns
 
 WINDOW, MIN_OBS = 252, 126
 TECH = ["AAPL", "AMD", "MSFT", "NVDA", "ORCL", "CSCO", "INTC", "QCOM"]
@@ -142,19 +143,24 @@ def test_leave_one_out_betas_equal_an_explicit_regression(group_universe) -> Non
     r = result.metrics["return"]
     caps = _prev_caps(panel)
     tech = np.array([rows[s] for s in TECH])
+    info = master.set_index("symbol")
+    # Each group's members' returns as the portfolio holds them (every row is a stock here).
+    held_all = held_returns(r)
+    held_sector = {
+        sec: (idx := np.array([rows[s] for s in panel.symbols if info.loc[s, "gics_sector"] == sec]),
+              held_returns(r[idx]))
+        for sec in set(info.loc[list(panel.symbols), "gics_sector"])
+    }  # fmt: skip
     checked = 0
     for symbol in ("NVDA", "AAPL", "JPM", "XOM"):
         i = rows[symbol]
-        sector = master.set_index("symbol").loc[symbol, "gics_sector"]
+        sector = info.loc[symbol, "gics_sector"]
         peers = [rows[s] for s in panel.symbols if s != symbol]
-        sec_peers = [
-            rows[s]
-            for s in panel.symbols
-            if s != symbol and master.set_index("symbol").loc[s, "gics_sector"] == sector
-        ]
+        idx, held = held_sector[sector]
+        keep = idx != i
         # The groups without the stock, weighted by the others' previous caps, built here.
-        market = _weighted_mean(r[peers], caps[peers])
-        sec = _weighted_mean(r[sec_peers], caps[sec_peers])
+        market = _weighted_mean(held_all[peers], caps[peers])
+        sec = _weighted_mean(held[keep], caps[idx[keep]])
         for t in (1500, 3000, 4100):
             window = slice(t - WINDOW + 1, t + 1)
             y, x = r[i, window], np.column_stack([market[window], sec[window]])
@@ -170,11 +176,13 @@ def test_leave_one_out_betas_equal_an_explicit_regression(group_universe) -> Non
     assert checked == 12
     # The published group factor stays the whole group's (the stock included).
     k = result.flat.names.index("Information_Technology")
-    full_sector = _weighted_mean(r[tech], caps[tech])
+    idx, held = held_sector["Information Technology"]
+    assert sorted(idx) == sorted(tech)
+    full_sector = _weighted_mean(held, caps[idx])
     src = result.flat.sources[k]
     assert result.factor_keys[src] == "group:sector:Information Technology"
     # Service A's sector factor is that series cleaned of the (whole) market.
-    full_market = _weighted_mean(r, caps)
+    full_market = _weighted_mean(held_all, caps)
     t = 3000
     ok = np.isfinite(full_sector[t - 252 : t]) & np.isfinite(full_market[t - 252 : t])
     g = (
@@ -192,7 +200,7 @@ def test_leave_one_out_residual_uses_the_group_without_the_stock(group_universe)
     caps = _prev_caps(panel)
     i = rows["NVDA"]
     peers = [rows[s] for s in panel.symbols if s != "NVDA"]
-    market = _weighted_mean(r[peers], caps[peers])
+    market = _weighted_mean(held_returns(r)[peers], caps[peers])
     m = result.metrics
     t = 3500
     expected = m["l1_mkt_hr"][i, t - 1] * market[t]
@@ -261,7 +269,7 @@ def test_partly_capped_universe_weights_every_stock_and_says_how_many(real_unive
         ]
     )
     w = np.where(known, caps, np.where(has_r, med[None, :], 0.0))
-    market = _weighted_mean(r, w)
+    market = _weighted_mean(held_returns(r), w)
     key = result.factor_keys.index("group:market:all")
     t = np.flatnonzero(np.isfinite(market))
     np.testing.assert_allclose(result.flat.returns[0, t], market[t], rtol=1e-12, atol=1e-15)

@@ -13,10 +13,12 @@ computation on any clone.
 
 Files (one row per stock x session; values at full precision, `%.17g`):
 - `demo_ols.csv`: equal weights, window 252, min_obs 126. The regressions of the stock's simple
-  return r on (1, m) [level 1], (1, m, s) [level 2] and (1, m, s, u) [level 3], on the window's
-  sessions where r and every factor have a return: hedge ratios, R^2 (level 1) and 1 - R^2.
-  A stock without a subsector ETF stops at level 2: its level-3 columns repeat level 2 and
-  l3_sub_hr is empty (the model's rule, docs/DECISIONS.md).
+  return r on (1, m) [level 1], (1, m, s) [level 2] and (1, m, s, u) [level 3], each on its own
+  joint sample: the window's sessions where r and that level's factors have a return (issue 22;
+  before it, every level used the sessions where all of the stock's factors had one): hedge
+  ratios, R^2 (level 1) and 1 - R^2; `n_obs` is level 1's count. A stock without a subsector
+  ETF stops at level 2: its level-3 columns repeat level 2 and l3_sub_hr is empty (the
+  model's rule, docs/decisions/levels.md).
 - `demo_ewma.csv`: the level-3 regression by weighted least squares with EWMA weights
   0.5 ** (age / halflife), halflife 60 sessions, age counted in sessions from the window's end.
 """
@@ -66,8 +68,8 @@ def design(
 
 
 def key_sessions(returns: pd.DataFrame, symbol: str, factors: list[str]) -> list[int]:
-    """The first session with MIN_OBS joint returns in its window, one in the middle of the
-    published span, and the last session the stock has a price."""
+    """The first session with MIN_OBS joint returns of the deepest level in its window, one in
+    the middle of the published span, and the last session the stock has a price."""
     joint = (returns[[symbol, *factors]].notna().all(axis=1)).to_numpy().astype(int)
     counts = np.convolve(joint, np.ones(WINDOW, dtype=int))[: len(joint)]
     priced = np.flatnonzero(returns[symbol].notna().to_numpy())
@@ -77,12 +79,15 @@ def key_sessions(returns: pd.DataFrame, symbol: str, factors: list[str]) -> list
 
 
 def ols_row(returns: pd.DataFrame, symbol: str, factors: list[str], t: int) -> dict[str, object]:
-    y, x, _ = design(returns, symbol, factors, t)
-    one, two = sm.OLS(y, x[:, :2]).fit(), sm.OLS(y, x[:, :3]).fit()
+    fits = []
+    for level in range(1, len(factors) + 1):  # each level on its own joint sample
+        y, x, _ = design(returns, symbol, factors[:level], t)
+        fits.append(sm.OLS(y, x).fit())
+    one, two = fits[0], fits[1]
     row: dict[str, object] = {
         "symbol": symbol,
         "date": returns.index[t],
-        "n_obs": len(y),
+        "n_obs": int(one.nobs),
         "l1_mkt_hr": one.params[1],
         "l1_mkt_er": one.rsquared,
         "l1_res_er": 1.0 - one.rsquared,
@@ -91,7 +96,7 @@ def ols_row(returns: pd.DataFrame, symbol: str, factors: list[str], t: int) -> d
         "l2_res_er": 1.0 - two.rsquared,
     }
     # Without a subsector ETF the third level is the second (l3_sub_hr unpublished).
-    three = sm.OLS(y, x).fit() if len(factors) == 3 else two
+    three = fits[-1]
     hedge = [*three.params[1:], np.nan][:3]
     row |= dict(zip(["l3_mkt_hr", "l3_sec_hr", "l3_sub_hr"], hedge, strict=True))
     row["l3_res_er"] = 1.0 - three.rsquared

@@ -94,8 +94,10 @@ def latest_values(snap: Snapshot, sym: Symbol) -> dict[str, float | None]:
 def hedge_levels(sym: Symbol, values: dict[str, float | None]) -> dict[str, Any]:
     """`{L1, L2, L3, statistical_lstar, recommended_level}` from the flat values.
 
-    A level whose hedge ratios are all null (an ETF's L2/L3, a stock without a subsector ETF
-    at L3) is left out: the real client counts a missing block as no hedge. eqrisk has no
+    A level whose own ETF's hedge ratio is null is left out (an ETF's L2/L3, a stock without a
+    subsector ETF at L3, a stock whose sector ETF's sample is still short of min_obs at L2 and
+    L3: those columns carry the level above): the real client counts a missing block as no
+    hedge. eqrisk has no
     statistical rule for L*, so `statistical_lstar` is null and `recommended_level` names the
     deepest level the symbol has (the one that leaves the least residual risk by construction).
     """
@@ -110,8 +112,10 @@ def hedge_levels(sym: Symbol, values: dict[str, float | None]) -> dict[str, Any]
                                  for key in _BLOCK_KEYS}  # fmt: skip
         if all(block[k] is None for k in ("market_hr", "sector_hr", "subsector_hr")):
             continue
+        if level == "L2" and block["sector_hr"] is None:
+            continue  # no sector level (yet): L2 would only repeat L1
         if level == "L3" and block["subsector_hr"] is None:
-            continue  # no subsector ETF: L3 would only repeat L2
+            continue  # no subsector level (yet): L3 would only repeat L2
         block["hedge_etfs"] = etfs[level]
         out[level] = block
     out["statistical_lstar"] = None

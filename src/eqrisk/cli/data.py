@@ -110,9 +110,17 @@ def ingest(
         bool,
         typer.Option(
             "--keep-split-moves",
-            help="Keep suspected unadjusted splits in the model (still reported).",
+            help="Keep the returns the cleaning stage would leave out (splits, spin-offs, "
+            "prints that reverse): still reported.",
         ),
     ] = False,
+    return_decisions: Annotated[
+        Path | None,
+        typer.Option(
+            help="The report's return_decisions.csv as you edited it: keep, drop or adjust "
+            "(with a factor) the return of a symbol on a date."
+        ),
+    ] = None,
     column: ColumnOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -124,7 +132,8 @@ def ingest(
     from eqrisk.data.ingest_report import render_report
 
     settings = effective_settings(max_move=max_move)
-    _check_files([*prices, *[p for p in (master, shares, actions) if p is not None]])
+    given = (master, shares, actions, return_decisions)
+    _check_files([*prices, *[p for p in given if p is not None]])
     if prices_basis not in ("auto", "adjusted", "raw"):
         raise fail(f"--prices {prices_basis!r}: accepted are auto, adjusted, raw", 2)
     try:
@@ -141,6 +150,7 @@ def ingest(
         prices_basis=prices_basis,
         actions=actions,
         keep_split_moves=keep_split_moves,
+        return_decisions=return_decisions,
         columns=columns,
         shares=shares,
     )

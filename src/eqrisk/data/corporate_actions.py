@@ -1,5 +1,6 @@
 """Corporate actions: total-return closes from raw closes and their split/dividend/spin-off
-factors, and the detection of unadjusted splits in raw closes that come without factors.
+factors, the split ratios a missing adjustment is matched against, and the returns the model
+leaves out (`return_breaks`; found by `eqrisk.data.return_cleaning`).
 
 Conventions (those of the shared OHLCV file, whose adjusted closes they reproduce to 1e-11):
 - `split` on the ex-date: new shares per old share (7 for a 7:1 split, 0.1 for a 1:10 reverse
@@ -15,7 +16,6 @@ Conventions (those of the shared OHLCV file, whose adjusted closes they reproduc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +25,10 @@ __all__ = [
     "FACTOR_COLUMNS",
     "PRICE_BASES",
     "SPLIT_RATIOS",
-    "SplitRule",
     "apply_actions",
     "read_actions",
     "resolve_basis",
     "return_breaks",
-    "suspected_splits",
     "total_return_close",
 ]
 
@@ -250,102 +248,11 @@ SPLIT_RATIOS: tuple[float, ...] = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class SplitRule:
-    """When a one-day move is taken for an unadjusted split.
-
-    The move is measured against the day's market: its log return less the median log return
-    of all symbols that session (where at least `min_peers` have one), so that a crash day of
-    the whole market is never read as a split. It is a split when that move is within
-    `tolerance` (widened to `tol_sigmas` of the stock's recent daily volatility, at most
-    `max_tolerance`, or `max_tolerance_large` for ratios of 3:1 and more, which no ordinary
-    day comes near) of a split ratio of SPLIT_RATIOS (or its reverse) and at least
-    `min_sigmas` of that volatility; a fractional ratio (3:2, 5:2) must match within
-    `fraction_tolerance`. The volatility is robust (1.4826 x the median absolute log
-    return of the symbol's previous `lookback` rows), so an earlier missing adjustment does not
-    hide the next one.
-    """
-
-    tolerance: float = 0.03
-    tol_sigmas: float = 3.0
-    max_tolerance: float = 0.06
-    max_tolerance_large: float = 0.12
-    min_sigmas: float = 8.0
-    lookback: int = 63
-    default_sigma: float = 0.02
-    min_peers: int = 20
-    fraction_tolerance: float = 0.005
-
-
-def suspected_splits(
-    symbol: np.ndarray,
-    day: np.ndarray,
-    close: np.ndarray,
-    rule: SplitRule | None = None,
-) -> pd.DataFrame:
-    """One-day moves between consecutive rows of a symbol (rows sorted by symbol, then date)
-    that look like a missing split adjustment: `symbol, date, prev_close, close, return,
-    ratio` (the split ratio it matches: 7 for 7:1, 0.1 for 1:10) and `sigma`."""
-    rule = rule or SplitRule()
-    symbol = np.asarray(symbol, dtype=object)
-    days = np.asarray(day).astype("datetime64[D]")
-    close = np.asarray(close, dtype=np.float64)
-    cols = ["symbol", "date", "prev_close", "close", "return", "ratio", "sigma"]
-    if len(close) < 2:
-        return pd.DataFrame(columns=cols)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lr = np.log(close[1:] / close[:-1])
-    same = symbol[1:] == symbol[:-1]
-    lr = np.where(same & np.isfinite(lr), lr, np.nan)
-    # The day's market move: median log return of every symbol that session.
-    frame = pd.DataFrame({"day": days[1:], "lr": lr})
-    by_day = frame.groupby("day")["lr"]
-    market = np.where(by_day.transform("count") >= rule.min_peers, by_day.transform("median"), 0.0)
-    move = lr - np.nan_to_num(market)
-    ratios = np.array(sorted({*SPLIT_RATIOS, *(1.0 / np.array(SPLIT_RATIOS))}))
-    # Log distance of each move to the nearest split ratio (a k:1 split divides the price by k).
-    dist = np.abs(move[:, None] + np.log(ratios)[None, :])
-    dist = np.where(np.isfinite(dist), dist, np.inf)
-    nearest = np.argmin(dist, axis=1)
-    best = dist[np.arange(len(move)), nearest]
-    candidates = np.flatnonzero(best <= max(rule.max_tolerance, rule.max_tolerance_large))
-    rows = []
-    abs_lr = np.abs(lr)
-    run_start = np.maximum.accumulate(np.where(~same, np.arange(len(lr)), 0))
-    for j in candidates.tolist():
-        lo = max(j - rule.lookback, int(run_start[j]))
-        prev = abs_lr[lo:j]
-        prev = prev[np.isfinite(prev)]
-        sigma = 1.4826 * float(np.median(prev)) if len(prev) >= 20 else rule.default_sigma
-        sigma = max(sigma, 1e-4)
-        q = ratios[nearest[j]]
-        size = max(q, 1.0 / q)
-        cap = rule.max_tolerance if size < 2.5 else rule.max_tolerance_large
-        tol = min(max(rule.tolerance, rule.tol_sigmas * sigma), cap)
-        if abs(size - round(size)) > 1e-9:
-            # 3:2 and 5:2 sit where real crashes and rallies of a third or a half fall:
-            # they need a much closer match.
-            tol = rule.fraction_tolerance
-        if best[j] <= tol and abs(move[j]) >= rule.min_sigmas * sigma:
-            rows.append(
-                {
-                    "symbol": symbol[j + 1],
-                    "date": np.datetime_as_string(days[j + 1], unit="D"),
-                    "prev_close": close[j],
-                    "close": close[j + 1],
-                    "return": float(np.expm1(lr[j])),
-                    "ratio": float(ratios[nearest[j]]),
-                    "sigma": sigma,
-                }
-            )
-    return pd.DataFrame(rows, columns=cols)
-
-
 def return_breaks(
     breaks: list[list[str]] | list[tuple[str, str]], symbols: np.ndarray, sessions: np.ndarray
 ) -> np.ndarray:
     """(n x T) bool mask of the returns kept out of the model: one (symbol, date) per
-    suspected split recorded by ingest (the return INTO that session)."""
+    return the cleaning stage or the user left out at ingest (the return INTO that session)."""
     mask = np.zeros((len(symbols), len(sessions)), dtype=bool)
     row = {s: i for i, s in enumerate(np.asarray(symbols).tolist())}
     col = {d: j for j, d in enumerate(np.asarray(sessions).astype("datetime64[D]").tolist())}

@@ -28,11 +28,7 @@ from eqrisk.data.cells import PRICE_SUFFIXES
 from eqrisk.data.columns import (
     expand_price_paths,
 )
-from eqrisk.data.corporate_actions import (
-    apply_actions,
-    read_actions,
-    suspected_splits,
-)
+from eqrisk.data.corporate_actions import apply_actions, read_actions
 from eqrisk.data.ingest_report import (
     MAX_EXAMPLES,
     ROW_BIT,
@@ -50,6 +46,8 @@ from eqrisk.data.master_files import (
     read_shares_checked,
 )
 from eqrisk.data.price_files import data_source_name, empty_prices, read_prices
+from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
+from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
 from eqrisk.data.row_checks import large_moves, rejected_frame, row_examples, validate_rows
 
 # More than this share of rejected rows means a wrong file or layout, not a few bad rows.
@@ -96,7 +94,6 @@ class _Inputs:
 
     paths: list[Path]
     frames: list[pd.DataFrame]
-    raw_symbols: set[str]  # closes that may be raw: look for unadjusted splits
     malformed: list[tuple[str, int | None, str]]
     actions: pd.DataFrame | None
     master: pd.DataFrame | None
@@ -129,6 +126,7 @@ def ingest(
     data_source: str | None = None,
     progress: Callable[[str], None] | None = None,
     shares: Path | None = None,
+    return_decisions: Path | None = None,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -153,18 +151,20 @@ def ingest(
     if not price_paths and not merge:
         raise IngestError("no price file given")
     issues = Issues()
+    decisions = _read_decisions(return_decisions)
     inputs = _read_inputs(price_paths, master, shares, actions, prices_basis, columns, issues, say)
     say("validating")
     checked = _check_rows(inputs, issues)
     final, old_master = _combine(checked, inputs, home, merge, master is not None, issues)
-    breaks, splits = _split_breaks(final, inputs.raw_symbols, home, merge, keep_split_moves, issues)
+    cleaned = _clean(final, inputs, old_master, home, merge, decisions, keep_split_moves, issues)
+    final = cleaned.final
     flagged = _flag_moves(final, max_move, issues)
     final = final.drop(columns="_new")
     out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues)
 
     say("writing")
     report_dir = _make_report_dir(home, started)
-    _write_tables(report_dir, checked, inputs, flagged, splits)
+    _write_tables(report_dir, checked, inputs, flagged, cleaned.table)
     if final.empty:
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
@@ -186,7 +186,8 @@ def ingest(
             "max_move": max_move,
             "prices_basis": prices_basis,
             "actions": str(actions) if actions is not None else None,
-            "return_breaks": breaks,
+            "return_breaks": cleaned.breaks,
+            "return_decisions": [d.to_dict() for d in cleaned.decisions],
             "counts": _counts(report, len(final), len(out_master)),
         }
         panel.write_ingested(home, final, out_master, meta)
@@ -211,12 +212,10 @@ def _read_inputs(
             action_table = read_actions(actions)
         except ValueError as exc:
             raise IngestError(str(exc)) from exc
-    inputs = _Inputs(price_paths, [], set(), [], action_table, None, None)
+    inputs = _Inputs(price_paths, [], [], action_table, None, None)
     for path in price_paths:
         say(f"reading {path.name}")
         frame = read_prices(path, basis=basis, columns=columns)
-        if frame.attrs.get("basis") == "unknown":
-            inputs.raw_symbols.update(frame["symbol"].unique().tolist())
         inputs.malformed += [(path.name, n, text) for n, text in frame.attrs.get("malformed", [])]
         inputs.frames.append(frame)
     if master is not None:
@@ -272,7 +271,6 @@ def _combine(
     kept = checked.new.loc[checked.kept, panel.PRICE_COLUMNS]
     if inputs.actions is not None:
         kept, adjusted = apply_actions(kept, inputs.actions)
-        inputs.raw_symbols.difference_update(adjusted)
         issues.add("ACTIONS_APPLIED", len(adjusted), adjusted)
     final = kept.assign(_new=np.ones(len(kept), dtype=bool))
     old_master = None
@@ -396,13 +394,13 @@ def _write_tables(
     checked: _Checked,
     inputs: _Inputs,
     flagged: pd.DataFrame,
-    splits: pd.DataFrame,
+    decisions: pd.DataFrame,
 ) -> None:
-    """The report's row tables: rejected, flagged (large moves) and suspected splits."""
+    """The report's row tables: rejected, flagged (large moves) and the return decisions."""
     rejected = rejected_frame(checked.new, checked.flags, checked.dup_of, inputs.malformed)
     rejected.to_csv(report_dir / "rejected.csv", index=False)
     flagged.to_csv(report_dir / "flagged.csv", index=False)
-    splits.to_csv(report_dir / "splits.csv", index=False)
+    decisions.to_csv(report_dir / "return_decisions.csv", index=False)
 
 
 def _write_report(report: IngestReport, issues: Issues, extra: dict[str, Any]) -> None:
@@ -436,46 +434,44 @@ def _refusal(home: Path, report: IngestReport) -> str | None:
     )
 
 
-def _split_breaks(
+def _read_decisions(path: Path | None) -> list[Decision]:
+    if path is None:
+        return []
+    try:
+        return read_decisions(Path(path))
+    except ValueError as exc:
+        raise IngestError(str(exc)) from exc
+
+
+def _clean(
     final: pd.DataFrame,
-    detect: set[str],
+    inputs: _Inputs,
+    old_master: pd.DataFrame | None,
     home: Path,
     merge: bool,
+    decisions: list[Decision],
     keep: bool,
     issues: Issues,
-) -> tuple[list[list[str]], pd.DataFrame]:
-    """Unadjusted splits in closes that may be raw (`corporate_actions.suspected_splits`):
-    reported, and unless `keep` recorded as returns the model leaves out. On a merge the
-    recorded breaks of symbols not examined again are kept."""
-    sub = final[final["symbol"].isin(detect)]
-    splits = suspected_splits(
-        sub["symbol"].to_numpy(), sub["date"].to_numpy(), sub["close"].to_numpy()
+) -> Cleaned:
+    """The return-cleaning stage (`return_cleaning.clean_returns`) on the combined rows, each
+    stock grouped with its GICS sector; on a merge the decisions stored with the data set stay
+    in force under the new ones."""
+    masters = [m for m in (inputs.master, old_master) if m is not None]
+    if not masters and (stored := _previous_master(home)) is not None:
+        masters.append(stored)
+    groups: dict[str, str] = {}
+    for m in reversed(masters):
+        stocks = m[m["asset_type"].fillna("stock").astype(str) == "stock"]
+        sectors = stocks.dropna(subset=["gics_sector"])
+        groups.update(
+            zip(sectors["symbol"].astype(str), sectors["gics_sector"].astype(str), strict=True)
+        )
+    meta_file = panel.ingested_dir(home) / "meta.json"
+    applied: list[Decision] = []
+    if merge and meta_file.exists():
+        applied = decisions_from_meta(json.loads(meta_file.read_text()).get("return_decisions"))
+    cleaned = clean_returns(
+        final, groups, decisions=merged(applied, decisions), applied=applied, keep_detected=keep
     )
-    splits["kept_in_model"] = keep
-    breaks: list[list[str]] = []
-    if merge:
-        try:
-            old_meta = panel.read_ingested(home)[2]
-        except FileNotFoundError:
-            old_meta = {}
-        breaks = [b for b in old_meta.get("return_breaks", []) if b[0] not in detect]
-    if not keep:
-        breaks += [[s, d] for s, d in zip(splits["symbol"], splits["date"], strict=True)]
-    issues.add(
-        "SPLIT_SUSPECTED",
-        len(splits),
-        splits.head(MAX_EXAMPLES)[["symbol", "date", "prev_close", "close", "ratio"]].to_dict(
-            "records"
-        ),
-        message=(
-            "one-day move matching a split ratio far outside the stock's volatility and the "
-            "day's market: an unadjusted split? "
-            + (
-                "Return kept (--keep-split-moves)."
-                if keep
-                else "Its return is left out of the model (--keep-split-moves keeps it)."
-            )
-            + " Listed in splits.csv; give split factors to adjust it."
-        ),
-    )
-    return breaks, splits
+    report_cleaning(cleaned, keep, issues)
+    return cleaned

@@ -91,13 +91,43 @@ _CODES: dict[str, tuple[str, str]] = {
     "MASTER_NO_SYMBOL": ("warning", "master row without a symbol: skipped"),
     "BAD_SHARES": ("warning", "master shares/market cap not a positive number: left empty"),
     "SHARES_UNMATCHED": ("warning", "share-file symbol not in the master: ignored"),
-    "SPLIT_SUSPECTED": ("warning", "one-day move matching a split ratio: see splits.csv"),
+    "SPLIT_SUSPECTED": (
+        "warning",
+        "a move of a split ratio whose level stays, with no volume rush nor co-movers: an "
+        "unadjusted split? Left out of the model; see return_decisions.csv",
+    ),
+    "DISTRIBUTION_SUSPECTED": (
+        "warning",
+        "a large fall that stays, opened at the new level, with no volume rush nor co-movers: a "
+        "spin-off or special dividend without a factor? Left out of the model; see "
+        "return_decisions.csv",
+    ),
+    "PRINT_REVERSED": (
+        "warning",
+        "a print that reverses within three sessions: its returns are left out of the model; "
+        "see return_decisions.csv",
+    ),
+    "FACTOR_MISMATCH": (
+        "warning",
+        "a jump the vendor's split/dividend factors do not explain: left out of the model like a "
+        "split without a factor; see return_decisions.csv",
+    ),
+    "RETURN_DECISIONS": (
+        "info",
+        "returns kept, left out or adjusted as the return-decisions file says",
+    ),
     "ACTIONS_APPLIED": (
         "info",
         "symbols whose closes were adjusted with the corporate-actions file (total returns)",
     ),
     "LARGE_MOVE": ("warning", "one-day |return| above max_move: row kept, listed in flagged.csv"),
 }
+
+
+def issue_message(code: str) -> str:
+    """The report's message of an issue code."""
+    return _CODES[code][1]
+
 
 # Row-level rejection reasons, in the order they are tested (bit i of a row's flags).
 ROW_CODES = (

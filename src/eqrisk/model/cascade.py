@@ -2,11 +2,18 @@
 hedge ratios and explained-risk shares derived from them (DESIGN section 2).
 
 One numba kernel does it all per stock, in one pass over time:
-- window of `window` sessions ending at t; only the stock's joint observed days count;
+- window of `window` sessions ending at t; each level counts its own joint sample: L1 the days
+  the stock and the market have returns, L2 those where the sector has one too, L3 those where
+  the subsector has one too (a level is published from its own `min_obs`-th observation, so a
+  sector ETF that lists late never holds back the market beta);
 - weights lam**(t - k) (lam = 1: equal weights), kept by decay-add-drop updates;
 - float64 accumulators on inputs centred by a reference mean that is re-anchored every `window`
   steps (from data up to t only, so nothing looks ahead); the sums are recomputed from scratch at
-  each anchor, which also bounds the drift of the add/drop updates.
+  each anchor, which also bounds the drift of the add/drop updates;
+- the days are kept in three accumulators by how many levels they serve (all of the stock's,
+  one fewer, two fewer); a level's sums are the sum of those that serve it. Where the three
+  samples agree (the usual case: every ETF listed) the two extra accumulators are empty and
+  untouched, and the cost and the numbers are those of one joint sample.
 
 Because every anchor starts from scratch, sessions t >= s need only the data from the anchor at or
 before s, less one window (`start=`): a one-session update costs O(window) per stock, not O(T),
@@ -24,6 +31,15 @@ from typing import Any
 import numba
 import numpy as np
 from numba import njit, prange
+
+from eqrisk.model.cascade_sums import (
+    ZERO14,
+    add_at,
+    decay,
+    plus,
+    reference_means,
+    window_sums,
+)
 
 # Output fields, in the order of the kernel's first axis.
 CASCADE_FIELDS: tuple[str, ...] = (
@@ -60,90 +76,31 @@ _NAN = np.nan
 BLOCKS_PER_THREAD = 4
 
 
-_ZERO14 = (0.0,) * 14
-
-
 @njit(cache=True, inline="always")
-def _add(acc, w, d0, d1, d2, d3):
-    """The accumulators (4 sums, then the lower triangle of the cross sums, row by row) plus one
-    session of centred inputs d weighted w. Scalars, not arrays, so that they live in registers."""
-    m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
-    w0 = w * d0
-    w1 = w * d1
-    w2 = w * d2
-    w3 = w * d3
-    return (
-        m0 + w0, m1 + w1, m2 + w2, m3 + w3,
-        c00 + w0 * d0,
-        c10 + w1 * d0, c11 + w1 * d1,
-        c20 + w2 * d0, c21 + w2 * d1, c22 + w2 * d2,
-        c30 + w3 * d0, c31 + w3 * d1, c32 + w3 * d2, c33 + w3 * d3,
-    )  # fmt: skip
-
-
-@njit(cache=True, inline="always")
-def _sub(acc, w, d0, d1, d2, d3):
-    """The accumulators less one session of centred inputs d weighted w."""
-    m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
-    w0 = w * d0
-    w1 = w * d1
-    w2 = w * d2
-    w3 = w * d3
-    return (
-        m0 - w0, m1 - w1, m2 - w2, m3 - w3,
-        c00 - w0 * d0,
-        c10 - w1 * d0, c11 - w1 * d1,
-        c20 - w2 * d0, c21 - w2 * d1, c22 - w2 * d2,
-        c30 - w3 * d0, c31 - w3 * d1, c32 - w3 * d2, c33 - w3 * d3,
-    )  # fmt: skip
-
-
-@njit(cache=True, inline="always")
-def _scale(acc, lam):
-    m0, m1, m2, m3, c00, c10, c11, c20, c21, c22, c30, c31, c32, c33 = acc
-    return (
-        m0 * lam, m1 * lam, m2 * lam, m3 * lam,
-        c00 * lam, c10 * lam, c11 * lam, c20 * lam, c21 * lam, c22 * lam,
-        c30 * lam, c31 * lam, c32 * lam, c33 * lam,
-    )  # fmt: skip
-
-
-@njit(cache=True, inline="always")
-def _window_sums(z, valid, lo, hi, lam, r0, r1, r2, r3):
-    """From-scratch weighted sums over scratch rows lo..hi (inclusive) of the inputs centred on
-    the reference r, newest first (weight 1, then lam, lam**2, ...)."""
-    s0 = 0.0
-    cnt = 0
-    acc = _ZERO14
-    w = 1.0
-    for t in range(hi, lo - 1, -1):
-        if valid[t]:
-            cnt += 1
-            s0 += w
-            acc = _add(acc, w, z[t, 0] - r0, z[t, 1] - r1, z[t, 2] - r2, z[t, 3] - r3)
-        w *= lam
-    return s0, cnt, acc
-
-
-@njit(cache=True, inline="always")
-def _load_stock(returns, factors, fidx, i, k, first, z, valid):
+def _load_stock(returns, factors, fidx, i, k, first, z, lev):
     """Stock i's returns and its k-1 factor rows from session `first` on into the scratch, laid
-    out (session - first, variable) with NV = 4 variables whatever k is (absent levels are zeros),
-    so that every inner loop has a fixed trip count the compiler unrolls."""
+    out (session - first, variable) with NV = 4 variables whatever k is (absent levels and
+    missing returns are zeros), so that every inner loop has a fixed trip count the compiler
+    unrolls; `lev` is the number of levels each session serves: 0 without the stock's or the
+    market's return, else 1 plus the consecutive lower levels with a return."""
     n_t = returns.shape[1]
     for t in range(first, n_t):
         s = t - first
         y = returns[i, t]
-        z[s, 0] = y
         ok = np.isfinite(y)
+        z[s, 0] = y if ok else 0.0
+        level = 0
         for a in range(1, NV):
+            z[s, a] = 0.0
             if a < k:
                 x = factors[fidx[i, a - 1], t]
-                z[s, a] = x
-                ok = ok and np.isfinite(x)
-            else:
-                z[s, a] = 0.0
-        valid[s] = ok
+                if np.isfinite(x):
+                    z[s, a] = x
+                    if ok:
+                        level = a
+                else:
+                    ok = False
+        lev[s] = level
 
 
 @njit(cache=True, inline="always")
@@ -171,58 +128,99 @@ _ALL_NAN = (_NAN,) * 15
 
 
 @njit(cache=True)
-def _stock_cascade(z, valid, first, i, k, window, min_obs, lam, start, outs):
+def _stock_cascade(z, lev, first, i, k, window, min_obs, lam, start, outs):
     """Cascade of stock i for sessions start..T-1 from its scratch inputs (rows from `first`, the
     session one window before the anchor at or before `start`)."""
     n_t = outs[0].shape[1]
+    top = k - 1
     r0 = r1 = r2 = r3 = 0.0
-    s0 = 0.0
-    cnt = 0
-    acc = _ZERO14
+    s_a = s_b = s_c = 0.0
+    n_a = n_b = n_c = 0
+    acc_a = acc_b = acc_c = ZERO14
     lam_w = lam**window
     since_anchor = window  # sessions since the last anchor (t % window, without a division)
     for t in range(start - start % window, n_t):
         if since_anchor == window:
             since_anchor = 0
-            # Re-anchor: reference mean of the window (data <= t), then exact sums.
+            # Re-anchor: reference means of the window (data <= t), then exact sums.
             lo = max(0, t - window + 1) - first
-            m_cnt = 0
-            r0 = r1 = r2 = r3 = 0.0
-            for s in range(lo, t + 1 - first):
-                if valid[s]:
-                    m_cnt += 1
-                    r0 += z[s, 0]
-                    r1 += z[s, 1]
-                    r2 += z[s, 2]
-                    r3 += z[s, 3]
-            if m_cnt > 0:
-                r0 /= m_cnt
-                r1 /= m_cnt
-                r2 /= m_cnt
-                r3 /= m_cnt
-            s0, cnt, acc = _window_sums(z, valid, lo, t - first, lam, r0, r1, r2, r3)
+            r0, r1, r2, r3 = reference_means(z, lev, lo, t - first)
+            s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c = window_sums(
+                z, lev, top, lo, t - first, lam, r0, r1, r2, r3
+            )
         else:
             if lam != 1.0:
-                s0 *= lam
-                acc = _scale(acc, lam)
+                s_a *= lam
+                acc_a = decay(acc_a, lam)
+                if n_b > 0:
+                    s_b *= lam
+                    acc_b = decay(acc_b, lam)
+                if n_c > 0:
+                    s_c *= lam
+                    acc_c = decay(acc_c, lam)
             s = t - first
-            if valid[s]:
-                cnt += 1
-                s0 += 1.0
-                acc = _add(acc, 1.0, z[s, 0] - r0, z[s, 1] - r1, z[s, 2] - r2, z[s, 3] - r3)
-            old = t - window
-            if old >= 0 and valid[old - first]:
-                s = old - first
-                cnt -= 1
-                s0 -= lam_w
-                acc = _sub(acc, lam_w, z[s, 0] - r0, z[s, 1] - r1, z[s, 2] - r2, z[s, 3] - r3)
+            if lev[s] > 0:
+                s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c = add_at(
+                    z, s, lev[s], top, 1.0, 1, r0, r1, r2, r3,
+                    s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c,
+                )  # fmt: skip
+            old = t - window - first
+            if t >= window and lev[old] > 0:
+                s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c = add_at(
+                    z, old, lev[old], top, -lam_w, -1, r0, r1, r2, r3,
+                    s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c,
+                )  # fmt: skip
         since_anchor += 1
         if t < start:
             continue
-        if cnt < min_obs or s0 <= 0.0:
-            _store(outs, i, t, _ALL_NAN, cnt)
+        if n_b == 0 and n_c == 0:
+            # One joint sample for every level.
+            if n_a < min_obs or s_a <= 0.0:
+                _store(outs, i, t, _ALL_NAN, n_a)
+            else:
+                _store(outs, i, t, _cascade_from_sums(acc_a, s_a, k), n_a)
             continue
-        _store(outs, i, t, _cascade_from_sums(acc, s0, k), cnt)
+        _store_levels(outs, i, t, k, min_obs, s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c)
+
+
+@njit(cache=True)
+def _store_levels(outs, i, t, k, min_obs, s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c):
+    """Each level from its own sample, where they differ: the sums of a level are those of the
+    days serving it (a: every level, b: one fewer, c: two fewer). The deepest level with
+    `min_obs` observations fills the columns below it as a stock that stops there would (the
+    rule for stocks without a subsector ETF), so a published value always names its level by
+    the null sector/subsector fields beside it."""
+    top = k - 1
+    # Sample of level L: accumulators a (L <= top), b (L <= top - 1), c (L <= top - 2).
+    s2, n2, acc2 = s_a, n_a, acc_a
+    if top == 3:
+        s2, n2, acc2 = s_a + s_b, n_a + n_b, plus(acc_a, acc_b)
+    s1, n1, acc1 = s2, n2, acc2
+    if top == 2:
+        s1, n1, acc1 = s_a + s_b, n_a + n_b, plus(acc_a, acc_b)
+    elif top == 3:
+        s1, n1, acc1 = s2 + s_c, n2 + n_c, plus(acc2, acc_c)
+    if n1 < min_obs or s1 <= 0.0:
+        _store(outs, i, t, _ALL_NAN, n1)
+        return
+    v1 = _cascade_from_sums(acc1, s1, 2)
+    deep = top >= 2 and n2 >= min_obs and s2 > 0.0
+    if not deep:
+        _store(outs, i, t, v1, n1)
+        return
+    v2 = _cascade_from_sums(acc2, s2, 3)
+    if top == 3 and n_a >= min_obs and s_a > 0.0 and v2[3] == v2[3]:
+        v3 = _cascade_from_sums(acc_a, s_a, 4)
+        v = (
+            v1[0], v1[1], v1[2], v2[3], v2[4], v2[5], v2[6], v2[7],
+            v3[8], v3[9], v3[10], v3[11], v3[12], v3[13], v3[14],
+        )  # fmt: skip
+    else:
+        v = (
+            v1[0], v1[1], v1[2], v2[3], v2[4], v2[5], v2[6], v2[7],
+            v2[8], v2[9], v2[10], v2[11], v2[12], v2[13], v2[14],
+        )  # fmt: skip
+    _store(outs, i, t, v, n1)
 
 
 @njit(cache=True, inline="always")
@@ -304,7 +302,7 @@ def _cascade_all(returns, factors, fidx, window, min_obs, lam, start, n_blocks, 
     for blk in prange(n_blocks):
         # Scratch of this block, reused by each of its stocks.
         z = np.empty((n_t - first, NV))
-        valid = np.empty(n_t - first, dtype=np.bool_)
+        lev = np.empty(n_t - first, dtype=np.int8)
         for i in range(blk * n // n_blocks, (blk + 1) * n // n_blocks):
             k = 1
             for j in range(3):
@@ -316,8 +314,8 @@ def _cascade_all(returns, factors, fidx, window, min_obs, lam, start, n_blocks, 
                 for t in range(start, n_t):
                     _store(outs, i, t, _ALL_NAN, _NAN)
                 continue
-            _load_stock(returns, factors, fidx, i, k, first, z, valid)
-            _stock_cascade(z, valid, first, i, k, window, min_obs, lam, start, outs)
+            _load_stock(returns, factors, fidx, i, k, first, z, lev)
+            _stock_cascade(z, lev, first, i, k, window, min_obs, lam, start, outs)
 
 
 @contextmanager

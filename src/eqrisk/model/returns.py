@@ -6,6 +6,16 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+
+# Member returns of a group portfolio are held within this many robust daily vols of the
+# member (1.4826 x the median |return| of its previous MEMBER_VOL_WINDOW returns, at least
+# MEMBER_VOL_MIN of them) around the group's median return that day: one member's bad day
+# (a spin-off booked as a loss, a print, a missing split) then moves its group by at most its
+# weight x WINSOR_SIGMAS vols, not by its weight x 57%.
+WINSOR_SIGMAS = 4.0
+MEMBER_VOL_WINDOW = 63
+MEMBER_VOL_MIN = 20
 
 
 def simple_returns(close: np.ndarray) -> np.ndarray:
@@ -28,10 +38,34 @@ def log_returns(simple: np.ndarray) -> np.ndarray:
     return out
 
 
+def winsorised_members(returns: np.ndarray) -> np.ndarray:
+    """(members x T) member returns, each held within WINSOR_SIGMAS of its own robust daily vol
+    (from its previous returns only, so nothing looks ahead) around the members' median return
+    of the day; a member without MEMBER_VOL_MIN previous returns is held within the median of
+    the others' vols that day. NaN stays NaN."""
+    r = np.asarray(returns, dtype=np.float64)
+    if r.size == 0:
+        return r.copy()
+    past = pd.DataFrame(np.abs(r).T).shift(1)
+    vol = 1.4826 * past.rolling(MEMBER_VOL_WINDOW, min_periods=MEMBER_VOL_MIN).median()
+    vol_arr = vol.to_numpy().T
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN days: nothing to hold
+        centre = np.nanmedian(r, axis=0)
+        typical = np.nanmedian(vol_arr, axis=0)
+    vol_arr = np.where(np.isfinite(vol_arr), vol_arr, typical[None, :])
+    band = WINSOR_SIGMAS * vol_arr
+    held = np.clip(r, centre[None, :] - band, centre[None, :] + band)
+    # Where no vol is known at all (the group's first sessions), the return stays as it is.
+    out: np.ndarray = np.where(np.isfinite(band), held, r)
+    return out
+
+
 @dataclass(frozen=True)
 class GroupPortfolio:
     """A group of rows and each member's weight per session (previous session's cap).
 
+    `returns` are the members' returns as the portfolio holds them (`winsorised_members`);
     `weights` (members x T) is zero where a member has no return; `imputed` marks the members
     that were given a cap by the missing-cap rule on at least one session.
     """
@@ -69,13 +103,14 @@ class GroupPortfolio:
 def group_portfolio(
     returns: np.ndarray, members: np.ndarray, market_cap: np.ndarray | None
 ) -> GroupPortfolio:
-    """Weights of a group portfolio, weighted by the previous session's market cap.
+    """Weights of a group portfolio, weighted by the previous session's market cap, over the
+    members' winsorised returns (`winsorised_members`).
 
     Missing-cap rule: on a session where some members with a return have a cap and others do
     not, each member without one is weighted by the median of the known caps that day (never by
     zero, which would drop it silently). A session where no member has a cap is equal-weighted.
     """
-    r = returns[members]
+    r = winsorised_members(returns[members])
     has_r = np.isfinite(r)
     eq = np.where(has_r, 1.0, 0.0)
     imputed = np.zeros(len(members), dtype=bool)
@@ -100,7 +135,8 @@ def group_portfolio(
 def group_returns(
     returns: np.ndarray, members: np.ndarray, market_cap: np.ndarray | None
 ) -> np.ndarray:
-    """Cap-weighted (by the previous session's market cap) return of a group of rows.
+    """Cap-weighted (by the previous session's market cap) return of a group of rows, over
+    their winsorised returns (`winsorised_members`).
 
     Falls back to equal weights for the days where no member has a market cap; members without
     a cap on a capped day follow the missing-cap rule of `group_portfolio`. A day with no member

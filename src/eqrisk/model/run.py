@@ -462,19 +462,27 @@ def combined_factor_returns(
 ) -> np.ndarray:
     """Sum over levels of HR_{t-1} x factor_t: the return the hedge of day t-1 earns on day t.
 
-    A level the symbol does not have (no sector, no subsector factor) is no part of its hedge:
-    the symbol's level-k columns carry the hedge of the levels it has, so its `lk_cfr` is that of
-    its deepest level. NaN where the symbol has no market factor or where yesterday's hedge on a
-    level it has is not published (including a collinear level).
+    A level the symbol does not have (no sector, no subsector factor), or has not yet (its
+    ETF's sample is still short of min_obs: the level's hedge ratio is null beside a published
+    market hedge ratio), is no part of its hedge: the symbol's level-k columns carry the hedge
+    of the levels it has, so its `lk_cfr` is that of its deepest published level. NaN where the
+    symbol has no market factor or where yesterday's market hedge ratio of the level is not
+    published (including a collinear level, published as null whole).
     """
     n, n_t = hedge_ratios[0].shape
     total = np.zeros((n, n_t))
     total[:, 0] = np.nan
     total[fidx[:, 0] < 0] = np.nan
+    market_hr = hedge_ratios[0]
     for j, hr in enumerate(hedge_ratios):
         idx = fidx[:, j]
         has = idx >= 0
-        total[has, 1:] += hr[has, :-1] * factors[idx[has], 1:]
+        with np.errstate(invalid="ignore"):
+            term = hr[has, :-1] * factors[idx[has], 1:]
+        if j > 0:
+            carried = np.isnan(hr[has, :-1]) & np.isfinite(market_hr[has, :-1])
+            term[carried] = 0.0
+        total[has, 1:] += term
     return total
 
 
@@ -562,9 +570,11 @@ def flat_betas(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The per-stock half: betas and residuals (b_Mkt, b_sec, e), row by row.
 
-    A stock's betas are its L2 cascade coefficients (b_Mkt = b_m, b_sec = b_s: the regression
-    of the stock on the market and the market-cleaned sector); its residual uses the previous
-    session's betas: e_t = r_t - b_Mkt,t-1 f_Mkt,t - b_sec,t-1 f_sec,t.
+    A stock's betas are its cascade coefficients (b_Mkt = b_m of its L1 sample, b_sec = b_s
+    of its L2 sample: on the stock's joint days with the market, and with the sector too); its
+    residual uses the previous session's betas: e_t = r_t - b_Mkt,t-1 f_Mkt,t - b_sec,t-1
+    f_sec,t, with no sector term on a day whose b_sec is not published (before the sector
+    ETF's sample reaches min_obs) while b_Mkt is.
     """
     n, n_t = r.shape
     exposed = exposure >= 0
@@ -572,7 +582,9 @@ def flat_betas(
     beta_sec = np.full((n, n_t), np.nan)
     beta_sec[exposed] = l2_sec_hr[exposed]
     systematic = beta_mkt[:, :-1] * market[None, 1:]
-    systematic[exposed] += beta_sec[exposed, :-1] * flat_returns[exposure[exposed], 1:]
+    sector = beta_sec[exposed, :-1] * flat_returns[exposure[exposed], 1:]
+    sector[np.isnan(beta_sec[exposed, :-1])] = 0.0
+    systematic[exposed] += sector
     resid = np.full((n, n_t), np.nan)
     resid[:, 1:] = r[:, 1:] - systematic
     return beta_mkt, beta_sec, resid
