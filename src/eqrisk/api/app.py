@@ -23,10 +23,12 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from eqrisk.accounts.book import Accounts
-from eqrisk.accounts.db import make_engine
-from eqrisk.accounts.limits import SQLITE_FILE, RateLimiter
+from eqrisk.accounts.db import Timeouts, make_engine
+from eqrisk.accounts.doubt import JOURNAL_DIR
+from eqrisk.accounts.limits import SQLITE_FILE, FailedKeys, RateLimiter
 from eqrisk.accounts.pricing import PriceTable
-from eqrisk.api import billing, dashboard, writers
+from eqrisk.accounts.writer import ChargeWriter
+from eqrisk.api import billing, dashboard, outages, writers
 from eqrisk.api.bounds import Bounds
 from eqrisk.api.deps import served_snapshot
 from eqrisk.api.endpoints import check_prices
@@ -219,14 +221,21 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         settings.render_threads, thread_name_prefix="render", initializer=lower_thread_priority
     )
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
-    app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
+    timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
+    engine = make_engine(settings.home_dir, database_url, timeouts=timeouts)
+    app.state.accounts = Accounts(engine, retry_s=settings.backend_retry_s)
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
     redis_url = settings.redis_url.get_secret_value() if settings.redis_url else None
     shared = settings.rate_limit_storage == "sqlite"
     app.state.limiter = RateLimiter(
-        redis_url, sqlite_path=settings.home_dir / SQLITE_FILE if shared else None
+        redis_url,
+        sqlite_path=settings.home_dir / SQLITE_FILE if shared else None,
+        connect_timeout_s=settings.redis_connect_timeout_s,
+        timeout_s=settings.redis_timeout_s,
+        retry_s=settings.backend_retry_s,
     )
     install_error_handlers(app)
+    outages.include(app, routes="risk" in services)  # /api/ready; 503 for a backend error
     if "risk" in services:
         from eqrisk.api.routes import risk_metrics
 
@@ -252,6 +261,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         estimate=estimate,
         services=services,
         version=lambda: served_snapshot(app.state.snapshots).version,
+        writer=ChargeWriter(app.state.accounts, journal=settings.home_dir / JOURNAL_DIR),
+        failed_keys=FailedKeys(app.state.limiter, settings.invalid_key_limit),
     )
     app.add_middleware(
         Bounds,

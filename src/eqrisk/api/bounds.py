@@ -1,11 +1,12 @@
 """Bounded requests: the outermost check on what a client may send, before anything reads it.
 
 A query string over `max_query_bytes` is a 414, a header block over `max_header_bytes` a 431,
-a body over `max_body_bytes` a 413: announced by `Content-Length` (refused before a byte of the
-body is read) or counted while a body without one arrives (refused as soon as the count passes
-the cap; nothing past the cap is ever held). The body is read here, once, and replayed to the
-layers below (the gate prices it, the route parses it), so no other layer reads the network.
-Refusals are problem+json, free (they happen before the gate) and carry the request id.
+a body over `max_body_bytes` a 413: announced by `Content-Length` (refused here, before a byte
+of the body is read) or counted while a body without one arrives (refused as soon as the count
+passes the cap; nothing past the cap is ever held). The body itself is read only when a layer
+asks for it (`read_body`: the gate, after the key is checked; a route), so an unauthenticated
+request is refused without its body being read, and a route that takes no body never reads
+one. Refusals are problem+json, free and carry the request id.
 """
 
 from __future__ import annotations
@@ -57,12 +58,13 @@ class Bounds:
         state = scope.setdefault("state", {})
         try:
             self._check_head(scope)
-            body, receive = await self._read_body(scope, receive)
+            length = _announced_length(scope)
+            if length is not None and length > self.max_body:
+                raise self._too_large(str(length))
         except ApiError as exc:
             await send_problem(send, exc, state.get("request_id"))
             return
-        state[BODY_KEY] = body
-        await self.app(scope, receive, send)
+        await self.app(scope, self._counted(receive), send)
 
     def _check_head(self, scope: Scope) -> None:
         query = len(scope.get("query_string", b""))
@@ -88,48 +90,30 @@ class Bounds:
             max_body_bytes=self.max_body,
         )
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
-        # Read even when no body is announced: an ASGI server (or a raw caller) may still stream
-        # one, and the cap must hold whatever the headers say. Without a body this is one
-        # empty message.
-        length = _announced_length(scope)
-        if length is not None and length > self.max_body:
-            raise self._too_large(str(length))
-        chunks: list[bytes] = []
+    def _counted(self, receive: Receive) -> Receive:
+        """`receive`, raising `PAYLOAD_TOO_LARGE` once the body passes the cap (whatever the
+        headers announced: a server, or a raw caller, may stream a body without a length).
+        Nothing past the cap is handed on, so nothing past it is ever held."""
         size = 0
-        tail: Message | None = None
-        while True:
+
+        async def counted() -> Message:
+            nonlocal size
             message = await receive()
-            if message["type"] != "http.request":
-                tail = message  # the client went away: the layers below see it too
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                raise self._too_large(f"more than {self.max_body}")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        chunks.clear()
-        replayed = False
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.max_body:
+                    raise self._too_large(f"more than {self.max_body}")
+            return message
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                if tail is not None:
-                    return tail
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return body, replay
+        return counted
 
 
 async def read_body(scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
-    """The request body `Bounds` read (and the receive that replays it). Without `Bounds` in
-    front (an app assembled by hand), read it here, unbounded."""
-    state = scope.get("state", {})
+    """The request body, read once (through `Bounds`' count when it is in front) and kept in
+    the scope's state for whoever asks again; and the receive that replays it to the layers
+    below. A body cut short (the client went away) is refused: no layer ever answers from part
+    of a body."""
+    state = scope.setdefault("state", {})
     if BODY_KEY in state:
         return state[BODY_KEY], receive
     chunks = []
@@ -137,10 +121,13 @@ async def read_body(scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
     while more:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            raise ApiError(
+                "INVALID_PARAMETER", "the request body ended early (the client went away)"
+            )
         chunks.append(message.get("body", b""))
         more = message.get("more_body", False)
     body = b"".join(chunks)
+    state[BODY_KEY] = body
     sent = False
 
     async def replay() -> Message:

@@ -91,6 +91,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("/api/estimate", "risk", "estimate", EstimateRequest),
     Endpoint("/api/balance", "risk", "balance"),
     Endpoint("/api/health", "risk", "health", open=True),
+    Endpoint("/api/ready", "risk", None, open=True),
     Endpoint("/api/webhooks/payment", "risk", None, open=True),
     # Service A: daily stock data, at the root, keyed by the `apikey` header.
     Endpoint("/daily", "daily", "daily", DailyQuery),

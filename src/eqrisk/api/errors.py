@@ -35,6 +35,7 @@ CODES: dict[str, tuple[int, str]] = {
     "NO_DATA": (404, "The data set has no data for this request"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
     "NOT_ACCEPTABLE": (406, "No acceptable response format"),
+    "REQUEST_TIMEOUT": (408, "The request did not arrive in time"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "URI_TOO_LONG": (414, "Request URI too long"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "The request body must be JSON"),
@@ -43,7 +44,7 @@ CODES: dict[str, tuple[int, str]] = {
     "RATE_LIMIT_EXCEEDED": (429, "Too many requests"),
     "HEADERS_TOO_LARGE": (431, "Request header fields too large"),
     "INTERNAL_ERROR": (500, "Internal error"),
-    "SERVICE_UNAVAILABLE": (503, "No model snapshot is available"),
+    "SERVICE_UNAVAILABLE": (503, "The service cannot answer now (no snapshot, or a backend)"),
 }
 
 

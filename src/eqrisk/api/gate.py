@@ -21,15 +21,17 @@ import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from eqrisk.accounts.backends import BackendUnavailable
 from eqrisk.accounts.book import Accounts, Charge, ChargeRequest, KeyRecord
 from eqrisk.accounts.key_cache import KeyCache
-from eqrisk.accounts.limits import RateLimiter
+from eqrisk.accounts.limits import FailedKeys, RateLimiter
 from eqrisk.accounts.pricing import PriceTable, tokens_to_usd
 from eqrisk.accounts.writer import ChargeWriter
 from eqrisk.api.bounds import read_body
 from eqrisk.api.bounds import send_problem as _send_problem
 from eqrisk.api.endpoints import Endpoint, find
 from eqrisk.api.errors import ApiError
+from eqrisk.api.outages import unavailable
 from eqrisk.api.plans import CLASS_TWINS
 from eqrisk.data.master import MAG7
 
@@ -169,6 +171,7 @@ class Gate:
         writer: ChargeWriter | None = None,
         keys: KeyCache | None = None,
         version: Callable[[], str] | None = None,
+        failed_keys: FailedKeys | None = None,
     ) -> None:
         self.app = app
         self.services = services
@@ -180,6 +183,8 @@ class Gate:
         # are remembered for at most a second (both in `accounts/`).
         self.writer = writer or ChargeWriter(accounts)
         self.keys = keys or KeyCache(accounts)
+        # Unknown keys per client address (None: not limited).
+        self.failed_keys = failed_keys
         # The served snapshot's version: a call's price is remembered per version (the
         # estimate reads the snapshot, e.g. which tickers of a batch exist).
         self.version = version
@@ -198,8 +203,8 @@ class Gate:
         key = presented_key(scope, service)
         version = self._served_version()
         try:
-            record = await self._authenticate(key, service, extra)
-            body, receive = await read_body(scope, receive)
+            record = await self._authenticate(key, service, extra, scope)
+            body, receive = await read_body(scope, receive)  # after the key: never before
             params = _params_of(scope, body, hit[1])
             tokens = self._tokens(service, price_key, params, scope, body, version)
             try:
@@ -213,8 +218,13 @@ class Gate:
                 self._admit(record, price_key, params, tokens)
             if record.is_demo:
                 tokens = 0  # the demo key is not charged
+            if tokens > 0 and self.accounts.backend.down:  # its charge would fail: do not run
+                raise self.accounts.backend.unavailable()
         except ApiError as exc:
             await _send_problem(send, exc, request_id, extra)
+            return
+        except BackendUnavailable as exc:
+            await _send_problem(send, unavailable(exc, request_id), request_id, extra)
             return
         assert key is not None  # an authenticated call presented a key
         caller = Caller(
@@ -261,11 +271,12 @@ class Gate:
         )
 
     async def _authenticate(
-        self, key: str | None, service: str, extra: dict[str, str]
+        self, key: str | None, service: str, extra: dict[str, str], scope: Scope
     ) -> KeyRecord:
         """The key's record (remembered up to a second, else read), within its rate limit
         (the limit's headers go into `extra`) and on an account that is not suspended; else
-        the ApiError that says why."""
+        the ApiError that says why. A client address past its limit of unknown keys gets a
+        429 instead of a look-up (`FailedKeys`)."""
         if key is None:
             how = (
                 "in the 'apikey' header"
@@ -275,7 +286,11 @@ class Gate:
             raise ApiError("AUTHENTICATION_REQUIRED", f"send your API key {how}")
         record = self.keys.cached(key)
         if record is None:
+            address = (scope.get("client") or ("-",))[0]
+            self._guessing(address)
             record = await anyio.to_thread.run_sync(self.keys.load, key)
+            if record is None and self.failed_keys is not None:
+                await anyio.to_thread.run_sync(self.failed_keys.failed, address)
         if record is None:
             raise ApiError("INVALID_API_KEY", "the API key is unknown or revoked")
         if self.limiter.blocking:
@@ -293,6 +308,17 @@ class Gate:
                 limit=record.rate_limit,
             )
         return self._usable(record)
+
+    def _guessing(self, address: str) -> None:
+        """Refuse an address that presented too many unknown keys of late (429)."""
+        wait = self.failed_keys.retry_after(address) if self.failed_keys else None
+        if wait is not None:
+            raise ApiError(
+                "RATE_LIMIT_EXCEEDED",
+                f"too many unknown API keys from this address; retry in {wait}s",
+                headers={"Retry-After": str(wait)},
+                limit=self.failed_keys.spec if self.failed_keys else "",
+            )
 
     @staticmethod
     def _usable(record: KeyRecord | None) -> KeyRecord:
@@ -386,16 +412,21 @@ class Gate:
                 charged = 0
                 balance = caller.balance_tokens
                 if 200 <= status < 300 and tokens > 0:
-                    result = await self.writer.charge(
-                        ChargeRequest(
-                            caller.account_id,
-                            tokens,
-                            caller.key_id,
-                            price_key,
-                            digest,
-                            request_id or "",
+                    try:
+                        result = await self.writer.charge(
+                            ChargeRequest(
+                                caller.account_id,
+                                tokens,
+                                caller.key_id,
+                                price_key,
+                                digest,
+                                request_id or "",
+                            )
                         )
-                    )
+                    except BackendUnavailable as exc:  # not charged: the answer is a 503
+                        swallow = True
+                        await _send_problem(send, unavailable(exc, request_id), request_id, extra)
+                        return
                     if not result.ok:
                         swallow = True
                         refusal = _refusal(result, tokens)
