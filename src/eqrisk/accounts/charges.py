@@ -109,7 +109,7 @@ def _charge_all(
     transaction already holds the database's lock), each charge is decided in order against
     the running balance, then each account is debited its total by one conditional UPDATE (the
     CHECK constraint and the `balance >= total` condition stay the last word), the ledger rows
-    are inserted by one executemany and the month's usage rows upserted the same way.
+    are inserted by one statement and the month's usage rows upserted by another.
 
     Plain SQL on the driver's cursor (the same text on SQLite and PostgreSQL but for the
     placeholder): this runs for every paid request, and building SQLAlchemy statements cost
@@ -151,11 +151,20 @@ def _charge_all(
         if cursor.rowcount != 1:  # the locked row changed under us: impossible, so stop
             raise RuntimeError(f"account {account_id} changed during its charge transaction")
     at = sql.stamp(now)
-    cursor.executemany(
-        sql.ledger,
+    cursor.execute(
+        sql.ledger(len(accepted)),
         [
-            (r.account_id, r.key_id, r.route, r.params_digest, -r.tokens, r.request_id, at)
+            value
             for r in accepted
+            for value in (
+                r.account_id,
+                r.key_id,
+                r.route,
+                r.params_digest,
+                -r.tokens,
+                r.request_id,
+                at,
+            )
         ],
     )
     month = month_of(now)
@@ -164,9 +173,9 @@ def _charge_all(
         totals = usage.setdefault((r.account_id, r.route), [0, 0])
         totals[0] += 1
         totals[1] += r.tokens
-    cursor.executemany(
-        sql.usage,
-        [(a, month, route, c, t) for (a, route), (c, t) in usage.items()],
+    cursor.execute(
+        sql.usage(len(usage)),
+        [value for (a, route), (c, t) in usage.items() for value in (a, month, route, c, t)],
     )
     return results, xid
 
@@ -207,19 +216,23 @@ class Sql:
             f"WHERE account_id = {m} AND state = 'verified' AND balance_tokens >= {m}"
         )
 
-    @property
-    def ledger(self) -> str:
+    def ledger(self, n: int) -> str:
+        """The ledger rows of `n` charges, one statement. (One multi-row statement, not an
+        executemany: psycopg runs an executemany in pipeline mode, after which PostgreSQL did
+        not end the transaction on `idle_in_transaction_session_timeout`, the bound on a
+        COMMIT held up by a partition; see docs/decisions/outages.md.)"""
+        row = f"({self.mark}, {self.mark}, 'charge', {self._list(5)})"
         return (
             "INSERT INTO ledger (account_id, key_id, kind, route, params_digest, tokens, "
-            f"request_id, created_at) VALUES ({self.mark}, {self.mark}, 'charge', "
-            f"{self._list(5)})"
+            f"request_id, created_at) VALUES {', '.join([row] * n)}"
         )
 
-    @property
-    def usage(self) -> str:
+    def usage(self, n: int) -> str:
+        """The month's usage of `n` (account, route) pairs added, one statement."""
+        row = f"({self._list(5)})"
         return (
             "INSERT INTO monthly_usage (account_id, month, route, requests, tokens) "
-            f"VALUES ({self._list(5)}) ON CONFLICT (account_id, month, route) DO UPDATE SET "
+            f"VALUES {', '.join([row] * n)} ON CONFLICT (account_id, month, route) DO UPDATE SET "
             "requests = monthly_usage.requests + excluded.requests, "
             "tokens = monthly_usage.tokens + excluded.tokens"
         )

@@ -114,11 +114,12 @@ def undo(raw: PoolProxiedConnection, xid: str, pid: int | None) -> int:
                 "UPDATE accounts SET balance_tokens = balance_tokens + %s WHERE account_id = %s",
                 (refund[account_id], account_id),
             )
-        cursor.executemany(
-            "UPDATE monthly_usage SET requests = requests - %s, tokens = tokens - %s "
-            "WHERE account_id = %s AND month = %s AND route = %s",
-            [(n, t, a, m, r) for (a, m, r), (n, t) in sorted(usage.items())],
-        )
+        for (account_id, month, route), (n, tokens) in sorted(usage.items()):
+            cursor.execute(
+                "UPDATE monthly_usage SET requests = requests - %s, tokens = tokens - %s "
+                "WHERE account_id = %s AND month = %s AND route = %s",
+                (n, tokens, account_id, month, route),
+            )
         raw.commit()
     except BaseException:
         raw.rollback()

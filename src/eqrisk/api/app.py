@@ -251,6 +251,9 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         snapshot = served_snapshot(app.state.snapshots)
         return estimate_of(endpoint, params, snapshot, app.state.prices)
 
+    # One charge writer per process; its groups whose COMMIT got no answer and could not be
+    # settled at once are recorded under the home (accounts/doubt.py).
+    app.state.writer = ChargeWriter(app.state.accounts, journal=settings.home_dir / JOURNAL_DIR)
     # Starlette runs the last added middleware first: request id and access log, then the size
     # limits (nothing below reads the network), then the gate, then routes.
     app.add_middleware(
@@ -261,7 +264,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         estimate=estimate,
         services=services,
         version=lambda: served_snapshot(app.state.snapshots).version,
-        writer=ChargeWriter(app.state.accounts, journal=settings.home_dir / JOURNAL_DIR),
+        writer=app.state.writer,
         failed_keys=FailedKeys(app.state.limiter, settings.invalid_key_limit),
     )
     app.add_middleware(
