@@ -10,6 +10,7 @@ once per `retry_s` per process, and every other one is answered at once.
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
 import threading
@@ -18,6 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
+
+logger = logging.getLogger("eqrisk.backends")
 
 State = Literal["up", "down", "unknown", "off"]
 
@@ -189,8 +192,12 @@ class Backend:
         with self._lock:
             self._trying = False
             self._reported = time.monotonic()
-            if self._state != "up":
-                self._state, self._since, self._error = "up", time.time(), None
+            if self._state == "up":
+                return
+            was, since = self._state, self._since
+            self._state, self._since, self._error = "up", time.time(), None
+        if was == "down":
+            logger.warning("%s up again after %.1f s down", self.name, time.time() - since)
 
     def failed(self, exc: BaseException) -> None:
         with self._lock:
@@ -199,5 +206,7 @@ class Backend:
             self.failures += 1
             self._next_try = time.monotonic() + self.retry_s
             self._error = one_line(exc)
-            if self._state != "down":
-                self._state, self._since = "down", time.time()
+            if self._state == "down":
+                return
+            self._state, self._since = "down", time.time()
+        logger.warning("%s down: %s", self.name, one_line(exc))

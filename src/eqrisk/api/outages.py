@@ -43,8 +43,8 @@ def unavailable(exc: BackendUnavailable, request_id: str | None) -> ApiError:
     )
     return ApiError(
         "SERVICE_UNAVAILABLE",
-        f"the {exc.backend} is unavailable ({exc.reason}); nothing was charged, "
-        f"retry in {exc.retry_after_s}s",
+        f"the {exc.backend} is unavailable; nothing was charged, retry in "
+        f"{exc.retry_after_s}s (the reason is in the server's log, under this request id)",
         headers={"Retry-After": str(exc.retry_after_s)},
         backend=exc.backend,
     )
@@ -86,10 +86,12 @@ def redis_state(limiter: RateLimiter) -> dict[str, Any]:
 class ReadyResponse(BaseModel):
     ready: bool = Field(description="Serving: a snapshot is served and the database answers.")
     snapshot: dict[str, Any] = Field(description="state (up/down), version or error.")
-    database: dict[str, Any] = Field(description="state (up/down/unknown), since, error, kind.")
+    database: dict[str, Any] = Field(
+        description="state (up/down/unknown), since (unix time of the last change), kind."
+    )
     redis: dict[str, Any] = Field(
-        description="state (up/down/off), since, error; limits: where they are counted "
-        "(while Redis is down, in each process)."
+        description="state (up/down/off), since; limits: where they are counted (while Redis "
+        "is down, in each process)."
     )
 
 
@@ -107,10 +109,13 @@ class ReadyResponse(BaseModel):
 )
 async def ready(request: Request) -> Response:
     app = request.app
+    database = await anyio.to_thread.run_sync(database_state, app.state.accounts)
+    redis = await anyio.to_thread.run_sync(redis_state, app.state.limiter)
+    # The drivers' messages name hosts and ports: they stay in the log, not in a public answer.
     states = {
         "snapshot": snapshot_state(app.state.snapshots),
-        "database": await anyio.to_thread.run_sync(database_state, app.state.accounts),
-        "redis": await anyio.to_thread.run_sync(redis_state, app.state.limiter),
+        "database": {k: v for k, v in database.items() if k != "error"},
+        "redis": {k: v for k, v in redis.items() if k != "error"},
     }
     if states["snapshot"]["state"] == "up" and states["database"]["state"] == "up":
         return json_response({"ready": True, **states})
