@@ -5,7 +5,8 @@ place among a bounded number of connections (docs/decisions/outages.md).
   first byte of a keep-alive connection's next request): else 408 problem+json, closed. uvicorn
   itself never times out a connection that has not sent a whole head (slow headers, or none).
 - The body must arrive within `body_timeout_s` of the end of the head: else closed (the app, if
-  it was reading it, sees the client leave and answers nothing).
+  it was reading it, sees the client leave and answers nothing). The app reading it is woken
+  per 64 KiB of body, not per byte that arrives.
 - A keep-alive connection may wait `idle_timeout_s` for its next request, also after an answer
   given before its body was read (uvicorn's timer does not cover that one).
 - At most `connection_cap()` connections per worker: `max_connections`, and always some way
@@ -31,6 +32,7 @@ Phase = Literal["head", "body", "app", "idle"]
 # Descriptors a worker keeps for itself beside its client connections (database and Redis
 # pools, snapshot files, SQLite, logs): the cap stays this far below the file limit.
 RESERVED_FDS = 256
+WAKE_BYTES = 64 * 1024  # body bytes gathered before the app reading them is woken
 
 
 def connection_cap(max_connections: int) -> int:
@@ -131,6 +133,17 @@ class GuardedHttpToolsProtocol(BoundedHttpToolsProtocol):
         self._body_done = False
         self._enter("body", self.body_timeout_s)
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        """uvicorn wakes the app for every piece of body that arrives: a client trickling a
+        byte at a time made each byte a task switch and a trip through the app's receive (a
+        few hundred such clients stalled the worker). Here the app is woken when `WAKE_BYTES`
+        have gathered, or the body is complete (`on_message_complete` wakes it)."""
+        cycle = self.cycle
+        if cycle.response_complete or len(cycle.body) + len(body) >= WAKE_BYTES:
+            super().on_body(body)
+        else:
+            cycle.body += body
 
     def on_message_complete(self) -> None:
         self._body_done = True

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 log = logging.getLogger("eqrisk.api")
@@ -192,6 +193,14 @@ def install_error_handlers(app: FastAPI) -> None:
         if code == "NOT_FOUND":
             detail = f"no route {request.method} {request.url.path}; see /docs for the routes"
         return problem_response(request, code, detail, dict(exc.headers or {}))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client left before its body arrived (or a timeout closed it): nobody reads this
+        # answer, and it is no error of ours to log.
+        return problem_response(
+            request, "INVALID_PARAMETER", "the request body ended early (the client went away)"
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
