@@ -24,7 +24,7 @@ from eqrisk.accounts.db import make_engine
 from eqrisk.accounts.doubt import JOURNAL_DIR
 from eqrisk.api.app import create_app
 from eqrisk.settings import Settings
-from reliability.proxy import Proxy
+from proxy import Proxy
 
 pytestmark = pytest.mark.reliability
 

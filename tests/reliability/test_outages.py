@@ -28,7 +28,7 @@ from eqrisk.accounts.db import make_engine
 from eqrisk.accounts.doubt import JOURNAL_DIR
 from eqrisk.data.master import MAG7
 from helpers import REDIS_URL, Server
-from reliability.proxy import Proxy
+from proxy import Proxy
 
 pytestmark = pytest.mark.reliability
 

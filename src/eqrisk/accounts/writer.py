@@ -233,12 +233,21 @@ class ChargeWriter:
         backend = self.accounts.backend
         try:
             with backend.guard():
+                kept = conn is not None
                 if conn is None:
                     conn = self._connect()
                 try:
-                    outcomes = self.accounts.charge_many(requests, conn=conn)
-                except CommitUnknown as doubt:
-                    outcomes = self._settle(doubt, requests)
+                    outcomes = self._charge(requests, conn)
+                except Exception as exc:
+                    if not kept or not backend.is_outage(exc):
+                        raise
+                    # The kept connection died while unused (a restart of the database, a
+                    # network cut since the last group): the COMMIT was never sent, so the
+                    # group is tried once more, on a new connection.
+                    conn.invalidate()
+                    conn = None
+                    conn = self._connect()
+                    outcomes = self._charge(requests, conn)
         except BackendUnavailable as exc:
             for _, done in groups:
                 done(exc)
@@ -250,10 +259,7 @@ class ChargeWriter:
             for rs, done in groups:
                 try:
                     with backend.guard():
-                        try:
-                            alone = self.accounts.charge_many(rs)
-                        except CommitUnknown as doubt:
-                            alone = self._settle(doubt, rs)
+                        alone = self._charge(rs, None)
                 except Exception as error:
                     done(error)
                 else:
@@ -264,6 +270,16 @@ class ChargeWriter:
             done(outcomes[start : start + len(rs)])
             start += len(rs)
         return conn
+
+    def _charge(
+        self, requests: list[ChargeRequest], conn: PoolProxiedConnection | None
+    ) -> list[Charge]:
+        """One charge transaction on `conn` (None: a connection of its own); a COMMIT without
+        an answer settled (`_settle`)."""
+        try:
+            return self.accounts.charge_many(requests, conn=conn)
+        except CommitUnknown as doubt:
+            return self._settle(doubt, requests)
 
     @staticmethod
     def _drop(conn: PoolProxiedConnection | None) -> None:
