@@ -102,34 +102,29 @@ def _warm(app: Any, key: str) -> None:
     assert all(status == 200 for _, status, _, _ in asyncio.run(_group(app, key, "warm")))
 
 
-def test_a_lost_commit_acknowledgement_is_answered_as_charged(through: Any, figures) -> None:
+@pytest.mark.parametrize(
+    ("action", "outcome"), [("drop_ack", "committed"), ("drop_commit", "aborted")]
+)
+def test_a_commit_without_an_answer_is_answered_as_the_database_decided(
+    action: str, outcome: str, through: Any, figures
+) -> None:
+    """The acknowledgement of a COMMIT is lost (the charges committed: every request of the
+    group is answered 200 and charged), or the COMMIT itself (nothing committed: 503, free)."""
     proxy, app, accounts, _ = through
     account_id, key = _funded(accounts)
     _warm(app, key)
-    proxy.arm("drop_ack")
-    answers = asyncio.run(_group(app, key, "ack"))
-    assert proxy.fired == ["drop_ack"]
-    writer = app.state.writer
-    assert writer.settled["committed"] == 1, writer.settled
-    assert {status for _, status, _, _ in answers} == {200}  # every one of them was charged
-    charged = _books(accounts, account_id, answers)
-    assert charged == GROUP
-    figures(action="drop_ack", answers=[s for _, s, _, _ in answers], ledger_rows=charged)
-
-
-def test_a_lost_commit_is_answered_503_and_free(through: Any, figures) -> None:
-    proxy, app, accounts, _ = through
-    account_id, key = _funded(accounts)
-    _warm(app, key)
-    proxy.arm("drop_commit")
-    answers = asyncio.run(_group(app, key, "commit"))
-    assert proxy.fired == ["drop_commit"]
-    writer = app.state.writer
-    assert writer.settled["aborted"] == 1, writer.settled
+    proxy.arm(action)
+    answers = asyncio.run(_group(app, key, action))
+    assert proxy.fired == [action]
+    assert app.state.writer.settled == {outcome: 1}
     statuses = [status for _, status, _, _ in answers]
-    assert 503 in statuses and set(statuses) <= {200, 503}
-    assert _books(accounts, account_id, answers) == statuses.count(200)
-    figures(action="drop_commit", answers=statuses, ledger_rows=statuses.count(200))
+    if outcome == "committed":
+        assert set(statuses) == {200}  # every one of them was charged
+    else:
+        assert 503 in statuses and set(statuses) <= {200, 503}  # 200: a later group
+    charged = _books(accounts, account_id, answers)
+    assert charged == statuses.count(200)
+    figures(action=action, answers=statuses, ledger_rows=charged)
 
 
 @pytest.mark.parametrize("action", ["drop_ack_and_pause", "hold_commit"])

@@ -47,18 +47,23 @@ class InDoubt:
         return list(self._items.values())
 
     def add(self, doubt: Doubt) -> None:
-        """Record `doubt` (on disk first, synced: the error answers go out after this)."""
-        if self.journal is not None:
+        """Record `doubt` in memory and on disk, synced (the error answers go out after this).
+        A journal that cannot be written (a full disk) leaves the record in memory only: it is
+        still settled while this process lives."""
+        self._items[doubt.xid] = doubt
+        if self.journal is None:
+            return
+        text = json.dumps(
+            {"xid": doubt.xid, "pid": doubt.pid, "request_ids": list(doubt.request_ids)}
+        )
+        try:
             self.journal.mkdir(parents=True, exist_ok=True)
-            path = self.journal / f"{doubt.xid}.json"
-            text = json.dumps(
-                {"xid": doubt.xid, "pid": doubt.pid, "request_ids": list(doubt.request_ids)}
-            )
-            with open(path, "w", encoding="utf-8") as out:
+            with open(self.journal / f"{doubt.xid}.json", "w", encoding="utf-8") as out:
                 out.write(text)
                 out.flush()
                 os.fsync(out.fileno())
-        self._items[doubt.xid] = doubt
+        except OSError as exc:
+            logger.warning("charges in doubt of transaction %s not journaled: %s", doubt.xid, exc)
 
     def adopt(self) -> int:
         """Take on the records other processes left in the journal; how many were new."""
