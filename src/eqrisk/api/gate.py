@@ -207,6 +207,8 @@ class Gate:
             body, receive = await read_body(scope, receive)  # after the key: never before
             params = _params_of(scope, body, hit[1])
             tokens = self._tokens(service, price_key, params, scope, body, version)
+            if tokens > 0 and not record.is_demo and self.accounts.backend.down:
+                raise self.accounts.backend.unavailable()  # its charge would fail: not run
             try:
                 self._admit(record, price_key, params, tokens)
             except ApiError as exc:
@@ -218,8 +220,6 @@ class Gate:
                 self._admit(record, price_key, params, tokens)
             if record.is_demo:
                 tokens = 0  # the demo key is not charged
-            if tokens > 0 and self.accounts.backend.down:  # its charge would fail: do not run
-                raise self.accounts.backend.unavailable()
         except ApiError as exc:
             await _send_problem(send, exc, request_id, extra)
             return
