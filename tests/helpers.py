@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -171,17 +172,29 @@ class Server:
     (`log()`): a pipe nobody reads would block a chatty server once it fills."""
 
     def __init__(
-        self, home: Path, *, workers: int = 1, args: tuple[str, ...] = (), **env: str
+        self,
+        home: Path,
+        *,
+        workers: int = 1,
+        args: tuple[str, ...] = (),
+        nofile: int | None = None,
+        **env: str,
     ) -> None:
+        """`nofile`: the server's file limit (soft and hard), as a host with a low one has."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
         command = ["serve", "--port", str(self.port), "--workers", str(workers), *args]
+
+        def limit_files() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "eqrisk.cli", *command],
             env={**os.environ, "EQRISK_HOME": str(home), **env},
             stdout=subprocess.DEVNULL,
             stderr=self._log,
+            preexec_fn=limit_files if nofile is not None else None,
         )
 
     def log(self) -> str:

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -121,9 +121,85 @@ class Settings(BaseSettings):
         "under home shared by the processes of this machine; auto = memory, or sqlite when "
         "`serve --workers` > 1. EQRISK_REDIS_URL wins over both.",
     )
+    # Backends (docs/decisions/outages.md): every wait on the database or Redis is bounded, and a
+    # backend that failed is not waited for again until `backend_retry_s` has passed.
+    database_connect_timeout_s: int = Field(
+        default=3,
+        ge=2,
+        le=60,
+        description="Seconds to open a PostgreSQL connection (whole seconds, at least 2: libpq's "
+        "own rule for connect_timeout).",
+    )
+    database_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="Seconds one PostgreSQL round trip (a statement, a commit) may take; also "
+        "the server's statement, lock and idle-in-transaction timeouts.",
+    )
+    redis_connect_timeout_s: float = Field(
+        default=2.0, gt=0, le=60, description="Seconds to open a Redis connection."
+    )
+    redis_timeout_s: float = Field(
+        default=2.0, gt=0, le=60, description="Seconds one Redis command may take."
+    )
+    backend_retry_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="After a backend failed, requests are answered without trying it (503 for "
+        "the database, per-process limits for Redis) until this many seconds have passed; then "
+        "one request tries it again.",
+    )
+    # Connections (api/connections.py): what one client connection may hold of a worker.
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Seconds from a connection's start (or a keep-alive request's first byte) "
+        "to the end of its request head; then 408 and closed.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds from the end of a request head to the end of its body; then closed.",
+    )
+    idle_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="Seconds a keep-alive connection may wait for its next request.",
+    )
+    max_connections: int = Field(
+        default=1000,
+        ge=16,
+        le=1_000_000,
+        description="Open client connections per worker (also kept below the process's file "
+        "limit); past it the longest-waiting idle or unfinished request is closed.",
+    )
+    invalid_key_limit: str = Field(
+        default="20/minute",
+        description="Unknown or revoked keys one client address may present (a `limits` spec "
+        "such as 20/minute); past it, 429 without looking the key up.",
+    )
     access_log: bool = Field(default=True, description="One stderr line per request (serve).")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+
+    @field_validator("invalid_key_limit")
+    @classmethod
+    def _rate_spec(cls, value: str) -> str:
+        """A rate the `limits` library reads ("20/minute", "100 per hour")."""
+        from limits import parse
+
+        try:
+            parse(value)
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a rate such as '20/minute' or '100 per hour'"
+            ) from None
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import delete, insert, text, update
 
 from eqrisk.accounts import db
+from eqrisk.accounts.backends import Backend, database_outage
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts, ChargeRequest, month_of
 from eqrisk.accounts.key_cache import KeyCache
 from eqrisk.accounts.limits import MemoryWindow
@@ -233,6 +234,8 @@ def test_the_key_cache_remembers_for_its_ttl_and_sees_local_changes_at_once(
 
 def test_the_key_cache_tracks_the_balance_its_charges_leave() -> None:
     class Book:
+        backend = Backend("database", is_outage=database_outage)
+
         def authenticate(self, key: str):
             from eqrisk.accounts.book import KeyRecord
 

@@ -41,16 +41,26 @@ def test_an_over_cap_body_is_413_everywhere_and_free(home: Path, accounts: Accou
     targets = [
         ("/api/batch/analyze", {**json_h, **bearer(key)}),  # keyed, priced by its body
         ("/api/estimate", {**json_h, **bearer(key)}),  # keyed, free
-        ("/api/health", json_h),  # open
         ("/api/webhooks/payment", {**json_h, "X-Eqrisk-Signature": "t=1,v1=00"}),  # webhook
     ]
+    # A route that takes no body: an announced length over the cap is refused up front; a
+    # streamed body is never read (the route answers for itself).
+    assert_problem(
+        client.post("/api/health", content=big, headers=json_h), 413, "PAYLOAD_TOO_LARGE"
+    )
+    assert_problem(
+        client.post("/api/health", content=chunks(big), headers=json_h), 405, "METHOD_NOT_ALLOWED"
+    )
     for url, headers in targets:
         for content in (big, chunks(big)):
             resp = client.post(url, content=content, headers=headers)
             body = assert_problem(resp, 413, "PAYLOAD_TOO_LARGE")
             assert body["max_body_bytes"] == CAP
             assert f"at most {CAP} are accepted" in body["detail"]
-            assert "x-tokens-consumed" not in resp.headers  # refused before the gate
+            if isinstance(content, bytes):  # announced: refused before the gate
+                assert "x-tokens-consumed" not in resp.headers
+            else:  # streamed: refused while the route reads it (after the key): free
+                assert resp.headers.get("x-tokens-consumed", "0") == "0"
         announced = str(CAP + 1) if isinstance(content, bytes) else f"more than {CAP}"
         assert announced in body["detail"]
     assert accounts.balance(account_id) == STARTING_CREDIT_TOKENS

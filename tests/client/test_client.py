@@ -41,6 +41,8 @@ def test_service_b_methods(make: MakeClient) -> None:
     health = c.health()
     assert health["status"] == "ok" and health["model_version"]
     assert c.last_call is not None and c.last_call.model_version == health["model_version"]
+    ready = c.ready()
+    assert ready["ready"] and ready["snapshot"]["version"] == health["model_version"]
     assert c.balance()["balance_usd"] > 0
     listed = c.tickers()
     assert {"NVDA", "SPY"} <= set(listed["ticker"])
@@ -194,6 +196,12 @@ def test_no_snapshot_is_service_unavailable(tmp_path: Path) -> None:
     with pytest.raises(ServiceUnavailable) as down, Client(transport=httpx.ASGITransport(app)) as c:
         c.health()
     assert down.value.status == 503 and down.value.code == "SERVICE_UNAVAILABLE"
+    with (
+        pytest.raises(ServiceUnavailable) as unready,
+        Client(transport=httpx.ASGITransport(app)) as c,
+    ):
+        c.ready()
+    assert unready.value.status == 503
 
 
 def test_in_process_sync_client_works_inside_a_running_event_loop(home: Path) -> None:
@@ -257,7 +265,7 @@ def test_every_openapi_operation_has_a_method_taking_its_parameters(tmp_path: Pa
             missing = {aliases.get(w, w) for w in wanted} - accepted
             assert not missing, f"Client.{name} lacks {missing} of {path}"
             checked += 1
-    assert checked == 17
+    assert checked == 18
 
 
 def test_readme_quick_start_runs(

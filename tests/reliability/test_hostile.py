@@ -23,6 +23,7 @@ from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.api.app import create_app
 from eqrisk.settings import Settings
+from helpers import WEBHOOK_SECRET
 
 pytestmark = pytest.mark.reliability
 
@@ -193,7 +194,9 @@ def hostile(demo_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Hostil
     account_id = accounts.create_account("hostile")["account_id"]
     accounts.verify_card(account_id, provider="tests")
     key = accounts.create_key(account_id, rate_limit="1000000/minute")["key"]
-    app = create_app(Settings(home=home, _env_file=None))
+    # The webhook configured, so that its route reads bodies (unconfigured it answers 404
+    # without reading one).
+    app = create_app(Settings(home=home, _env_file=None, webhook_secret=WEBHOOK_SECRET))
     return Hostile(app, accounts, account_id, key)
 
 

@@ -20,16 +20,21 @@ import hashlib
 import hmac
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import PoolProxiedConnection
 
 from eqrisk.accounts import db
+from eqrisk.accounts.backends import Backend, database_outage
+from eqrisk.accounts.charges import SQL, charge_in
+from eqrisk.accounts.charges import Charge as Charge
+from eqrisk.accounts.charges import ChargeRequest as ChargeRequest
+from eqrisk.accounts.charges import month_of as month_of
 from eqrisk.accounts.pricing import usd_to_tokens
 
 STARTING_CREDIT_TOKENS = usd_to_tokens("20")
@@ -37,6 +42,7 @@ DEFAULT_RATE_LIMIT = "120/minute"
 DEMO_RATE_LIMIT = "5/minute"
 DEMO_ACCOUNT = "demo"
 STATES = ("created", "verified", "suspended")
+T = TypeVar("T")
 
 
 class AccountError(ValueError):
@@ -51,30 +57,6 @@ class KeyRecord:
     is_demo: bool
     account_state: str
     balance_tokens: int
-
-
-@dataclass(frozen=True)
-class ChargeRequest:
-    """One charge to make: `tokens` from `account_id` for a call of `route` by `key_id`."""
-
-    account_id: str
-    tokens: int
-    key_id: str
-    route: str
-    params_digest: str
-    request_id: str
-
-
-@dataclass(frozen=True)
-class Charge:
-    """A charge's outcome: `balance_tokens` is the balance right after it (or, refused, the
-    balance that did not cover it); `account_state` the state it was decided on ("" for an
-    account that does not exist); `key_revoked` when the key was revoked since it was let in."""
-
-    ok: bool
-    balance_tokens: int
-    account_state: str = "verified"
-    key_revoked: bool = False
 
 
 _access_lock = threading.Lock()
@@ -106,8 +88,12 @@ def hash_key(key: str) -> str:
 class Accounts:
     """Operations on one accounts database (SQLite or PostgreSQL)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, retry_s: float = 1.0) -> None:
         self.engine = engine
+        # The database's state as requests see it: every request-time call goes through
+        # `backend.guard()` (key lookups, charges, the balance), so an outage is a 503 that
+        # waits for a timeout at most once per `retry_s` (accounts/backends.py).
+        self.backend = Backend("database", is_outage=database_outage, retry_s=retry_s)
 
     @property
     def reads_inline(self) -> bool:
@@ -420,14 +406,46 @@ class Accounts:
         `conn`: a connection from `write_connection` that the caller keeps between calls."""
         if not requests:
             return []
-        sql = _SQL[self.engine.dialect.name]
+        sql = SQL[self.engine.dialect.name]
         if conn is not None:
-            return _charge_in(conn, sql, requests, _now())
+            return charge_in(conn, sql, requests, _now(), self._pid(conn))
         own = self.engine.raw_connection()
         try:
-            return _charge_in(own, sql, requests, _now())
+            return charge_in(own, sql, requests, _now(), self._pid(own))
         finally:
             own.close()
+
+    def _pid(self, raw: PoolProxiedConnection) -> int | None:
+        if self.engine.dialect.name != "postgresql":
+            return None
+        from eqrisk.accounts.pg import backend_pid
+
+        return backend_pid(raw)
+
+    def settle(self, xid: str, pid: int | None) -> str:
+        """On a fresh connection: whether charge transaction `xid` (of server process `pid`),
+        whose COMMIT got no answer, committed ("committed") or not ("aborted"); PostgreSQL
+        only, as `CommitUnknown` (accounts/pg.py)."""
+        from eqrisk.accounts import pg
+
+        return self._fresh(lambda raw: pg.settle(raw, xid, pid))
+
+    def undo(self, xid: str, pid: int | None) -> int:
+        """Take back the charges of transaction `xid` if it committed (its requests were
+        answered with an error); the number taken back (accounts/pg.py)."""
+        from eqrisk.accounts import pg
+
+        return self._fresh(lambda raw: pg.undo(raw, xid, pid))
+
+    def _fresh(self, work: Callable[[PoolProxiedConnection], T]) -> T:
+        raw = self.engine.raw_connection()
+        try:
+            return work(raw)
+        except BaseException:
+            raw.invalidate()
+            raise
+        finally:
+            raw.close()
 
     def write_connection(self) -> PoolProxiedConnection:
         """A driver connection from the pool for a writer that keeps it between charges (and
@@ -466,7 +484,7 @@ class Accounts:
         from `monthly_usage`: a few rows read, whatever the size of the ledger, in one
         statement (one snapshot: the balance and the usage agree), in plain SQL (the Core
         statement cost twenty times the query here, and `/api/balance` runs it every call)."""
-        sql = _SQL[self.engine.dialect.name]
+        sql = SQL[self.engine.dialect.name]
         raw = self.engine.raw_connection()
         try:
             cursor = raw.cursor()
@@ -511,174 +529,12 @@ class Accounts:
         return {(r[0], r[1], r[2]): (int(r[3]), int(r[4])) for r in rows}
 
 
-def month_of(when: datetime) -> str:
-    """The usage month of a time: "YYYY-MM" in UTC."""
-    return when.astimezone(UTC).strftime("%Y-%m")
-
-
 def _usage_totals(per_route: dict[str, dict[str, int]]) -> dict[str, Any]:
     return {
         "requests": sum(v["requests"] for v in per_route.values()),
         "tokens": sum(v["tokens"] for v in per_route.values()),
         "by_route": per_route,
     }
-
-
-def _charge_in(
-    raw: PoolProxiedConnection, sql: _Sql, requests: Sequence[ChargeRequest], now: datetime
-) -> list[Charge]:
-    """`_charge_all` in its own write transaction on a driver connection: SQLite's connections
-    run in autocommit mode (db.py), so the write lock is taken by BEGIN IMMEDIATE; psycopg
-    opens the transaction itself at the first statement."""
-    cursor = raw.cursor()
-    try:
-        if sql.begin:
-            cursor.execute(sql.begin)
-        results = _charge_all(cursor, sql, requests, now)
-        raw.commit()
-        return results
-    except BaseException:
-        raw.rollback()
-        raise
-    finally:
-        cursor.close()
-
-
-def _charge_all(
-    cursor: Any, sql: _Sql, requests: Sequence[ChargeRequest], now: datetime
-) -> list[Charge]:
-    """The charges of one transaction. The accounts' rows are read locked (FOR UPDATE on
-    PostgreSQL, in sorted order so that two processes never deadlock; SQLite's write
-    transaction already holds the database's lock), each charge is decided in order against
-    the running balance, then each account is debited its total by one conditional UPDATE (the
-    CHECK constraint and the `balance >= total` condition stay the last word), the ledger rows
-    are inserted by one executemany and the month's usage rows upserted the same way.
-
-    Plain SQL on the driver's cursor (the same text on SQLite and PostgreSQL but for the
-    placeholder): this runs for every paid request, and building SQLAlchemy statements cost
-    several times the database's own work here."""
-    ids = sorted({r.account_id for r in requests})
-    cursor.execute(sql.locked(len(ids)), ids)
-    state: dict[str, str] = {}
-    balance: dict[str, int] = {}
-    for account_id, account_state, tokens in cursor.fetchall():
-        state[account_id] = account_state
-        balance[account_id] = int(tokens)
-    # A key revoked since its request was let in is not charged (nor answered: the gate
-    # turns that into a 401), whatever a cache of keys still remembered.
-    key_ids = sorted({r.key_id for r in requests})
-    cursor.execute(sql.revoked(len(key_ids)), key_ids)
-    revoked = {row[0] for row in cursor.fetchall()}
-    debits: dict[str, int] = {}
-    accepted: list[ChargeRequest] = []
-    results: list[Charge] = []
-    for r in requests:
-        account_state = state.get(r.account_id, "")
-        left = balance.get(r.account_id, 0)
-        if r.key_id in revoked:
-            results.append(Charge(False, left, account_state, key_revoked=True))
-        elif account_state != "verified" or r.tokens < 0 or left < r.tokens:
-            results.append(Charge(False, left, account_state))
-        else:
-            balance[r.account_id] = left - r.tokens
-            debits[r.account_id] = debits.get(r.account_id, 0) + r.tokens
-            accepted.append(r)
-            results.append(Charge(True, left - r.tokens, "verified"))
-    if not accepted:
-        return results
-    for account_id, total in debits.items():
-        cursor.execute(sql.debit, (total, account_id, total))
-        if cursor.rowcount != 1:  # the locked row changed under us: impossible, so stop
-            raise RuntimeError(f"account {account_id} changed during its charge transaction")
-    at = sql.stamp(now)
-    cursor.executemany(
-        sql.ledger,
-        [
-            (r.account_id, r.key_id, r.route, r.params_digest, -r.tokens, r.request_id, at)
-            for r in accepted
-        ],
-    )
-    month = month_of(now)
-    usage: dict[tuple[str, str], list[int]] = {}
-    for r in accepted:
-        totals = usage.setdefault((r.account_id, r.route), [0, 0])
-        totals[0] += 1
-        totals[1] += r.tokens
-    cursor.executemany(
-        sql.usage,
-        [(a, month, route, c, t) for (a, route), (c, t) in usage.items()],
-    )
-    return results
-
-
-@dataclass(frozen=True)
-class _Sql:
-    """The hot path's statements (charges, `/api/balance`) in one dialect: the same text but for
-    the placeholder (`?` for sqlite3, `%s` for psycopg) and PostgreSQL's row lock."""
-
-    mark: str
-    for_update: str
-    begin: str  # what opens a write transaction ("" where the driver opens it)
-    # SQLAlchemy keeps SQLite times as "YYYY-MM-DD HH:MM:SS.ffffff" text (UTC here);
-    # PostgreSQL takes the aware datetime itself.
-    text_times: bool
-
-    def _list(self, n: int) -> str:
-        return ", ".join([self.mark] * n)
-
-    def locked(self, n: int) -> str:
-        return (
-            "SELECT account_id, state, balance_tokens FROM accounts "
-            f"WHERE account_id IN ({self._list(n)}) ORDER BY account_id{self.for_update}"
-        )
-
-    def revoked(self, n: int) -> str:
-        return (
-            f"SELECT key_id FROM api_keys WHERE key_id IN ({self._list(n)}) "
-            "AND revoked_at IS NOT NULL"
-        )
-
-    @property
-    def debit(self) -> str:
-        m = self.mark
-        return (
-            f"UPDATE accounts SET balance_tokens = balance_tokens - {m} "
-            f"WHERE account_id = {m} AND state = 'verified' AND balance_tokens >= {m}"
-        )
-
-    @property
-    def ledger(self) -> str:
-        return (
-            "INSERT INTO ledger (account_id, key_id, kind, route, params_digest, tokens, "
-            f"request_id, created_at) VALUES ({self.mark}, {self.mark}, 'charge', "
-            f"{self._list(5)})"
-        )
-
-    @property
-    def usage(self) -> str:
-        return (
-            "INSERT INTO monthly_usage (account_id, month, route, requests, tokens) "
-            f"VALUES ({self._list(5)}) ON CONFLICT (account_id, month, route) DO UPDATE SET "
-            "requests = monthly_usage.requests + excluded.requests, "
-            "tokens = monthly_usage.tokens + excluded.tokens"
-        )
-
-    @property
-    def account_month(self) -> str:
-        return (
-            "SELECT a.state, a.balance_tokens, u.route, u.requests, u.tokens FROM accounts a "
-            "LEFT JOIN monthly_usage u ON u.account_id = a.account_id "
-            f"AND u.month = {self.mark} WHERE a.account_id = {self.mark}"
-        )
-
-    def stamp(self, now: datetime) -> datetime | str:
-        return now.strftime("%Y-%m-%d %H:%M:%S.%f") if self.text_times else now
-
-
-_SQL = {
-    "sqlite": _Sql("?", "", "BEGIN IMMEDIATE", text_times=True),
-    "postgresql": _Sql("%s", " FOR UPDATE", "", text_times=False),
-}
 
 
 def _balance_of(conn: Connection, account_id: str) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -127,13 +128,47 @@ webhook_events = Table(
 )
 
 
-def make_engine(home: Path, database_url: str | None = None) -> Engine:
-    """An engine for the configured database, schema created if missing."""
+@dataclass(frozen=True)
+class Timeouts:
+    """The bounds of every wait on PostgreSQL (settings `database_connect_timeout_s` and
+    `database_timeout_s`): opening a connection, one round trip (a statement, a commit), and
+    the server's own statement, lock and idle-in-transaction timeouts, so that a transaction
+    whose client went silent ends (rolled back) on the server too, releasing its row locks."""
+
+    connect_s: int = 3
+    io_s: float = 5.0
+
+    @property
+    def server_options(self) -> str:
+        ms = max(1, round(self.io_s * 1000))
+        return (
+            f"-c statement_timeout={ms} -c lock_timeout={ms} "
+            f"-c idle_in_transaction_session_timeout={ms}"
+        )
+
+
+def make_engine(
+    home: Path, database_url: str | None = None, *, timeouts: Timeouts | None = None
+) -> Engine:
+    """An engine for the configured database, schema created if missing. `timeouts` bound
+    every wait on PostgreSQL (None: libpq's and the server's defaults, as for the CLI)."""
     if database_url:
         url = database_url
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-        engine = create_engine(url, pool_pre_ping=True)
+        if timeouts is None:
+            engine = create_engine(url, pool_pre_ping=True)
+        else:
+            engine = create_engine(
+                url,
+                pool_pre_ping=True,
+                pool_timeout=timeouts.io_s,  # waiting for a free pooled connection
+                connect_args={
+                    "connect_timeout": timeouts.connect_s,
+                    "options": timeouts.server_options,
+                },
+            )
+            _bounded_round_trips(engine, timeouts.io_s)
     else:
         home.mkdir(parents=True, exist_ok=True)
         engine = create_engine(f"sqlite:///{home / 'accounts.db'}", connect_args={"timeout": 30})
@@ -185,6 +220,18 @@ def fill_monthly_usage(engine: Engine) -> bool:
     except IntegrityError:
         return False
     return True
+
+
+def _bounded_round_trips(engine: Engine, io_s: float) -> None:
+    """Every connection of `engine` is a `BoundedConnection` waiting at most `io_s` per round
+    trip (the server's statement_timeout cannot help when the server never sees the bytes: a
+    network partition, a stalled proxy)."""
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        from eqrisk.accounts.pg import BoundedConnection
+
+        return BoundedConnection.connect_bounded(io_s, *cargs, **cparams)
 
 
 def _sqlite_transactions(engine: Engine) -> None:

@@ -8,6 +8,10 @@ never relies on it: the charge's transaction refuses a revoked key or an inactiv
 account's row in its own transaction, and a request the remembered balance would refuse is
 looked up again before it is (a credit is never missed). Unknown keys are not remembered (a key
 created a moment ago works at once). Entries are stored under the key's SHA-256, never the key.
+
+While the database is unavailable (docs/decisions/outages.md) a key this process remembers,
+however old its entry, is still let in: free calls go on answering for known keys, and a priced
+call is refused by its charge (503) whatever the entry says. An unknown key is a 503 then.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from eqrisk.accounts.backends import BackendUnavailable
 from eqrisk.accounts.book import Accounts, KeyRecord, access_generation, hash_key
 
 KEY_TTL_S = 1.0
@@ -27,6 +32,7 @@ class KeyCache:
         self.ttl_s = ttl_s
         # digest -> (read at, access generation before the read, record)
         self._records: dict[str, tuple[float, int, KeyRecord]] = {}
+        self.outage_hits = 0  # keys let in from memory while the database was unavailable
 
     def cached(self, key: str) -> KeyRecord | None:
         """The remembered record of `key` while it is fresh, else None (no I/O)."""
@@ -41,8 +47,16 @@ class KeyCache:
         is served for longer than `ttl_s`."""
         started = time.monotonic()
         generation = access_generation()
-        record = self.accounts.authenticate(key)
         digest = hash_key(key)
+        try:
+            with self.accounts.backend.guard():
+                record = self.accounts.authenticate(key)
+        except BackendUnavailable:
+            hit = self._records.get(digest)
+            if hit is None or hit[1] != generation:
+                raise
+            self.outage_hits += 1
+            return hit[2]
         if record is None:
             self._records.pop(digest, None)
             return None

@@ -4,7 +4,10 @@
 - a SQLite file under `home`: the worker processes of one machine (`serve --workers N`
   without Redis); one write transaction per hit, so concurrent workers never both take the
   last request of a window;
-- Redis (the `limits` library) when `EQRISK_REDIS_URL` is set: every worker and host.
+- Redis (the `limits` library) when `EQRISK_REDIS_URL` is set: every worker and host. Every
+  Redis command is bounded (`redis_connect_timeout_s`, `redis_timeout_s`, no retries); while
+  Redis is unavailable each process counts in its own memory (docs/decisions/outages.md:
+  limits fail over to per-process counts, nothing is refused because Redis is down).
 """
 
 from __future__ import annotations
@@ -17,8 +20,13 @@ from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from limits import RateLimitItem, parse, storage, strategies
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from eqrisk.accounts.backends import Backend, BackendUnavailable, redis_outage
 
 SQLITE_FILE = "ratelimits.sqlite3"
 _PURGE_EVERY = 1000  # hits between sweeps of rows whose window has passed (keys gone quiet)
@@ -140,12 +148,33 @@ class SqliteWindow:
 
 
 class RateLimiter:
-    def __init__(self, redis_url: str | None = None, *, sqlite_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        sqlite_path: Path | None = None,
+        connect_timeout_s: float = 2.0,
+        timeout_s: float = 2.0,
+        retry_s: float = 1.0,
+    ) -> None:
         self._window: SqliteWindow | MemoryWindow | None = None
         self._limiter: strategies.MovingWindowRateLimiter | None = None
+        # Redis's state as the requests see it; while it is unavailable every process counts
+        # on its own (`_fallback`): limits hold per process, nothing is refused for Redis.
+        self.backend = Backend(
+            "redis", is_outage=redis_outage, retry_s=retry_s, configured=bool(redis_url)
+        )
+        self._fallback = MemoryWindow()
+        self.fallback_hits = 0
         if redis_url:
-            backend = storage.storage_from_string(redis_url)
+            options: dict[str, Any] = {
+                "socket_connect_timeout": connect_timeout_s,
+                "socket_timeout": timeout_s,
+                "retry": Retry(NoBackoff(), 0),  # one attempt: the timeouts are the whole wait
+            }
+            backend = storage.storage_from_string(redis_url, **options)
             self._limiter = strategies.MovingWindowRateLimiter(backend)
+            self._storage = backend
         elif sqlite_path:
             self._window = SqliteWindow(sqlite_path)
         else:
@@ -157,17 +186,67 @@ class RateLimiter:
     def hit(self, key_id: str, spec: str) -> Decision:
         """Count one request of `key_id` against `spec` (e.g. "5/minute") unless it is over."""
         item = _item(spec)
-        if self._window is not None:
-            allowed, count, reset = self._window.hit(
-                item.key_for("eqrisk", key_id), item.amount, item.get_expiry()
-            )
-            return Decision(allowed, item.amount, max(0, item.amount - count), reset)
-        assert self._limiter is not None
-        allowed = self._limiter.hit(item, "eqrisk", key_id)
-        stats = self._limiter.get_window_stats(item, "eqrisk", key_id)
-        return Decision(
-            allowed=allowed,
-            limit=item.amount,
-            remaining=max(0, stats.remaining),
-            reset_time=stats.reset_time,
+        if self._limiter is not None:
+            try:
+                with self.backend.guard():
+                    allowed = self._limiter.hit(item, "eqrisk", key_id)
+                    stats = self._limiter.get_window_stats(item, "eqrisk", key_id)
+                return Decision(
+                    allowed=allowed,
+                    limit=item.amount,
+                    remaining=max(0, stats.remaining),
+                    reset_time=stats.reset_time,
+                )
+            except BackendUnavailable:
+                self.fallback_hits += 1
+        window = self._window or self._fallback
+        allowed, count, reset = window.hit(
+            item.key_for("eqrisk", key_id), item.amount, item.get_expiry()
         )
+        return Decision(allowed, item.amount, max(0, item.amount - count), reset)
+
+    def ping(self) -> None:
+        """Ask Redis whether it answers (the readiness check), updating its state; raises
+        `BackendUnavailable` when it does not. Without Redis: nothing to ask."""
+        if self._limiter is None:
+            return
+        with self.backend.probe():
+            if not self._storage.check():
+                raise self.backend.unavailable("no answer to PING")
+
+
+class FailedKeys:
+    """Unknown or revoked keys presented per client address, against a limit (setting
+    `invalid_key_limit`): past it the address is refused (429) without its keys being looked up
+    until the window frees a try, so guessing keys goes at the limit's pace, not the server's.
+    Counted in the rate limiter's storage (shared by the workers); the refusal itself is
+    decided in this process, from the count its own last failure saw."""
+
+    MAX_BLOCKED = 10_000
+
+    def __init__(self, limiter: RateLimiter, spec: str) -> None:
+        self.limiter = limiter
+        self.spec = spec
+        self._blocked: dict[str, float] = {}  # address -> unix time it may try again
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds until `address` may present an unknown key again (None: it may now)."""
+        until = self._blocked.get(address)
+        if until is None:
+            return None
+        left = until - time.time()
+        if left <= 0:
+            del self._blocked[address]
+            return None
+        return max(1, math.ceil(left))
+
+    def failed(self, address: str) -> Decision:
+        """Count one unknown key from `address` (call it off the event loop when the limiter
+        is `blocking`)."""
+        decision = self.limiter.hit(f"invalid-key:{address}", self.spec)
+        if decision.remaining == 0:
+            if len(self._blocked) >= self.MAX_BLOCKED:
+                now = time.time()
+                self._blocked = {a: t for a, t in self._blocked.items() if t > now}
+            self._blocked[address] = decision.reset_time
+        return decision

@@ -24,10 +24,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import eqrisk
 from eqrisk.accounts.book import Accounts
-from eqrisk.accounts.db import make_engine
-from eqrisk.accounts.limits import SQLITE_FILE, RateLimiter
+from eqrisk.accounts.db import Timeouts, make_engine
+from eqrisk.accounts.doubt import JOURNAL_DIR
+from eqrisk.accounts.limits import SQLITE_FILE, FailedKeys, RateLimiter
 from eqrisk.accounts.pricing import PriceTable
-from eqrisk.api import dashboard, writers
+from eqrisk.accounts.writer import ChargeWriter
+from eqrisk.api import dashboard, outages, writers
 from eqrisk.api.bounds import Bounds
 from eqrisk.api.deps import served_snapshot
 from eqrisk.api.endpoint import register_all
@@ -244,14 +246,21 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         settings.render_threads, thread_name_prefix="render", initializer=lower_thread_priority
     )
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
-    app.state.accounts = Accounts(make_engine(settings.home_dir, database_url))
+    timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
+    engine = make_engine(settings.home_dir, database_url, timeouts=timeouts)
+    app.state.accounts = Accounts(engine, retry_s=settings.backend_retry_s)
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
     redis_url = settings.redis_url.get_secret_value() if settings.redis_url else None
     shared = settings.rate_limit_storage == "sqlite"
     app.state.limiter = RateLimiter(
-        redis_url, sqlite_path=settings.home_dir / SQLITE_FILE if shared else None
+        redis_url,
+        sqlite_path=settings.home_dir / SQLITE_FILE if shared else None,
+        connect_timeout_s=settings.redis_connect_timeout_s,
+        timeout_s=settings.redis_timeout_s,
+        retry_s=settings.backend_retry_s,
     )
     install_error_handlers(app)
+    outages.include(app)  # 503 for a backend error, whoever raised it
     # Every route from its one Endpoint object (api/endpoints/); /api/estimate prices these.
     register_all(app, [e for e in ENDPOINTS if e.service in services])
     app.state.estimated = {n: e for n, e in ESTIMATED.items() if e.service in services}
@@ -259,6 +268,9 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     if "risk" in services:
         dashboard.include(app)  # the page at / is a client of Service B
 
+    # One charge writer per process; its groups whose COMMIT got no answer and could not be
+    # settled at once are recorded under the home (accounts/doubt.py).
+    app.state.writer = ChargeWriter(app.state.accounts, journal=settings.home_dir / JOURNAL_DIR)
     # Starlette runs the last added middleware first: security headers, request id and access
     # log, then the size limits (nothing below reads the network), then the gate, then routes.
     app.add_middleware(
@@ -268,6 +280,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         keyed=keyed_service,
         services=services,
         version=lambda: served_snapshot(app.state.snapshots).version,
+        writer=app.state.writer,
+        failed_keys=FailedKeys(app.state.limiter, settings.invalid_key_limit),
     )
     app.add_middleware(
         Bounds,

@@ -1,11 +1,12 @@
 """Bounded requests: the outermost check on what a client may send, before anything reads it.
 
 A query string over `max_query_bytes` is a 414, a header block over `max_header_bytes` a 431,
-a body over `max_body_bytes` a 413: announced by `Content-Length` (refused before a byte of the
-body is read) or counted while a body without one arrives (refused as soon as the count passes
-the cap; nothing past the cap is ever held). The body is read here, once, and replayed to the
-layers below (the route's one body parser reads it), so no other layer reads the network.
-Refusals are problem+json, free (they happen before the gate) and carry the request id.
+a body over `max_body_bytes` a 413: announced by `Content-Length` (refused here, before a byte
+of the body is read) or counted while a body without one arrives (refused as soon as the count
+passes the cap; nothing past the cap is ever held). The body itself is read only by the route
+that takes one (its one body parser, after the gate has checked the key), so an
+unauthenticated request is refused without its body being read, and a route that takes no
+body never reads one. Refusals are problem+json, free and carry the request id.
 """
 
 from __future__ import annotations
@@ -56,11 +57,13 @@ class Bounds:
         state = scope.setdefault("state", {})
         try:
             self._check_head(scope)
-            _, receive = await self._read_body(scope, receive)
+            length = _announced_length(scope)
+            if length is not None and length > self.max_body:
+                raise self._too_large(str(length))
         except ApiError as exc:
             await send_problem(send, exc, state.get("request_id"))
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, self._counted(receive), send)
 
     def _check_head(self, scope: Scope) -> None:
         query = len(scope.get("query_string", b""))
@@ -86,42 +89,22 @@ class Bounds:
             max_body_bytes=self.max_body,
         )
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes, Receive]:
-        # Read even when no body is announced: an ASGI server (or a raw caller) may still stream
-        # one, and the cap must hold whatever the headers say. Without a body this is one
-        # empty message.
-        length = _announced_length(scope)
-        if length is not None and length > self.max_body:
-            raise self._too_large(str(length))
-        chunks: list[bytes] = []
+    def _counted(self, receive: Receive) -> Receive:
+        """`receive`, raising `PAYLOAD_TOO_LARGE` once the body passes the cap (whatever the
+        headers announced: a server, or a raw caller, may stream a body without a length).
+        Nothing past the cap is handed on, so nothing past it is ever held."""
         size = 0
-        tail: Message | None = None
-        while True:
+
+        async def counted() -> Message:
+            nonlocal size
             message = await receive()
-            if message["type"] != "http.request":
-                tail = message  # the client went away: the layers below see it too
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                raise self._too_large(f"more than {self.max_body}")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        chunks.clear()
-        replayed = False
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.max_body:
+                    raise self._too_large(f"more than {self.max_body}")
+            return message
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                if tail is not None:
-                    return tail
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return body, replay
+        return counted
 
 
 async def send_problem(

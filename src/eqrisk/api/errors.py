@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 log = logging.getLogger("eqrisk.api")
@@ -36,6 +37,7 @@ CODES: dict[str, tuple[int, str]] = {
     "NO_DATA": (404, "The data set has no data for this request"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
     "NOT_ACCEPTABLE": (406, "No acceptable response format"),
+    "REQUEST_TIMEOUT": (408, "The request did not arrive in time"),
     "PAYLOAD_TOO_LARGE": (413, "Request body too large"),
     "URI_TOO_LONG": (414, "Request URI too long"),
     "UNSUPPORTED_MEDIA_TYPE": (415, "The request body must be JSON"),
@@ -44,7 +46,7 @@ CODES: dict[str, tuple[int, str]] = {
     "RATE_LIMIT_EXCEEDED": (429, "Too many requests"),
     "HEADERS_TOO_LARGE": (431, "Request header fields too large"),
     "INTERNAL_ERROR": (500, "Internal error"),
-    "SERVICE_UNAVAILABLE": (503, "No model snapshot is available"),
+    "SERVICE_UNAVAILABLE": (503, "The service cannot answer now (no snapshot, or a backend)"),
 }
 
 
@@ -192,6 +194,14 @@ def install_error_handlers(app: FastAPI) -> None:
         if code == "NOT_FOUND":
             detail = f"no route {request.method} {request.url.path}; see /docs for the routes"
         return problem_response(request, code, detail, dict(exc.headers or {}))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client left before its body arrived (or a timeout closed it): nobody reads this
+        # answer, and it is no error of ours to log.
+        return problem_response(
+            request, "INVALID_PARAMETER", "the request body ended early (the client went away)"
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -20,13 +20,15 @@ from dataclasses import dataclass, replace
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from eqrisk.accounts.backends import BackendUnavailable
 from eqrisk.accounts.book import Accounts, Charge, ChargeRequest, KeyRecord
 from eqrisk.accounts.key_cache import KeyCache
-from eqrisk.accounts.limits import RateLimiter
+from eqrisk.accounts.limits import FailedKeys, RateLimiter
 from eqrisk.accounts.pricing import tokens_to_usd
 from eqrisk.accounts.writer import ChargeWriter
 from eqrisk.api.bounds import send_problem as _send_problem
 from eqrisk.api.errors import ApiError
+from eqrisk.api.outages import unavailable
 from eqrisk.api.plans import CLASS_TWINS
 from eqrisk.data.master import MAG7
 
@@ -193,6 +195,7 @@ class Gate:
         writer: ChargeWriter | None = None,
         keys: KeyCache | None = None,
         version: Callable[[], str] | None = None,
+        failed_keys: FailedKeys | None = None,
     ) -> None:
         self.app = app
         self.services = services
@@ -205,6 +208,8 @@ class Gate:
         # are remembered for at most a second (both in `accounts/`).
         self.writer = writer or ChargeWriter(accounts)
         self.keys = keys or KeyCache(accounts)
+        # Unknown keys per client address (None: not limited).
+        self.failed_keys = failed_keys
         # The served snapshot's version: replayed answers are kept per version.
         self.version = version
         self.replays = Replays()
@@ -218,9 +223,12 @@ class Gate:
         extra: dict[str, str] = {}
         key = presented_key(scope, service)
         try:
-            record = await self._authenticate(key, service, extra)
+            record = await self._authenticate(key, service, extra, scope)
         except ApiError as exc:
             await _send_problem(send, exc, request_id, extra)
+            return
+        except BackendUnavailable as exc:
+            await _send_problem(send, unavailable(exc, request_id), request_id, extra)
             return
         assert key is not None  # an authenticated call presented a key
         meter = Meter(self, key, record)
@@ -239,11 +247,12 @@ class Gate:
             return None
 
     async def _authenticate(
-        self, key: str | None, service: str, extra: dict[str, str]
+        self, key: str | None, service: str, extra: dict[str, str], scope: Scope
     ) -> KeyRecord:
         """The key's record (remembered up to a second, else read), within its rate limit
         (the limit's headers go into `extra`) and on an account that is not suspended; else
-        the ApiError that says why."""
+        the ApiError that says why. A client address past its limit of unknown keys gets a
+        429 instead of a look-up (`FailedKeys`)."""
         if key is None:
             how = (
                 "in the 'apikey' header"
@@ -253,7 +262,11 @@ class Gate:
             raise ApiError("AUTHENTICATION_REQUIRED", f"send your API key {how}")
         record = self.keys.cached(key)
         if record is None:
+            address = (scope.get("client") or ("-",))[0]
+            self._guessing(address)
             record = await anyio.to_thread.run_sync(self.keys.load, key)
+            if record is None and self.failed_keys is not None:
+                await anyio.to_thread.run_sync(self.failed_keys.failed, address)
         if record is None:
             raise ApiError("INVALID_API_KEY", "the API key is unknown or revoked")
         if self.limiter.blocking:
@@ -272,6 +285,17 @@ class Gate:
             )
         return self._usable(record)
 
+    def _guessing(self, address: str) -> None:
+        """Refuse an address that presented too many unknown keys of late (429)."""
+        wait = self.failed_keys.retry_after(address) if self.failed_keys else None
+        if wait is not None:
+            raise ApiError(
+                "RATE_LIMIT_EXCEEDED",
+                f"too many unknown API keys from this address; retry in {wait}s",
+                headers={"Retry-After": str(wait)},
+                limit=self.failed_keys.spec if self.failed_keys else "",
+            )
+
     @staticmethod
     def _usable(record: KeyRecord | None) -> KeyRecord:
         """The record of a key that is still active, on an account that is not suspended."""
@@ -284,7 +308,10 @@ class Gate:
     async def admit(self, meter: Meter, priced: Priced) -> None:
         """`Meter.admit`: the demo rules, or the account's state and balance, at this price.
         A balance remembered short is read again before the call is refused (a credit made
-        since counts at once)."""
+        since counts at once). A priced call is refused (503) while the accounts database is
+        known to be down: its charge could not be made."""
+        if priced.tokens > 0 and not meter.record.is_demo and self.accounts.backend.down:
+            raise self.accounts.backend.unavailable()
         try:
             _admissible(meter.record, priced)
         except ApiError as exc:
@@ -296,20 +323,24 @@ class Gate:
 
     async def _charge(self, meter: Meter, priced: Priced, request_id: str | None) -> int:
         """Charge a 2xx its price (the demo key: nothing); returns the tokens charged. Raises
-        the ApiError that replaces the answer when the charge is refused."""
+        the ApiError that replaces the answer when the charge is refused, or when the database
+        could not take it (a 503: not charged)."""
         tokens = 0 if meter.record.is_demo else priced.tokens
         if tokens <= 0:
             return 0
-        result = await self.writer.charge(
-            ChargeRequest(
-                meter.record.account_id,
-                tokens,
-                meter.record.key_id,
-                priced.price_key,
-                priced.digest,
-                request_id or "",
+        try:
+            result = await self.writer.charge(
+                ChargeRequest(
+                    meter.record.account_id,
+                    tokens,
+                    meter.record.key_id,
+                    priced.price_key,
+                    priced.digest,
+                    request_id or "",
+                )
             )
-        )
+        except BackendUnavailable as exc:
+            raise unavailable(exc, request_id) from None
         if not result.ok:
             raise _refusal(result, tokens)
         self.keys.note_balance(meter.key, result.balance_tokens)
@@ -374,6 +405,9 @@ class Gate:
                 await meter.admit(hit.priced)
             except ApiError as exc:
                 await _send_problem(send, exc, request_id, extra)
+                return
+            except BackendUnavailable as exc:
+                await _send_problem(send, unavailable(exc, request_id), request_id, extra)
                 return
             replaying = True
             start = {"type": "http.response.start", "status": 200, "headers": [*hit.headers]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import tempfile
@@ -80,10 +81,11 @@ def preflight(
 ) -> str | None:
     """What serving needs, checked before `serve` says it is serving (and before `demo` builds
     anything): the home, the current snapshot (unless `snapshot` is False: the demo builds it),
-    the accounts database, Redis, the port (unless None). Returns the current version (None: not checked)."""
-    from limits import storage
-
-    from eqrisk.accounts.db import make_engine
+    the accounts database, Redis, the port (unless None). Returns the current version (None:
+    not checked)."""
+    from eqrisk.accounts.backends import BackendUnavailable
+    from eqrisk.accounts.db import Timeouts, make_engine
+    from eqrisk.accounts.limits import RateLimiter
     from eqrisk.snapshot.versions import SnapshotStore
 
     home = settings.home_dir
@@ -92,12 +94,18 @@ def preflight(
         SnapshotStore(home, root=settings.snapshots_dir).current().version if snapshot else None
     )
     url = settings.database_url.get_secret_value() if settings.database_url else None
-    make_engine(home, url).dispose()
+    timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
+    make_engine(home, url, timeouts=timeouts).dispose()
     if settings.redis_url is not None:
-        redis_url = settings.redis_url.get_secret_value()
+        limiter = RateLimiter(
+            settings.redis_url.get_secret_value(),
+            connect_timeout_s=settings.redis_connect_timeout_s,
+            timeout_s=settings.redis_timeout_s,
+        )
         try:
-            reachable = storage.storage_from_string(redis_url).check()
-        except Exception:
+            limiter.ping()
+            reachable = True
+        except BackendUnavailable:
             reachable = False
         if not reachable:
             raise EnvironmentProblem(
@@ -117,6 +125,7 @@ def run_server(
     import uvicorn
 
     from eqrisk.api.bounds import head_limit
+    from eqrisk.api.connections import connection_cap, raise_file_limit
 
     limits = "redis" if settings.redis_url else "memory"
     if workers > 1 and not settings.redis_url:
@@ -133,6 +142,7 @@ def run_server(
     os.environ["EQRISK_RATE_LIMIT_STORAGE"] = "sqlite" if limits == "sqlite" else "memory"
     os.environ["EQRISK_ACCESS_LOG"] = json.dumps(settings.access_log)
     version = preflight(settings, host, port)
+    raise_file_limit()  # the workers inherit it: it bounds their open connections
     base = f"http://{_url_host(host)}:{port}"
     note(
         f"serving snapshot {version} (of {settings.snapshots_dir}) at [bold]{base}[/]\n"
@@ -145,17 +155,20 @@ def run_server(
         "demo tickers)\n"
         f"{offered}"
         f"  workers:   {workers}, rate limits in {limits}, "
-        f"access log {'on' if settings.access_log else 'off'}"
+        f"access log {'on' if settings.access_log else 'off'}, "
+        f"up to {connection_cap(settings.max_connections)} connections each"
     )
     # The head of a request (request line and headers) is bounded before the app sees it;
-    # the app answers what fits with 414 / 431 / 413 problem+json (eqrisk.api.bounds).
+    # the app answers what fits with 414 / 431 / 413 problem+json (eqrisk.api.bounds). Each
+    # connection's time and number are bounded too (eqrisk.api.connections).
     uvicorn.run(
         "eqrisk.cli.mcp:serving_app",  # the API, with /mcp mounted when mcp is installed
         factory=True,
         host=host,
         port=port,
         workers=workers,
-        http="eqrisk.api.protocol:BoundedHttpToolsProtocol",
+        http="eqrisk.api.connections:GuardedHttpToolsProtocol",
+        timeout_keep_alive=math.ceil(settings.idle_timeout_s),  # ours is the exact one
         h11_max_incomplete_event_size=head_limit(
             settings.max_header_bytes, settings.max_query_bytes
         ),

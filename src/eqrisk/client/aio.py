@@ -189,6 +189,11 @@ class AsyncClient(_Config):
         """GET /api/health: liveness and the served model version (no key needed)."""
         return await self._run(calls.health())
 
+    async def ready(self) -> dict[str, Any]:
+        """GET /api/ready: whether the server can answer keyed calls, with the state of its
+        snapshot, database and Redis (no key needed); not ready raises `ServiceUnavailable`."""
+        return await self._run(calls.ready())
+
     # ------------------------------------------------------------------------ Service A
 
     async def daily(

@@ -195,6 +195,10 @@ def health() -> Call[dict[str, Any]]:
     return Call("GET", "/api/health", _dict)
 
 
+def ready() -> Call[dict[str, Any]]:
+    return Call("GET", "/api/ready", _dict)
+
+
 # ------------------------------------------------------------------------------ Service A
 
 

@@ -234,6 +234,11 @@ class Client(_Config):
         """GET /api/health: liveness and the served model version (no key needed)."""
         return self._run(calls.health())
 
+    def ready(self) -> dict[str, Any]:
+        """GET /api/ready: whether the server can answer keyed calls, with the state of its
+        snapshot, database and Redis (no key needed); not ready raises `ServiceUnavailable`."""
+        return self._run(calls.ready())
+
     # ------------------------------------------------------------------------ Service A
 
     def daily(

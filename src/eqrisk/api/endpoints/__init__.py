@@ -23,6 +23,7 @@ from eqrisk.api.endpoints import (
     heatmap,
     l3_decomposition,
     metrics,
+    ready,
     returns,
     symbol_list,
     symbol_returns,
@@ -43,6 +44,7 @@ ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
     estimate.ENDPOINT,
     account.BALANCE,
     health.ENDPOINT,
+    ready.ENDPOINT,
     account.PAYMENT_WEBHOOK,
     # Service A: daily stock data, at the root, keyed by the `apikey` header.
     daily.ENDPOINT,

@@ -12,7 +12,7 @@ from fastapi import Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from eqrisk.accounts.book import AccountError, month_of
+from eqrisk.accounts.book import AccountError, Accounts, month_of
 from eqrisk.accounts.payments import SIGNATURE_HEADER, WebhookError, verify
 from eqrisk.accounts.pricing import TOKEN_USD, tokens_to_usd
 from eqrisk.api.body import decode_json
@@ -50,17 +50,18 @@ class WebhookResponse(BaseModel):
 
 
 async def balance(request: Request, caller: RiskCaller) -> Response:
-    accounts = request.app.state.accounts
+    accounts: Accounts = request.app.state.accounts
     now = datetime.now(UTC)
     since = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
     # The account's row and this month's few usage rows, one read: the same cost whatever the
     # size of the ledger.
-    if accounts.reads_inline:
-        account = accounts.account_month(caller.account_id, month_of(since))
-    else:
-        account = await anyio.to_thread.run_sync(
-            accounts.account_month, caller.account_id, month_of(since)
-        )
+    # Through the database's guard: unavailable, it is a 503 (api/outages.py).
+    def read() -> dict[str, Any]:
+        with accounts.backend.guard():
+            return accounts.account_month(caller.account_id, month_of(since))
+
+    account = read() if accounts.reads_inline else await anyio.to_thread.run_sync(read)
     usage = account["usage"]
     return json_response(
         {
@@ -100,16 +101,19 @@ async def payment_webhook(request: Request) -> Response:
         )
     except WebhookError as exc:
         raise ApiError("WEBHOOK_REJECTED", str(exc)) from exc
-    accounts = request.app.state.accounts
+    accounts: Accounts = request.app.state.accounts
     try:
-        granted = await anyio.to_thread.run_sync(
-            lambda: accounts.apply_card_event(
-                event["event_id"],
-                event["account_id"],
-                provider="webhook",
-                reference=event.get("reference"),
-            )
-        )
+
+        def apply() -> bool | None:
+            with accounts.backend.guard():
+                return accounts.apply_card_event(
+                    event["event_id"],
+                    event["account_id"],
+                    provider="webhook",
+                    reference=event.get("reference"),
+                )
+
+        granted = await anyio.to_thread.run_sync(apply)
     except AccountError as exc:
         raise ApiError("WEBHOOK_REJECTED", str(exc)) from exc
     if granted is None:
