@@ -41,9 +41,10 @@ def bench_risk(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """A portfolio's risk (volatility, Euler contributions, hedge) of 500 and 5,000 positions
-    through the factor structure, next to a dense N x N covariance in numpy (the model's Sigma,
-    and np.cov of returns) on the same data: times, ratios and the answers compared."""
+    """A portfolio's risk against the dense covariance. Volatility, Euler contributions and
+    hedge of 500 and 5,000 positions through the factor structure, next to a dense N x N
+    covariance in numpy (the model's Sigma, and np.cov of returns) on the same data: times,
+    ratios and the answers compared."""
     from eqrisk.bench.risk import QUICK, RiskBench, run
 
     bench = QUICK if quick else RiskBench(repeats=repeats)

@@ -37,9 +37,9 @@ def evaluate(
     ] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Out-of-sample accuracy on the ingested data: the risk forecast's bias statistics (next
-    to the weighted-average-volatility baseline) and the next-day hedge quality per level and
-    estimator (equal weights, EWMA half-lives)."""
+    """Out-of-sample accuracy of the risk forecast and the hedges. On the ingested data: the
+    risk forecast's bias statistics (next to the weighted-average-volatility baseline) and the
+    next-day hedge quality per level and estimator (equal weights, EWMA half-lives)."""
     from eqrisk.model.risk_model import RiskParams
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.evaluate import DEFAULT_HALFLIVES

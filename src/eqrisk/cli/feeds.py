@@ -125,7 +125,7 @@ def fetch(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fetch new sessions from a price provider into a price file in the ingest layout: raw
+    """Fetch new sessions from a price provider. It writes a price file in the ingest layout: raw
     close, adjusted close (continuing the ingested closes), open/high/low, volume, split and
     dividend factors. Symbols the provider does not know are skipped and listed. Merge it with
     `eqrisk update FILE` (or fetch and merge in one step: `eqrisk update --from PROVIDER`)."""

@@ -164,8 +164,8 @@ def _show_export(what: str, name: str, out_dir: Path, files: list[Path], as_json
 def export_security_history(
     out_dir: OutOpt, version: VersionOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """The spec's long table `security_history` as a Parquet dataset (daily-<chunk>.parquet,
-    monthly-<year>.parquet): a version keeps its daily rows in the arrays only."""
+    """The long table security_history as Parquet. A dataset of daily-<chunk>.parquet and
+    monthly-<year>.parquet files: a version keeps its daily rows in the arrays only."""
     name, snap = _export_source(version)
     files = snap.export_security_history(out_dir)
     _show_export("security_history", name, out_dir, files, as_json)
@@ -173,8 +173,8 @@ def export_security_history(
 
 @export_app.command("factors")
 def export_factors(out_dir: OutOpt, version: VersionOpt = None, as_json: JsonOpt = False) -> None:
-    """The whole universe's factor returns (factor_returns.parquet: date x factor) and factor
-    loadings (factor_loadings.parquet: (date, ticker) x factor), the frames pyfolio,
+    """Factor returns and loadings as Parquet. The whole universe's factor returns
+    (factor_returns.parquet: date x factor) and factor loadings (factor_loadings.parquet: (date, ticker) x factor), the frames pyfolio,
     empyrical and skfolio take; the same values as /facts and /betas."""
     from eqrisk.snapshot.factor_frames import export_factors as write_factors
 
