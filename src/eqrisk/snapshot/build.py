@@ -194,7 +194,7 @@ def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
     if result.notes.get("caps_imputed"):
         say(
             f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
-            "cap of their group (see docs/DECISIONS.md, caps)"
+            "cap of their group (see docs/decisions/model.md, missing caps)"
         )
 
 
