@@ -144,6 +144,7 @@ def documented(text: str, path: str) -> bool:
     """`path` (a route) is named in `text`: whole, not as the start of a longer path."""
     if path == "/":
         return "`/`" in text
+    text = re.sub(r"https?://[\w.:-]+", "", text)  # http://127.0.0.1:8000/docs names /docs
     return re.search(rf"(?<![\w.:/]){re.escape(path)}(?![\w/-])", text) is not None
 
 
@@ -154,10 +155,11 @@ def app_routes() -> list[str]:
     from starlette.routing import Mount, Route
 
     from eqrisk.api.app import create_app
+    from eqrisk.cli.mcp import MCP_PATH  # mounted by `eqrisk serve` beside the app
 
     app = create_app(Settings(_env_file=None))
     paths = [r.path for r in app.routes if isinstance(r, (APIRoute, Route, Mount))]
-    return sorted(set(paths) - {"/openapi.json", "/docs/oauth2-redirect"})
+    return sorted({*paths, MCP_PATH, "/openapi.json"} - {"/docs/oauth2-redirect"})
 
 
 def test_every_link_of_the_docs_resolves() -> None:
@@ -181,7 +183,9 @@ def test_every_setting_is_named_in_the_docs() -> None:
 
 def test_every_route_the_app_registers_is_named_in_the_docs() -> None:
     routes = app_routes()
-    assert {"/api/metrics/{ticker}", "/daily", "/api/health", "/api/ready", "/"} <= set(routes)
+    assert {"/api/metrics/{ticker}", "/daily", "/api/health", "/api/ready", "/", "/mcp"} <= set(
+        routes
+    )
     corpus = "\n".join(linked_pages().values())
     assert [path for path in routes if not documented(corpus, path)] == []
 
@@ -218,6 +222,7 @@ def test_a_missing_route_or_page_would_fail_the_checks() -> None:
     assert not documented(text.replace("/api/ticker-returns", "/api/x"), "/api/ticker-returns")
     assert not documented("`/api/metrics/{ticker}/more`", "/api/metrics/{ticker}")
     assert not documented("see /dailyx", "/daily")
+    assert documented("at http://127.0.0.1:8000/docs.", "/docs")
 
 
 SHELL = re.compile(r"^( *)```(?:bash|sh|shell)\n(.*?)^\1```", re.M | re.S)
