@@ -72,6 +72,10 @@ _CODES: dict[str, tuple[str, str]] = {
     ),
     "MISSING_PRICE": ("error", "long-format row without a close: row rejected"),
     "NON_POSITIVE_PRICE": ("error", "price, shares or market cap <= 0, or volume < 0: rejected"),
+    "PRICE_OUT_OF_RANGE": (
+        "error",
+        "price outside [min_price, max_price] (no price can be): row rejected",
+    ),
     "DUPLICATE_ROW": ("error", "duplicate (symbol, date): the first is kept, the others rejected"),
     "EMPTY": ("error", "file has no usable rows"),
     "NO_DATA": ("error", "no usable price rows at all: the ingested data set was left unchanged"),
@@ -137,6 +141,7 @@ ROW_CODES = (
     "NON_NUMERIC_PRICE",
     "MISSING_PRICE",
     "NON_POSITIVE_PRICE",
+    "PRICE_OUT_OF_RANGE",
     "DUPLICATE_ROW",
 )
 ROW_BIT = {code: np.uint16(1 << i) for i, code in enumerate(ROW_CODES)}

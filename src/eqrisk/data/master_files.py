@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from eqrisk.data import panel
 from eqrisk.data.cells import (
+    InputLimits,
     file_kind,
     fill_null,
     norm_name,
@@ -77,9 +78,11 @@ def read_master(path: Path) -> pd.DataFrame:
     return read_master_checked(Path(path), Issues())
 
 
-def read_master_checked(path: Path, issues: Issues) -> pd.DataFrame:
+def read_master_checked(
+    path: Path, issues: Issues, limits: InputLimits | None = None
+) -> pd.DataFrame:
     """`read_master`, its problems added to `issues`."""
-    table, _ = read_table(path)
+    table, _ = read_table(path, limits=limits)
     names = [str(n) for n in table.column_names]
     chosen: dict[str, int] = {}
     for i, name in enumerate(names):
@@ -227,8 +230,10 @@ def read_shares(path: Path) -> pd.DataFrame:
     return read_shares_checked(Path(path), Issues())
 
 
-def read_shares_checked(path: Path, issues: Issues) -> pd.DataFrame:
-    table, _ = read_table(path)
+def read_shares_checked(
+    path: Path, issues: Issues, limits: InputLimits | None = None
+) -> pd.DataFrame:
+    table, _ = read_table(path, limits=limits)
     chosen: dict[str, int] = {}
     for i, name in enumerate(table.column_names):
         canon = _SHARES_ALIASES.get(norm_name(str(name)))
