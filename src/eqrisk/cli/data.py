@@ -91,12 +91,17 @@ def _ingest(
     from eqrisk.data.cells import InputLimits
     from eqrisk.data.ingest import ingest as run_ingest
     from eqrisk.data.ingest_report import IngestError
+    from eqrisk.data.master import Mappings
 
     if settings.min_price >= settings.max_price:
         raise fail(f"--min-price {settings.min_price:g} is not below --max-price", 2)
     limits = InputLimits(
         settings.min_price, settings.max_price, settings.max_line_bytes, settings.max_cell_bytes
     )
+    try:
+        mappings = Mappings.load(settings.sector_map, settings.subsector_map)
+    except (OSError, ValueError) as exc:
+        raise fail(f"sector/subsector map: {exc}", 2) from exc
     try:
         with stages("ingest") as say:
             return run_ingest(
@@ -106,6 +111,7 @@ def _ingest(
                 max_move=settings.max_move,
                 progress=say,
                 limits=limits,
+                mappings=mappings,
                 **options,
             )
     except IngestError as exc:

@@ -156,7 +156,7 @@ def _check_cells(path: Path, table: pa.Table, names: list[str], limit: int) -> N
         if column.num_chunks == 0 or not pa.types.is_string(column.type):
             continue
         lengths = fill_null(pc.binary_length(column), 0)
-        if pc.max(lengths).as_py() > limit:
+        if (pc.max(lengths).as_py() or 0) > limit:
             row = int(np.argmax(lengths.to_numpy() > limit))
             raise _too_long(path, f"column {name!r}, data row {row + 1}", limit, "max_cell_bytes")
 

@@ -38,7 +38,8 @@ from eqrisk.data.ingest_report import (
     IngestReport,
     Issues,
 )
-from eqrisk.data.master import etf_registry
+from eqrisk.data.levels import level_examples, missing_levels
+from eqrisk.data.master import Mappings, etf_registry
 from eqrisk.data.master_files import (
     apply_shares,
     last_prices,
@@ -129,6 +130,7 @@ def ingest(
     return_decisions: Path | None = None,
     date_format: str | None = None,
     limits: InputLimits | None = None,
+    mappings: Mappings | None = None,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -147,7 +149,8 @@ def ingest(
     column admits (IngestError, naming the formats seen, for an ambiguous or mixed column).
     `limits` (settings `min_price`, `max_price`, `max_line_bytes`, `max_cell_bytes`): a price
     outside the bounds rejects its row (PRICE_OUT_OF_RANGE); a longer line or cell is an
-    IngestError at once.
+    IngestError at once. Every stock that will lack a sector or subsector level under
+    `mappings` (default: the project's tables) is listed in `levels.csv` with why.
     """
     say = progress or (lambda _message: None)
     if not max_move > 0:
@@ -177,10 +180,13 @@ def ingest(
     flagged = _flag_moves(final, max_move, issues)
     final = final.drop(columns="_new")
     out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues)
+    levels = missing_levels(out_master, set(final["symbol"]), mappings or Mappings.load())
+    issues.add("LEVEL_MISSING", levels["symbol"].nunique(), level_examples(levels))
 
     say("writing")
     report_dir = _make_report_dir(home, started)
     _write_tables(report_dir, checked, inputs, flagged, cleaned.table)
+    levels.to_csv(report_dir / "levels.csv", index=False)
     if final.empty:
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])

@@ -91,6 +91,16 @@ _CODES: dict[str, tuple[str, str]] = {
         "portfolios by the median cap of its group that day",
     ),
     "UNKNOWN_SECTOR": ("warning", "GICS sector not in the reference table: no sector ETF/factor"),
+    "GICS_RENAMED": (
+        "info",
+        "retired GICS sector or sub-industry name read as its current name (reference table "
+        "gics_renames.csv): the stock keeps its levels",
+    ),
+    "LEVEL_MISSING": (
+        "warning",
+        "stock without a sector (L2) or subsector (L3) level, with why: every one is listed in "
+        "levels.csv",
+    ),
     "DUPLICATE_MASTER_ROW": ("warning", "symbol repeated in the master: the first row is kept"),
     "MASTER_NO_SYMBOL": ("warning", "master row without a symbol: skipped"),
     "BAD_SHARES": ("warning", "master shares/market cap not a positive number: left empty"),
