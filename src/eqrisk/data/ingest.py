@@ -38,7 +38,7 @@ from eqrisk.data.ingest_report import (
     IngestReport,
     Issues,
 )
-from eqrisk.data.levels import level_examples, missing_levels
+from eqrisk.data.levels import level_issue, missing_levels
 from eqrisk.data.master import Mappings, etf_registry
 from eqrisk.data.master_files import (
     apply_shares,
@@ -181,7 +181,7 @@ def ingest(
     final = final.drop(columns="_new")
     out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues)
     levels = missing_levels(out_master, set(final["symbol"]), mappings or Mappings.load())
-    issues.add("LEVEL_MISSING", levels["symbol"].nunique(), level_examples(levels))
+    issues.add("LEVEL_MISSING", *level_issue(levels))
 
     say("writing")
     report_dir = _make_report_dir(home, started)

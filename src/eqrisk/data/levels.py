@@ -20,6 +20,7 @@ from eqrisk.data.master import Mappings, classify, etf_registry, group_keys
 
 LEVEL_COLUMNS = ["symbol", "level", "gics_sector", "gics_sub_industry", "why"]
 MIN_SECTOR_GROUP, MIN_SUBSECTOR_GROUP = 2, 3
+NO_MASTER_ROW = "no row in the security master"  # reported as MISSING_FROM_MASTER too
 
 
 def missing_levels(
@@ -29,7 +30,7 @@ def missing_levels(
     registry = set(etf_registry()["symbol"])
     rows: list[dict[str, object]] = [
         {"symbol": s, "level": "L2+L3", "gics_sector": None, "gics_sub_industry": None,
-         "why": "no row in the security master"}
+         "why": NO_MASTER_ROW}
         for s in sorted(price_symbols - set(master["symbol"]) - registry)
     ]  # fmt: skip
     info = classify(master, mappings)
@@ -86,6 +87,13 @@ def _subsector_gap(sub: object, etf: object, size: int, priced: set[str]) -> str
         f"subsector ETF {etf} not in the prices and only {size} stock(s) map to it (a group "
         f"needs {MIN_SUBSECTOR_GROUP})"
     )
+
+
+def level_issue(levels: pd.DataFrame) -> tuple[int, list[dict[str, object]]]:
+    """The LEVEL_MISSING count (stocks of the master: those without a master row are
+    MISSING_FROM_MASTER) and its examples."""
+    classified = levels[levels["why"] != NO_MASTER_ROW]
+    return classified["symbol"].nunique(), level_examples(classified)
 
 
 def level_examples(levels: pd.DataFrame, k: int = 5) -> list[dict[str, object]]:
