@@ -40,6 +40,8 @@ def _long_file(path: Path, fmt: str, days: pd.DatetimeIndex = SESSIONS) -> Path:
         ("%Y%m%d", "compact"),
         ("%Y-%m-%d", "iso"),
         ("%d-%b-%Y", "month_name"),
+        ("%d %B %Y", "long_month_name"),
+        ("%m/%d/%y", "two_digit_year"),
     ],
 )
 def test_each_layout_is_read_at_its_true_dates(tmp_path: Path, fmt: str, name: str) -> None:

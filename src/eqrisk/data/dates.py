@@ -35,6 +35,10 @@ DATE_FORMATS: dict[str, str] = {
     "DD Mon YYYY": "%d %b %Y",
     "Mon DD YYYY": "%b %d %Y",
     "Mon DD, YYYY": "%b %d, %Y",
+    "DD Month YYYY": "%d %B %Y",
+    "Month DD, YYYY": "%B %d, %Y",
+    "MM/DD/YY": "%m/%d/%y",
+    "DD/MM/YY": "%d/%m/%y",
 }
 DATE_OPTION = "--date-format"
 _TIME_SUFFIX = re.compile(
