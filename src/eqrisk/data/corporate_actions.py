@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from eqrisk.data.cells import InputLimits, read_table
 from eqrisk.data.dates import parse_date_values
 
 __all__ = [
@@ -135,15 +136,24 @@ def total_return_close(
     return out
 
 
-def read_actions(path: Path, date_format: str | None = None) -> pd.DataFrame:
+def read_actions(
+    path: Path, date_format: str | None = None, limits: InputLimits | None = None
+) -> pd.DataFrame:
     """A corporate-actions file -> `symbol, date, split, dividend, factor` (spin-off values are
     added to the dividend: value distributed per share). Raises ValueError on unknown layouts.
-    Dates are read with one format for the file (`dates.parse_date_values`)."""
+    Dates are read with one format for the file (`dates.parse_date_values`); a CSV is read
+    within `limits` (`cells.read_table`)."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{path}: no such corporate-actions file")
     if path.name.lower().endswith((".parquet", ".pq")):
         raw = pd.read_parquet(path)
+    elif path.name.lower().endswith((".csv", ".csv.gz")):
+        table, malformed = read_table(path, limits=limits)
+        if malformed:
+            lines = [n for n, _ in malformed][:5]
+            raise ValueError(f"{path}: lines {lines} have the wrong number of fields")
+        raw = table.to_pandas()
     else:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     names = {c: _ACTION_ALIASES.get(re.sub(r"[\s\-]+", "_", str(c).strip().lower())) for c in raw}

@@ -232,7 +232,7 @@ def _read_inputs(
     action_table = None
     if actions is not None:
         try:
-            action_table = read_actions(actions)  # its own format, found from its dates
+            action_table = read_actions(actions, limits=limits)  # its own date format
         except ValueError as exc:
             raise IngestError(str(exc)) from exc
     inputs = _Inputs(price_paths, [], [], action_table, None, None)
