@@ -27,6 +27,7 @@ from eqrisk.model.run import (
 )
 from eqrisk.snapshot import incremental
 from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
+from eqrisk.snapshot.risk_store import RiskInputs
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import (
     Snapshot,
@@ -168,6 +169,7 @@ def publish_panel(
             inputs=digests,
             build=build,
             staged=staged,
+            risk=RiskInputs.of(plan),
         )
         return write_snapshot(home, content, keep=keep, progress=say)
 
