@@ -108,8 +108,9 @@ def estimate(
     parsed = validate_params(spec.params, params)
     quote = spec.quote(spec.plan(snap, parsed), parsed, prices)
     price = prices[spec.price_key]
-    if price.per == "ticker":
-        model = f"per_ticker (minimum {tokens_to_usd(price.minimum_tokens):g} USD per call)"
+    if price.per in ("ticker", "position"):
+        minimum = tokens_to_usd(price.minimum_tokens)
+        model = f"per_{price.per} (minimum {minimum:g} USD per call)"
     else:
         model = "per_call"
     size = quote.size
