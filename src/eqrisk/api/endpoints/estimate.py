@@ -32,8 +32,8 @@ class EstimateRequest(BodyParams):
         max_length=200,
         description=(
             "The endpoint to price: ticker-returns, returns, etf-returns, metrics (or "
-            "metrics/{ticker}), l3-decomposition, batch/analyze, heatmap, tickers; with or "
-            "without the /api/ prefix."
+            "metrics/{ticker}), l3-decomposition, batch/analyze, heatmap, portfolio/risk, "
+            "factor-covariance, specific-risk, tickers; with or without the /api/ prefix."
         ),
         examples=["ticker-returns"],
     )
