@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
@@ -151,8 +152,12 @@ def test_f_is_psd_and_served_alike_in_every_format(client: TestClient) -> None:
     table = pq.read_table(io.BytesIO(resp.content)).to_pandas()
     assert table["factor"].tolist() == f["factors"]
     np.testing.assert_array_equal(table[f["factors"]].to_numpy(), cov)
+    rows = client.get("/api/specific-risk", headers=AUTH).json()["data"]
     resp = client.get("/api/specific-risk", params={"format": "csv"}, headers=AUTH)
-    assert resp.status_code == 200 and resp.text.startswith("ticker,level,market_factor")
+    csv = pd.read_csv(io.StringIO(resp.text))
+    assert csv["ticker"].tolist() == [r["ticker"] for r in rows]
+    want = np.array([np.nan if r["specific_var"] is None else r["specific_var"] for r in rows])
+    np.testing.assert_array_equal(csv["specific_var"].to_numpy(), want)
 
 
 def test_the_charge_is_the_estimate_and_the_ledger(

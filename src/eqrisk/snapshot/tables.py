@@ -107,6 +107,7 @@ class SnapshotContent:
     build: dict[str, Any] | None = None  # how it was built and why (full / incremental)
     staged: Staged | None = None  # arrays the workers of a Dask build wrote already
     risk: Any = None  # `risk_store.RiskInputs`: the risk model is computed and stored
+    risk_accuracy: dict[str, Any] | None = None  # `risk_evaluation.accuracy_record`
 
 
 def write_content(
@@ -216,6 +217,8 @@ def write_content(
     }
     if risk is not None:
         manifest["risk"] = risk
+    if content.risk_accuracy is not None:
+        manifest["risk_accuracy"] = content.risk_accuracy
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return manifest
 
