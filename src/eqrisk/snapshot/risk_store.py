@@ -168,8 +168,9 @@ def write_risk(
         for name, prefix in RISK_FIELDS.items():
             np.save(folder / _rel(prefix, c), np.ascontiguousarray(predicted[name]))
         state = model.state
-        if c + 1 < grid.chunks:
-            state_to_npz(folder / _rel("state", c + 1, "npz"), state)
+        # The state after the chunk (the next chunk's start; after the last one, where the
+        # next build's first new chunk starts when this version ends on a chunk boundary).
+        state_to_npz(folder / _rel("state", c + 1, "npz"), state)
     block["linked_chunks"] = c0
     return block
 
@@ -223,11 +224,37 @@ def risk_grid(manifest: Mapping[str, Any]) -> chunks.ChunkGrid | None:
     return chunks.ChunkGrid.of(manifest["arrays"]["grid"])
 
 
-def open_risk_arrays(folder: Path, manifest: Mapping[str, Any]) -> dict[str, RiskArray]:
-    """The stored risk fields of a version (none for a version written before them)."""
+class MissingArray:
+    """A risk field of a version written before the risk model was stored: all NaN, so that
+    the routes answer null columns until the next build."""
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, shape: tuple[int, int]) -> None:
+        self.shape = shape
+
+    def __getitem__(self, key: Any) -> Any:
+        probe = np.broadcast_to(np.float64(np.nan), self.shape)[key]
+        return np.full(np.shape(probe), np.nan) if np.ndim(probe) else np.float64(np.nan)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.full(self.shape, np.nan, dtype=dtype or np.float64)
+
+
+def open_risk_arrays(
+    folder: Path, manifest: Mapping[str, Any]
+) -> dict[str, RiskArray | MissingArray]:
+    """The stored risk fields of a version (all-NaN ones for a version written before them)."""
     grid = risk_grid(manifest)
     if grid is None:
-        return {}
+        if "arrays" not in manifest:
+            return {}
+        old = chunks.ChunkGrid.of(manifest["arrays"]["grid"])
+        return {name: MissingArray((old.n, old.t)) for name in RISK_FIELDS}
     return {name: RiskArray(folder, prefix, grid) for name, prefix in RISK_FIELDS.items()}
 
 
