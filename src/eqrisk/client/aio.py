@@ -190,13 +190,17 @@ class AsyncClient(_Config):
         """POST /api/portfolio/risk (see `Client.portfolio_risk`)."""
         return await self._run(risk.portfolio_risk(positions, benchmark, date, level, units))
 
-    async def factor_covariance(self, date: str | None = None) -> pd.DataFrame:
+    async def factor_covariance(
+        self, date: str | None = None, *, format: str | None = None
+    ) -> pd.DataFrame:
         """GET /api/factor-covariance: F of the session."""
-        return await self._run(risk.factor_covariance(date))
+        return await self._run(risk.factor_covariance(date, format))
 
-    async def specific_risk(self, date: str | None = None) -> pd.DataFrame:
+    async def specific_risk(
+        self, date: str | None = None, *, format: str | None = None
+    ) -> pd.DataFrame:
         """GET /api/specific-risk: H and D of the session."""
-        return await self._run(risk.specific_risk(date))
+        return await self._run(risk.specific_risk(date, format))
 
     async def heatmap(self, limit: int | None = None) -> pd.DataFrame:
         """GET /api/heatmap: the largest stocks with their latest return."""

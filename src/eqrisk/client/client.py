@@ -236,13 +236,15 @@ class Client(_Config):
         contributions per level, factor and position, and the ETF hedge, one frame each."""
         return self._run(risk.portfolio_risk(positions, benchmark, date, level, units))
 
-    def factor_covariance(self, date: str | None = None) -> pd.DataFrame:
+    def factor_covariance(
+        self, date: str | None = None, *, format: str | None = None
+    ) -> pd.DataFrame:
         """GET /api/factor-covariance: F of the session (factors x factors, daily)."""
-        return self._run(risk.factor_covariance(date))
+        return self._run(risk.factor_covariance(date, format))
 
-    def specific_risk(self, date: str | None = None) -> pd.DataFrame:
+    def specific_risk(self, date: str | None = None, *, format: str | None = None) -> pd.DataFrame:
         """GET /api/specific-risk: each symbol's exposures H and specific variance D."""
-        return self._run(risk.specific_risk(date))
+        return self._run(risk.specific_risk(date, format))
 
     def heatmap(self, limit: int | None = None) -> pd.DataFrame:
         """GET /api/heatmap: the largest stocks with their latest return."""

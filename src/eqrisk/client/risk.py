@@ -12,6 +12,7 @@ import httpx
 import pandas as pd
 
 from eqrisk.client.calls import Call
+from eqrisk.client.frames import frame_of
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ def portfolio_risk(
 
 
 def _covariance(response: httpx.Response) -> pd.DataFrame:
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        frame = frame_of(response, "-").set_index("factor")
+        return frame.drop(columns=["level"])
     doc = response.json()
     frame = pd.DataFrame(doc["matrix"], index=doc["factors"], columns=doc["factors"], dtype=float)
     frame.attrs.update(
@@ -101,16 +105,18 @@ def _covariance(response: httpx.Response) -> pd.DataFrame:
     return frame
 
 
-def factor_covariance(date: str | None) -> Call[pd.DataFrame]:
-    return Call("GET", "/api/factor-covariance", _covariance, {"date": date})
+def factor_covariance(date: str | None, format: str | None = None) -> Call[pd.DataFrame]:
+    return Call("GET", "/api/factor-covariance", _covariance, {"date": date, "format": format})
 
 
 def _specific(response: httpx.Response) -> pd.DataFrame:
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        return frame_of(response, "-").set_index("ticker")
     doc = response.json()
     frame = pd.DataFrame(doc["data"]).set_index("ticker")
     frame.attrs["date"] = doc["date"]
     return frame
 
 
-def specific_risk(date: str | None) -> Call[pd.DataFrame]:
-    return Call("GET", "/api/specific-risk", _specific, {"date": date})
+def specific_risk(date: str | None, format: str | None = None) -> Call[pd.DataFrame]:
+    return Call("GET", "/api/specific-risk", _specific, {"date": date, "format": format})
