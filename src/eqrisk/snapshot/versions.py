@@ -374,8 +374,7 @@ class Snapshot:
     def _arrays(self) -> dict[str, chunks.FieldArray]:
         if self.chunked:
             arrays = chunks.open_arrays(self.path, self.manifest["arrays"])
-            arrays.update(open_risk_arrays(self.path, self.manifest))
-            return arrays
+            return {**arrays, **open_risk_arrays(self.path, self.manifest)}
         return {
             name: np.load(self.path / "arrays" / f"{name}.npy", mmap_mode="r")
             for name in self.manifest["fields"]
