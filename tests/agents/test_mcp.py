@@ -346,6 +346,7 @@ def test_resources_are_the_model_documentation_and_the_served_lineage(
     assert lineage["model_version"] == health["model_version"]
     assert lineage["data_as_of"] == health["data_as_of"]
     assert lineage["universe_size"] > 100 and lineage["method"]["window"] == 252
+    assert lineage["risk_accuracy"] == health["risk_accuracy"]  # null: built without --accuracy
 
 
 # ------------------------------------------------------------------------------ the endpoint
