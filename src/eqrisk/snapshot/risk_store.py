@@ -198,6 +198,17 @@ class RiskArray:
         if isinstance(cols, (int, np.integer)):
             t = int(cols) % self.shape[1]
             return self.chunk(t // size)[rows, t % size]
+        if not isinstance(cols, slice):  # session indexes: gathered chunk by chunk
+            idx = np.asarray(cols, dtype=np.int64) % self.shape[1]
+            parts = [
+                np.asarray(self.chunk(int(c))[rows, idx[idx // size == c] - c * size])
+                for c in np.unique(idx // size).tolist()
+            ]
+            if not parts:
+                return np.asarray(self.chunk(0)[rows, 0:0])
+            # The parts hold the indexes chunk by chunk, each chunk's in the order asked.
+            back = np.argsort(np.argsort(idx // size, kind="stable"), kind="stable")
+            return np.concatenate(parts, axis=-1)[..., back]
         lo, hi, step = cols.indices(self.shape[1])
         if step != 1:
             raise IndexError("a risk array takes unit-step slices")
