@@ -108,6 +108,7 @@ def _reusable(previous: Mapping[str, Any] | None, block: dict[str, Any], reuse: 
 def write_risk(
     folder: Path,
     result: ModelResult,
+    fields: Mapping[str, Any],
     inputs: RiskInputs,
     grid: chunks.ChunkGrid,
     *,
@@ -117,7 +118,9 @@ def write_risk(
 ) -> dict[str, Any]:
     """Compute and write the risk model of every session; return the manifest's `risk` block.
     With `reuse` = c0 (an incremental build whose inputs before chunk c0 are proved unchanged)
-    the files of chunks < c0 are linked from `previous` and the run resumes at chunk c0."""
+    the files of chunks < c0 are linked from `previous` and the run resumes at chunk c0.
+    `fields`: the version's arrays as written (a Dask build's live in the version folder by
+    now, no longer where `result`'s were opened)."""
     n, n_t = grid.n, grid.t
     params = inputs.params
     block: dict[str, Any] = {
@@ -145,7 +148,7 @@ def write_risk(
         chunks.link_unread(folder, _rel("state", c0, "npz"), previous)
         state = state_from_npz(folder / _rel("state", c0, "npz"))
     first = max(grid.cols(c0)[0] - 1, 0)
-    m = result.metrics
+    m = fields
     returns = _dense(m["return"], first, n, n_t)
     hedge = {name: _dense(m[name], first, n, n_t) for name in HEDGE_FIELDS}
     factors = np.asarray(inputs.factors, dtype=np.float64)

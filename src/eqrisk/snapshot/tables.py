@@ -177,6 +177,7 @@ def write_content(
         risk = write_risk(
             folder,
             result,
+            fields,
             content.risk,
             grid,
             previous=reuse.previous if reuse is not None else None,
