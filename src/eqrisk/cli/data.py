@@ -220,6 +220,14 @@ def build(
         int | None, typer.Option(min=1, help="Symbols per Dask block (default EQRISK_BLOCK_ROWS).")
     ] = None,
     full: FullOpt = False,
+    accuracy: Annotated[
+        bool,
+        typer.Option(
+            "--accuracy",
+            help="Also measure the risk forecast's accuracy on the whole data set and store it "
+            "(served by /api/health; minutes on a large data set).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build a new snapshot from the ingested data; make it current. The risk model runs on the
@@ -230,7 +238,15 @@ def build(
     settings = effective_settings(
         window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
     )
-    _build(settings, keep=keep, force=force, dask_workers=dask_workers, full=full, as_json=as_json)
+    _build(
+        settings,
+        keep=keep,
+        force=force,
+        dask_workers=dask_workers,
+        full=full,
+        as_json=as_json,
+        accuracy=accuracy,
+    )
 
 
 FullOpt = Annotated[
@@ -246,6 +262,7 @@ def _build(
     dask_workers: int | None,
     full: bool,
     as_json: bool,
+    accuracy: bool = False,
 ) -> None:
     """`eqrisk build` (and the build half of `eqrisk update`)."""
     from eqrisk.model.run import ModelParams
@@ -267,6 +284,7 @@ def _build(
                 dask_workers=dask_workers,
                 block_rows=settings.block_rows,
                 full=full,
+                accuracy=accuracy,
                 progress=say,
             )
     except DaskUnavailable as exc:
