@@ -28,7 +28,7 @@ from eqrisk.cli.output import result as result
 from eqrisk.cli.output import say_error as say_error
 from eqrisk.cli.output import show as show
 from eqrisk.cli.output import stages as stages
-from eqrisk.settings import Settings, get_settings
+from eqrisk.settings import Settings, SettingsError, get_settings
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_ENVIRONMENT = 1, 2, 3
 
@@ -82,6 +82,8 @@ def _operator_error(exc: BaseException) -> tuple[str, int] | None:
     traceback is kept). The single place where environment failures become messages."""
     from eqrisk.snapshot.versions import SnapshotError
 
+    if isinstance(exc, SettingsError):
+        return f"invalid setting: {exc}", EXIT_ENVIRONMENT
     settings = get_settings()
     if isinstance(exc, EnvironmentProblem | SnapshotError):
         return str(exc), EXIT_ENVIRONMENT
