@@ -39,6 +39,15 @@ def _url_problem(value: str, schemes: tuple[str, ...], example: str) -> str | No
     return None
 
 
+def metrics_address(value: str, host: str) -> tuple[str, int] | None:
+    """(host, port) of a `metrics` setting "[HOST:]PORT" (`host` when it names none), else
+    None."""
+    name, _, port = value.rpartition(":")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None
+    return (name.strip("[]") or host, int(port))
+
+
 class Settings(BaseSettings):
     """Effective configuration; precedence: init args > environment > eqrisk.toml > defaults."""
 
@@ -205,6 +214,12 @@ class Settings(BaseSettings):
         "such as 20/minute); past it, 429 without looking the key up.",
     )
     access_log: bool = Field(default=True, description="One stderr line per request (serve).")
+    metrics: str = Field(
+        default="off",
+        description="Prometheus metrics of `serve`: off, public (GET /metrics on the API's "
+        "port, open to anyone who reaches it) or [HOST:]PORT (a port of their own, on the "
+        "serve host unless HOST is given: keep it off the public network).",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 
@@ -248,6 +263,13 @@ class Settings(BaseSettings):
                 f"{value!r} is neither 'local' nor a scheduler address such as tcp://host:8786"
             )
         return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, value: str) -> str:
+        if value in ("off", "public") or metrics_address(value, "") is not None:
+            return value
+        raise ValueError(f"{value!r} is not off, public or [HOST:]PORT (a port from 1 to 65535)")
 
     @field_validator("provider_urls")
     @classmethod

@@ -3,6 +3,7 @@ the three; the model itself does no I/O); and the demo pipeline (generate -> ing
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -26,6 +27,7 @@ from eqrisk.model.run import (
     run_block,
 )
 from eqrisk.snapshot import incremental
+from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import (
@@ -92,6 +94,7 @@ def build_snapshot(
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
     say = progress or (lambda _msg: None)
+    started = time.perf_counter()  # the build's duration, for the servers' metrics
     say("reading ingested data")
     prices, raw_master, meta = read_ingested(home)
     present = pd.Index(prices["symbol"].unique())
@@ -111,7 +114,7 @@ def build_snapshot(
         _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
-    return publish_panel(
+    manifest = publish_panel(
         home,
         panel,
         master,
@@ -125,6 +128,9 @@ def build_snapshot(
         full=full,
         progress=say,
     )
+    seconds = time.perf_counter() - started
+    record_build(snapshots_dir(home), build_mode(manifest, dask), seconds)
+    return manifest
 
 
 def publish_panel(
