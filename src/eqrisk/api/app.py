@@ -293,9 +293,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         max_query=settings.max_query_bytes,
     )
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
-    app.add_middleware(
-        Telemetry, routes=app.router.routes
-    )  # counts what the request id middleware answered too
+    if settings.metrics != "off":  # counts what the request id middleware answered too
+        app.add_middleware(Telemetry, routes=app.router.routes)
     app.add_middleware(SecurityHeaders)  # on every response, whoever answered it
     return app
 

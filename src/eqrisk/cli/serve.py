@@ -164,7 +164,8 @@ def run_server(
 ) -> None:
     """Check what serving needs, say where it serves (stderr), then run uvicorn until stopped.
     `offered`: a line on the keys the page offers besides the demo key (the demo's)."""
-    metrics_folder()  # first: before anything imports prometheus_client
+    if settings.metrics != "off":
+        metrics_folder()  # first: before anything imports prometheus_client
     import uvicorn
 
     from eqrisk.api.bounds import head_limit
