@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from eqrisk.accounts.db import make_engine
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.model.run import ModelParams
@@ -123,6 +124,11 @@ def test_sqlite_default_and_closed_ports_fail_with_the_reason(home: Path) -> Non
     sqlite = _check(home)  # no database URL: the home's SQLite file
     assert sqlite.returncode == 0, sqlite.stdout
     assert sqlite.stdout.startswith("ok   database  SQLite ")
+    make_engine(home).dispose()  # the file made, as the first command that needs it does
+    made = _check(home).stdout.splitlines()[0]
+    assert (
+        made == f"ok   database  SQLite {home / 'accounts.db'}: connected, accounts schema present"
+    )
 
 
 def test_a_missing_or_broken_store_fails(home: Path, tmp_path: Path) -> None:
