@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eqrisk.settings import Settings, SettingsError, load_settings
+from eqrisk.settings import Settings, SettingsError, load_settings, metrics_address
 
 ENV_PROBLEM = 3
 SECRET = "hunter2-not-shown"
@@ -40,6 +40,8 @@ def _eqrisk(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
         ("EQRISK_REDIS_TIMEOUT_S", "0", "greater than 0"),
         ("EQRISK_DASK", "nohost", "neither 'local' nor a scheduler address"),
         ("EQRISK_INVALID_KEY_LIMIT", "lots", "is not a rate"),
+        ("EQRISK_METRICS", "sometimes", "is not off, public or [HOST:]PORT"),
+        ("EQRISK_METRICS", "0.0.0.0:99999", "is not off, public or [HOST:]PORT"),
         ("EQRISK_PROVIDER_URLS", '{"yahoo": "ftp://x"}', "not a http or https URL"),
     ],
 )
@@ -80,11 +82,14 @@ def test_good_values_pass(monkeypatch: pytest.MonkeyPatch) -> None:
         "EQRISK_REDIS_URL": "redis://127.0.0.1:6379/0",
         "EQRISK_DASK": "127.0.0.1:8786",
         "EQRISK_PORT": "8080",
+        "EQRISK_METRICS": "0.0.0.0:9100",
     }
     for name, value in good.items():
         monkeypatch.setenv(name, value)
     settings = load_settings()
     assert settings.port == 8080 and settings.dask == "127.0.0.1:8786"
+    assert metrics_address(settings.metrics, "127.0.0.1") == ("0.0.0.0", 9100)
+    assert metrics_address("9100", "127.0.0.1") == ("127.0.0.1", 9100)
     assert Settings(_env_file=None, dask="local").dask == "local"
     monkeypatch.setenv("EQRISK_DASK", "tcp://:8786")
     with pytest.raises(SettingsError, match="EQRISK_DASK"):
