@@ -38,6 +38,7 @@ from eqrisk.api.errors import ApiError, install_error_handlers, problem_body
 from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
 from eqrisk.api.security import SecurityHeaders, docs_pages
+from eqrisk.api.telemetry import Telemetry, metrics_route
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot import row_kernel
 from eqrisk.snapshot.versions import SnapshotStore
@@ -265,14 +266,16 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     register_all(app, [e for e in ENDPOINTS if e.service in services])
     app.state.estimated = {n: e for n, e in ESTIMATED.items() if e.service in services}
     docs_pages(app)
+    if settings.metrics == "public":  # else off, or on a port of its own (`eqrisk serve`)
+        app.add_route("/metrics", metrics_route(settings.snapshots_dir), include_in_schema=False)
     if "risk" in services:
         dashboard.include(app)  # the page at / is a client of Service B
 
     # One charge writer per process; its groups whose COMMIT got no answer and could not be
     # settled at once are recorded under the home (accounts/doubt.py).
     app.state.writer = ChargeWriter(app.state.accounts, journal=settings.home_dir / JOURNAL_DIR)
-    # Starlette runs the last added middleware first: security headers, request id and access
-    # log, then the size limits (nothing below reads the network), then the gate, then routes.
+    # Starlette runs the last added middleware first: security headers, metrics, request id
+    # and access log, then the size limits (nothing below reads the network), then the gate, then routes.
     app.add_middleware(
         Gate,
         accounts=app.state.accounts,
@@ -290,6 +293,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         max_query=settings.max_query_bytes,
     )
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+    if settings.metrics != "off":  # counts what the request id middleware answered too
+        app.add_middleware(Telemetry, routes=app.router.routes)
     app.add_middleware(SecurityHeaders)  # on every response, whoever answered it
     return app
 

@@ -3,6 +3,7 @@ the three; the model itself does no I/O); and the demo pipeline (generate -> ing
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from eqrisk.model.run import (
     run_block,
 )
 from eqrisk.snapshot import incremental
+from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.risk_evaluation import risk_accuracy
 from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs
@@ -102,6 +104,7 @@ def build_snapshot(
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
     say = progress or (lambda _msg: None)
+    started = time.perf_counter()  # the build's duration, for the servers' metrics
     say("reading ingested data")
     prices, raw_master, meta = read_ingested(home)
     present = pd.Index(prices["symbol"].unique())
@@ -121,7 +124,7 @@ def build_snapshot(
         _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
-    return publish_panel(
+    manifest = publish_panel(
         home,
         panel,
         master,
@@ -136,6 +139,9 @@ def build_snapshot(
         accuracy=accuracy,
         progress=say,
     )
+    seconds = time.perf_counter() - started
+    record_build(snapshots_dir(home), build_mode(manifest, dask), seconds)
+    return manifest
 
 
 def publish_panel(
