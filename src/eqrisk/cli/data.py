@@ -218,6 +218,7 @@ def _build(
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.build import build_snapshot
     from eqrisk.snapshot.distributed import DaskUnavailable
+    from eqrisk.snapshot.store import VersionStore
 
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
@@ -235,6 +236,7 @@ def _build(
                 block_rows=settings.block_rows,
                 full=full,
                 progress=say,
+                store=VersionStore.from_settings(settings),
             )
     except DaskUnavailable as exc:
         raise fail(str(exc), EXIT_ENVIRONMENT) from None

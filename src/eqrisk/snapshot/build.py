@@ -27,31 +27,21 @@ from eqrisk.model.run import (
 )
 from eqrisk.snapshot import incremental
 from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
+from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
-from eqrisk.snapshot.versions import (
-    Snapshot,
-    SnapshotError,
-    current_version,
-    share_from,
-    snapshots_dir,
-    staging_folder,
-    write_snapshot,
-)
+from eqrisk.snapshot.versions import Snapshot, store_of
 
 
 class UniverseShrank(ValueError):
     """The new snapshot's universe is a sharp shrink of the current one's; `force` publishes."""
 
 
-def _check_universe(home: Path, shape: tuple[int, int]) -> None:
+def _check_universe(previous: Previous, shape: tuple[int, int]) -> None:
     """Refuse (before the model runs) a panel far smaller than the current snapshot's."""
-    version = current_version(home)
-    if version is None:
-        return
-    try:
-        manifest = Snapshot.open(snapshots_dir(home) / version).manifest
-    except SnapshotError:
+    version = previous.current
+    if version is None or previous.snapshot is None or previous.snapshot.path.name != version:
         return  # nothing good to protect: a new build is the repair
+    manifest = previous.snapshot.manifest
     old = (int(manifest["universe_size"]), int(manifest["sessions"]))
     why = shrink_reason(old, shape)
     if why is not None:
@@ -76,8 +66,10 @@ def build_snapshot(
     block_rows: int = 1024,
     full: bool = False,
     progress: Callable[[str], None] | None = None,
+    store: VersionStore | None = None,
 ) -> dict[str, Any]:
-    """Build the model on the ingested data and publish it as the current snapshot.
+    """Build the model on the ingested data and publish it as the current snapshot of `store`
+    (the CLI passes the configured one; default: the home's, `versions.store_of`).
 
     `dask` runs the model's per-symbol work on a Dask cluster in tasks of `block_rows`
     symbols, rounded up to whole blocks of the chunk grid ('local' = a LocalCluster of
@@ -92,6 +84,7 @@ def build_snapshot(
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
     say = progress or (lambda _msg: None)
+    store = store or store_of(home)
     say("reading ingested data")
     prices, raw_master, meta = read_ingested(home)
     present = pd.Index(prices["symbol"].unique())
@@ -107,12 +100,13 @@ def build_snapshot(
     master = classify(raw_master, Mappings.load(sector_map, subsector_map), market_etf=market_etf)
     say(f"building the panel ({len(present)} symbols)")
     panel = to_panel(prices, raw_master)
+    previous = store.previous()  # opened once for the whole build
     if not force:
-        _check_universe(home, panel.shape)
+        _check_universe(previous, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
     return publish_panel(
-        home,
+        store,
         panel,
         master,
         params,
@@ -124,11 +118,12 @@ def build_snapshot(
         block_rows=block_rows,
         full=full,
         progress=say,
+        previous=previous,
     )
 
 
 def publish_panel(
-    home: Path,
+    home: Path | VersionStore,
     panel: Panel,
     master: pd.DataFrame,
     params: ModelParams,
@@ -141,11 +136,15 @@ def publish_panel(
     block_rows: int = 1024,
     full: bool = False,
     progress: Callable[[str], None] | None = None,
+    previous: Previous | None = None,
 ) -> dict[str, Any]:
-    """The model on a panel (and its classified master) published as a new version: the half
-    of `build_snapshot` after the ingested data is read (the build bench calls it on a
-    synthetic panel). Incremental unless `full` or `dask` (see `build_snapshot`)."""
+    """The model on a panel (and its classified master) published as a new version of the
+    store (`home`: a store, or a home whose store it is): the half of `build_snapshot` after
+    the ingested data is read (the build bench calls it on a synthetic panel). Incremental
+    unless `full` or `dask` (see `build_snapshot`); `previous` is the store's previous version
+    when the caller opened it already."""
     say = progress or (lambda _msg: None)
+    store = store_of(home)
     meta = meta or {}
     plan = plan_model(panel, master, params, exclude=breaks)
     digests = incremental.input_digests(plan, panel, master, breaks)
@@ -169,10 +168,12 @@ def publish_panel(
             build=build,
             staged=staged,
         )
-        return write_snapshot(home, content, keep=keep, progress=say)
+        return store.write(content, keep=keep, progress=say)
 
     if dask is None and not full:
-        reuse, build = _incremental(home, plan, panel, master, digests, say)
+        if previous is None:
+            previous = store.previous()
+        reuse, build = _incremental(previous, plan, panel, master, digests, say)
         if reuse is not None:
             say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
             return publish(reuse.result, reuse=reuse.reuse)
@@ -181,7 +182,7 @@ def publish_panel(
     say(f"full build: {'; '.join(build['reasons'])}")
     if dask is not None:
         return _publish_dask(
-            home, plan, publish, address=dask, workers=dask_workers, block_rows=block_rows, say=say
+            store, plan, publish, address=dask, workers=dask_workers, block_rows=block_rows, say=say
         )
     result = finish_model(
         plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
@@ -199,7 +200,7 @@ def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
 
 
 def _publish_dask(
-    home: Path,
+    store: VersionStore,
     plan: ModelPlan,
     publish: Callable[..., dict[str, Any]],
     *,
@@ -214,14 +215,14 @@ def _publish_dask(
     holds an (n x T) output array."""
     from eqrisk.snapshot.distributed import dask_client, write_model_dask
 
-    with staging_folder(snapshots_dir(home)) as staging:
+    with store.staging() as staging:
         say(f"starting Dask ({address})")
         with dask_client(address, workers=workers) as client:
             staged, names = write_model_dask(
                 plan,
                 client,
                 staging,
-                previous=share_from(home),
+                previous=store.share_from(),
                 block_rows=block_rows,
                 progress=say,
             )
@@ -235,7 +236,7 @@ ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
 
 
 def _incremental(
-    home: Path,
+    opened: Previous,
     plan: ModelPlan,
     panel: Panel,
     master: pd.DataFrame,
@@ -244,13 +245,10 @@ def _incremental(
 ) -> tuple[SnapshotContent | None, dict[str, Any]]:
     """The reused part of the previous version, when there is one: (content, build block), or
     (None, build block saying why the build is full)."""
-    folder = share_from(home)
-    previous: Snapshot | None = None
-    if folder is not None:
-        try:
-            previous = Snapshot.open(folder)
-        except SnapshotError as exc:
-            return None, {"mode": "full", "reasons": [f"previous version unusable: {exc}"]}
+    folder = opened.folder
+    previous: Snapshot | None = opened.snapshot
+    if opened.problem is not None:
+        return None, {"mode": "full", "reasons": [f"previous version unusable: {opened.problem}"]}
     manifest: dict[str, Any] | None = None
     if previous is not None:
         manifest = dict(previous.manifest)
@@ -307,6 +305,7 @@ def build_demo(
     replace: bool = False,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
+    store: VersionStore | None = None,
 ) -> dict[str, Any]:
     """The demo pipeline, written once: generate the seeded market, write it as a vendor would
     (`<home>/demo/`), ingest it through the user's path, build and publish its snapshot.
@@ -331,5 +330,10 @@ def build_demo(
     if not report.ok:
         raise DemoDataInvalid(f"the demo data failed validation; see {report.report_dir}")
     return build_snapshot(
-        home, params or ModelParams(), market_etf=market_etf, force=force, progress=say
+        home,
+        params or ModelParams(),
+        market_etf=market_etf,
+        force=force,
+        progress=say,
+        store=store,
     )
