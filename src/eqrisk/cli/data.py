@@ -234,6 +234,8 @@ def _build(
                 dask=settings.dask,
                 dask_workers=dask_workers,
                 block_rows=settings.block_rows,
+                block_symbols=settings.block_symbols,
+                dask_min_cells=settings.dask_min_cells,
                 full=full,
                 progress=say,
                 store=VersionStore.from_settings(settings),

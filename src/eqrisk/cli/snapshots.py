@@ -123,8 +123,9 @@ def snapshots_unpin(version: VersionArg, as_json: JsonOpt = False) -> None:
 
 @snapshots_app.command("verify")
 def snapshots_verify(as_json: JsonOpt = False) -> None:
-    """Check every file of every kept version against the checksums its manifest records.
-    A damaged file is named with every version that shares it; exit 1 when one is found."""
+    """Check every kept version's files against their checksums. The checksums are those
+    recorded in each manifest when the version was written; a damaged file is named with
+    every version that shares it, and the exit status is 1 when one is found."""
     report = _store().verify()
     if as_json:
         print_json(report.describe())

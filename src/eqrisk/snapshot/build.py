@@ -26,10 +26,14 @@ from eqrisk.model.run import (
     run_block,
 )
 from eqrisk.snapshot import incremental
-from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
+from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import Snapshot, store_of
+
+# An incremental build asked to run on Dask runs in process up to this many cells (symbols x
+# sessions computed): a one-session update of 5,000 symbols computes one chunk, 640,000 cells.
+DASK_MIN_CELLS = 20_000_000
 
 
 class UniverseShrank(ValueError):
@@ -67,6 +71,8 @@ def build_snapshot(
     full: bool = False,
     progress: Callable[[str], None] | None = None,
     store: VersionStore | None = None,
+    block_symbols: int = BLOCK_SYMBOLS,
+    dask_min_cells: int = DASK_MIN_CELLS,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot of `store`
     (the CLI passes the configured one; default: the home's, `versions.store_of`).
@@ -80,6 +86,10 @@ def build_snapshot(
     `incremental`) are compared with the previous version's; the time chunks before the first
     changed one are linked unread and only the sessions from there on are computed. `full`
     forces a full build. The manifest's `build` block (and the progress) says which and why.
+
+    `block_symbols` is the chunk grid's block (S: the rows a Dask task writes as a unit, at
+    least one block a task); an incremental build runs on Dask only when it computes more than
+    `dask_min_cells` (symbols x sessions), else in process.
 
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
@@ -119,6 +129,8 @@ def build_snapshot(
         full=full,
         progress=say,
         previous=previous,
+        block_symbols=block_symbols,
+        dask_min_cells=dask_min_cells,
     )
 
 
@@ -137,6 +149,8 @@ def publish_panel(
     full: bool = False,
     progress: Callable[[str], None] | None = None,
     previous: Previous | None = None,
+    block_symbols: int = BLOCK_SYMBOLS,
+    dask_min_cells: int = DASK_MIN_CELLS,
 ) -> dict[str, Any]:
     """The model on a panel (and its classified master) published as a new version of the
     store (`home`: a store, or a home whose store it is): the half of `build_snapshot` after
@@ -167,22 +181,35 @@ def publish_panel(
             inputs=digests,
             build=build,
             staged=staged,
+            block=block_symbols,
         )
         return store.write(content, keep=keep, progress=say)
 
-    if dask is None and not full:
+    if not full:
         if previous is None:
             previous = store.previous()
-        reuse, build = _incremental(previous, plan, panel, master, digests, say)
+        limit = dask_min_cells if dask is not None else None
+        reuse, build = _incremental(
+            previous, plan, panel, master, digests, say, block_symbols, limit
+        )
         if reuse is not None:
             say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
             return publish(reuse.result, reuse=reuse.reuse)
-    else:
+    if dask is not None:  # why not incremental was said above
         build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
+    elif full:
+        build = {"mode": "full", "reasons": ["--full"]}
     say(f"full build: {'; '.join(build['reasons'])}")
     if dask is not None:
         return _publish_dask(
-            store, plan, publish, address=dask, workers=dask_workers, block_rows=block_rows, say=say
+            store,
+            plan,
+            publish,
+            address=dask,
+            workers=dask_workers,
+            block_rows=block_rows,
+            block_symbols=block_symbols,
+            say=say,
         )
     result = finish_model(
         plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
@@ -207,6 +234,7 @@ def _publish_dask(
     address: str,
     workers: int | None,
     block_rows: int,
+    block_symbols: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """A Dask build: the workers write the arrays into a staging folder of the snapshot store
@@ -224,6 +252,7 @@ def _publish_dask(
                 staging,
                 previous=store.share_from(),
                 block_rows=block_rows,
+                block_symbols=block_symbols,
                 progress=say,
             )
         written = open_arrays(staging, staged.arrays)
@@ -242,9 +271,12 @@ def _incremental(
     master: pd.DataFrame,
     digests: dict[str, Any],
     say: Callable[[str], None],
+    block_symbols: int = BLOCK_SYMBOLS,
+    dask_min_cells: int | None = None,
 ) -> tuple[SnapshotContent | None, dict[str, Any]]:
     """The reused part of the previous version, when there is one: (content, build block), or
-    (None, build block saying why the build is full)."""
+    (None, build block saying why the build is full). With `dask_min_cells` (a Dask build is
+    asked for), a tail of more cells than that is left to a full Dask build."""
     folder = opened.folder
     previous: Snapshot | None = opened.snapshot
     if opened.problem is not None:
@@ -259,7 +291,17 @@ def _incremental(
         say(why)
     if decision.chunk == 0 or previous is None or manifest is None:
         return None, {"mode": "full", "reasons": decision.reasons}
+    block = int(manifest["arrays"]["grid"]["block"])
+    if block != block_symbols:
+        why = f"the chunk grid's block changes ({block} -> {block_symbols} symbols)"
+        return None, {"mode": "full", "reasons": [*decision.reasons, why]}
     start = decision.chunk * CHUNK_SESSIONS
+    cells = len(plan.symbols) * (len(plan.sessions) - start)
+    if dask_min_cells is not None and cells > dask_min_cells:
+        why = f"{cells:,} cells to compute, more than {dask_min_cells:,} (dask_min_cells)"
+        return None, {"mode": "full", "reasons": [*decision.reasons, why]}
+    if dask_min_cells is not None:
+        say(f"incremental in process: {cells:,} cells, at most {dask_min_cells:,} (dask_min_cells)")
     say(f"incremental: computing sessions from {str(plan.sessions[start])[:10]}")
     tail = incremental.run_tail(plan, start)
     result = incremental.tail_result(plan, tail, start, previous)

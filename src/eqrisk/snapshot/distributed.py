@@ -2,9 +2,13 @@
 worker writing the chunk files of its own blocks into the new version.
 
 The builder plans the run (returns, factor layout, flat factors, the cap rank: what needs the
-universe), scatters the small shared factor series to every worker once, and sends each task
-the rows of whole blocks of the snapshot's chunk grid (`chunks.BLOCK_SYMBOLS` symbols each):
-their returns, prices and leave-one-out factor rows. The worker runs
+universe), scatters the small shared factor series to every worker once (each holds a copy),
+and sends each task the rows of whole blocks of the snapshot's chunk grid (`block_symbols`
+symbols each, the `block_symbols` setting): their returns, prices and leave-one-out factor
+rows, inside the task itself, never scattered to one worker, so that the scheduler reruns the
+task of a lost worker on another (the rerun first removes what the lost one wrote of its
+blocks); the build fails, with one line (DaskUnavailable), only when the cluster is gone.
+The worker runs
 `eqrisk.model.run.run_block`, the very function of the local build, adds the price metrics of
 its rows and writes its blocks' chunks (`chunks.write_block`, hard links to the previous
 version's equal files) into a staging folder of the snapshot store, which every host mounts at
@@ -23,7 +27,9 @@ import logging
 import os
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +61,9 @@ if TYPE_CHECKING:
 
 # Blocks in flight per worker: one running, one on its way (the transfer hides behind the work).
 IN_FLIGHT_PER_WORKER = 2
+# A task that raised is tried again this many times (a task whose worker was lost is rerun
+# elsewhere by the scheduler anyway, up to distributed.scheduler.allowed-failures times).
+TASK_RETRIES = 1
 
 # numba's default threading layer must not be entered by two threads of one process at once:
 # a worker started with several threads runs its blocks one at a time, each in parallel inside.
@@ -134,6 +143,41 @@ def _worker_threads(client: Client) -> tuple[int, int | None]:
     return len(workers), threads
 
 
+@contextmanager
+def _large_tasks() -> Iterator[None]:
+    """A block's inputs travel inside its task on purpose (a few MB: what makes it rerunnable
+    elsewhere): Dask's warning about large objects in a task graph is not for this case."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ll]arge object.*")
+        yield
+
+
+def _result(future: Future[Any]) -> Any:
+    """A task's result; the cluster gone (the scheduler unreachable, every worker lost, a task
+    that killed its workers again and again) is DaskUnavailable, one line."""
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    try:
+        return future.result()
+    except KilledWorker as exc:
+        raise DaskUnavailable(
+            f"the Dask build lost its workers ({_one_line(exc)}); nothing changed: check the "
+            "workers' memory and logs, or build without --dask"
+        ) from None
+    except (CommClosedError, CancelledError, OSError) as exc:
+        raise DaskUnavailable(
+            f"the Dask cluster went away during the build ({_one_line(exc)}); nothing "
+            "changed: restart it, or build without --dask"
+        ) from None
+
+
+def _one_line(exc: BaseException, most: int = 200) -> str:
+    """An exception as a short line (Dask's messages span lines)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def _in_flight(
     items: Sequence[Any], submit: Callable[[Any], Future[Any]], workers: int
 ) -> Iterator[tuple[Any, Any]]:
@@ -156,7 +200,7 @@ def _in_flight(
     for _ in range(workers * IN_FLIGHT_PER_WORKER):
         submit_next()
     for future in running:
-        result = future.result()
+        result = _result(future)
         item = item_of.pop(future.key)
         future.release()
         submit_next()
@@ -184,10 +228,16 @@ def run_model_dask(
 
     def submit(bound: tuple[int, int]) -> Future[dict[str, np.ndarray]]:
         start, stop = bound
-        block = client.scatter(plan.block(start, stop), hash=False)
-        return client.submit(
-            _block_task, shared, block, threads, key=f"eqrisk-block-{run_id}-{start}", pure=False
-        )
+        with _large_tasks():
+            return client.submit(
+                _block_task,
+                shared,
+                plan.block(start, stop),
+                threads,
+                key=f"eqrisk-block-{run_id}-{start}",
+                pure=False,
+                retries=TASK_RETRIES,
+            )
 
     n, n_t = plan.returns.shape
     joined: dict[str, np.ndarray] = {}
@@ -357,6 +407,7 @@ def write_model_dask(
     previous: Path | None = None,
     block_rows: int = chunks.BLOCK_SYMBOLS,
     progress: Callable[[str], None] | None = None,
+    block_symbols: int = chunks.BLOCK_SYMBOLS,
 ) -> tuple[Staged, list[str]]:
     """Run the model on the cluster of `client`, the workers writing the arrays of the version
     into `folder` (a staging folder on the shared store; chunks equal to `previous`'s are hard
@@ -367,7 +418,7 @@ def write_model_dask(
     build; a block that left out a field another block could not derive is run again."""
     say = progress or (lambda _msg: None)
     n, n_t = plan.returns.shape
-    grid = chunks.ChunkGrid(n, n_t)
+    grid = chunks.ChunkGrid(n, n_t, block_symbols)
     per_task = max(1, -(-block_rows // grid.block))
     bounds = [(b, min(b + per_task, grid.blocks)) for b in range(0, grid.blocks, per_task)]
     workers, threads = _worker_threads(client)
@@ -396,15 +447,18 @@ def write_model_dask(
     ) -> list[BlockWritten]:
         def submit(item: tuple[int, int, tuple[str, ...] | None]) -> Future[BlockWritten]:
             b0, b1, derive = item
-            scattered = client.scatter(job(b0, b1, derive), hash=False)
-            return client.submit(
-                _write_task,
-                shared,
-                scattered,
-                threads,
-                key=f"eqrisk-write-{run_id}-{what}-{b0}",
-                pure=False,
-            )
+            # The job goes in the task itself, not scattered to one worker: when the worker
+            # running it is lost, the scheduler still holds it and runs it elsewhere.
+            with _large_tasks():
+                return client.submit(
+                    _write_task,
+                    shared,
+                    job(b0, b1, derive),
+                    threads,
+                    key=f"eqrisk-write-{run_id}-{what}-{b0}",
+                    pure=False,
+                    retries=TASK_RETRIES,
+                )
 
         got: list[BlockWritten] = []
         for done, (_item, written) in enumerate(_in_flight(jobs, submit, workers), start=1):
