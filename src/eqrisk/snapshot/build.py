@@ -20,11 +20,10 @@ from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
     ModelResult,
-    finish_model,
     plan_model,
     result_of,
-    run_block,
 )
+from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
 from eqrisk.snapshot import incremental
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.store import Previous, VersionStore
@@ -211,11 +210,17 @@ def publish_panel(
             block_symbols=block_symbols,
             say=say,
         )
-    result = finish_model(
-        plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
+    # In process too, block by block: each block computed, written and dropped (bounded memory).
+    return _publish_dask(
+        store,
+        plan,
+        publish,
+        address=None,
+        workers=None,
+        block_rows=block_symbols,
+        block_symbols=block_symbols,
+        say=say,
     )
-    _say_caps(result, say)
-    return publish(result)
 
 
 def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
@@ -231,22 +236,23 @@ def _publish_dask(
     plan: ModelPlan,
     publish: Callable[..., dict[str, Any]],
     *,
-    address: str,
+    address: str | None,
     workers: int | None,
     block_rows: int,
     block_symbols: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """A Dask build: the workers write the arrays into a staging folder of the snapshot store
-    (every host mounts it), which the new version takes over (`publish`, inside the staging
-    folder's lifetime); this process writes the tables from the written chunks and never
-    holds an (n x T) output array."""
+    """A build block by block: the workers of the Dask cluster at `address` (None: this
+    process, one block after the other) write the arrays into a staging folder of the snapshot
+    store (every host mounts it), which the new version takes over (`publish`, inside the
+    staging folder's lifetime); this process writes the tables from the written chunks and
+    never holds an (n x T) output array."""
     from eqrisk.snapshot.distributed import dask_client, write_model_dask
 
     with store.staging() as staging:
-        say(f"starting Dask ({address})")
-        with dask_client(address, workers=workers) as client:
-            staged, names = write_model_dask(
+
+        def write(client: Any) -> tuple[Staged, list[str]]:
+            return write_model_dask(
                 plan,
                 client,
                 staging,
@@ -255,6 +261,13 @@ def _publish_dask(
                 block_symbols=block_symbols,
                 progress=say,
             )
+
+        if address is None:
+            staged, names = write(None)
+        else:
+            say(f"starting Dask ({address})")
+            with dask_client(address, workers=workers) as client:
+                staged, names = write(client)
         written = open_arrays(staging, staged.arrays)
         result = result_of(plan, {name: cast(np.ndarray, written[name]) for name in names})
         _say_caps(result, say)

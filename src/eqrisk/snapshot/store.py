@@ -19,11 +19,13 @@ with `mode` gives its files that mode instead (its folders that mode plus search
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -382,8 +384,8 @@ class VersionStore:
         folder.chmod(folders)
         for path in folder.rglob("*"):
             st = path.lstat()
-            if path.is_dir():
-                if st.st_mode & 0o7777 != folders:
-                    path.chmod(folders)
-            elif st.st_mode & 0o7777 != files:
-                path.chmod(files)
+            wanted = folders if stat.S_ISDIR(st.st_mode) else files
+            if stat.S_IMODE(st.st_mode) != wanted:
+                # Another user's file (a worker's) keeps the mode its umask gave.
+                with contextlib.suppress(PermissionError):
+                    path.chmod(wanted)
