@@ -74,6 +74,23 @@ class Settings(BaseSettings):
     max_move: float = Field(
         default=0.5, gt=0, description="Ingest flags one-day |simple return| above this."
     )
+    min_price: float = Field(
+        default=1e-4, gt=0, description="Ingest rejects a price below this (no price can be)."
+    )
+    max_price: float = Field(
+        default=1e7, gt=0, description="Ingest rejects a price above this (no price can be)."
+    )
+    max_line_bytes: int = Field(
+        default=2**20,
+        ge=2**16,
+        description="Longest line of an input CSV: a longer one ends the read at once (a file "
+        "without newlines is never read whole).",
+    )
+    max_cell_bytes: int = Field(
+        default=2**16,
+        ge=256,
+        description="Longest cell of an input file: a longer one is an error.",
+    )
     subsector_map: Path | None = Field(
         default=None, description="CSV (gics_sub_industry,etf) overriding the default mapping."
     )

@@ -206,7 +206,7 @@ def lower_thread_priority(step: int = RENDER_NICENESS) -> None:
 
 def tune_process() -> None:
     """The serving process's own settings (the allocator; the interpreter's switch interval
-    stays at its default: 0.5 ms measured no better, docs/DECISIONS.md): set by
+    stays at its default: 0.5 ms measured no better, docs/decisions/serving.md): set by
     `serving_app` in every worker process, not by `create_app`, so that a test or a
     notebook that builds an app keeps its process as it was."""
     keep_freed_memory()
@@ -243,7 +243,7 @@ def create_app(
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
     # Large answers render here, one at a time by default (formats.answer), at a lower CPU
-    # priority than the event loop's (docs/DECISIONS.md, "Issue 9: large answers").
+    # priority than the event loop's (docs/decisions/serving.md).
     writers.warm_up()
     row_kernel.warm_up()  # a ticker's first long read assembles its row with it
     app.state.render_pool = ThreadPoolExecutor(

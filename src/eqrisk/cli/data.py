@@ -57,6 +57,22 @@ ColumnOpt = Annotated[
         help="Map a price column, e.g. symbol=Name (repeatable).",
     ),
 ]
+DateFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The price files' date format, e.g. DD/MM/YYYY, MM/DD/YYYY, DD.MM.YYYY, YYYYMMDD "
+        "or a strptime pattern (default: found from each file's whole date column; a file "
+        "whose dates are ambiguous or mixed is refused).",
+    ),
+]
+MinPriceOpt = Annotated[
+    float | None,
+    typer.Option(help="Reject a price below this (default EQRISK_MIN_PRICE, 1e-4).", min=0),
+]
+MaxPriceOpt = Annotated[
+    float | None,
+    typer.Option(help="Reject a price above this (default EQRISK_MAX_PRICE, 1e7).", min=0),
+]
 PricesArg = Annotated[
     list[Path], typer.Argument(metavar="PRICES", help="Price files: CSV, CSV.gz or Parquet.")
 ]
@@ -72,9 +88,20 @@ def _ingest(
     settings: Settings, prices: list[Path], master: Path | None, **options: Any
 ) -> IngestReport:
     """Ingest with the stages' progress; a refused ingest is the command's one-line error."""
+    from eqrisk.data.cells import InputLimits
     from eqrisk.data.ingest import ingest as run_ingest
     from eqrisk.data.ingest_report import IngestError
+    from eqrisk.data.master import Mappings
 
+    if settings.min_price >= settings.max_price:
+        raise fail(f"--min-price {settings.min_price:g} is not below --max-price", 2)
+    limits = InputLimits(
+        settings.min_price, settings.max_price, settings.max_line_bytes, settings.max_cell_bytes
+    )
+    try:
+        mappings = Mappings.load(settings.sector_map, settings.subsector_map)
+    except (OSError, ValueError) as exc:
+        raise fail(f"sector/subsector map: {exc}", 2) from exc
     try:
         with stages("ingest") as say:
             return run_ingest(
@@ -83,6 +110,8 @@ def _ingest(
                 home=settings.home_dir,
                 max_move=settings.max_move,
                 progress=say,
+                limits=limits,
+                mappings=mappings,
                 **options,
             )
     except IngestError as exc:
@@ -122,6 +151,9 @@ def ingest(
         ),
     ] = None,
     column: ColumnOpt = None,
+    date_format: DateFormatOpt = None,
+    min_price: MinPriceOpt = None,
+    max_price: MaxPriceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Validate and ingest daily prices and a security master. Rejected rows go to the report;
@@ -131,7 +163,7 @@ def ingest(
     from eqrisk.data.columns import parse_mapping
     from eqrisk.data.ingest_report import render_report
 
-    settings = effective_settings(max_move=max_move)
+    settings = effective_settings(max_move=max_move, min_price=min_price, max_price=max_price)
     given = (master, shares, actions, return_decisions)
     _check_files([*prices, *[p for p in given if p is not None]])
     if prices_basis not in ("auto", "adjusted", "raw"):
@@ -153,6 +185,7 @@ def ingest(
         return_decisions=return_decisions,
         columns=columns,
         shares=shares,
+        date_format=date_format,
     )
     if as_json:
         print_json(report.to_dict())
@@ -187,6 +220,14 @@ def build(
         int | None, typer.Option(min=1, help="Symbols per Dask block (default EQRISK_BLOCK_ROWS).")
     ] = None,
     full: FullOpt = False,
+    accuracy: Annotated[
+        bool,
+        typer.Option(
+            "--accuracy",
+            help="Also measure the risk forecast's accuracy on the whole data set and store it "
+            "(served by /api/health; minutes on a large data set).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build a new snapshot from the ingested data; make it current. The risk model runs on the
@@ -197,7 +238,15 @@ def build(
     settings = effective_settings(
         window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
     )
-    _build(settings, keep=keep, force=force, dask_workers=dask_workers, full=full, as_json=as_json)
+    _build(
+        settings,
+        keep=keep,
+        force=force,
+        dask_workers=dask_workers,
+        full=full,
+        as_json=as_json,
+        accuracy=accuracy,
+    )
 
 
 FullOpt = Annotated[
@@ -213,6 +262,7 @@ def _build(
     dask_workers: int | None,
     full: bool,
     as_json: bool,
+    accuracy: bool = False,
 ) -> None:
     """`eqrisk build` (and the build half of `eqrisk update`)."""
     from eqrisk.model.run import ModelParams
@@ -237,6 +287,7 @@ def _build(
                 block_symbols=settings.block_symbols,
                 dask_min_cells=settings.dask_min_cells,
                 full=full,
+                accuracy=accuracy,
                 progress=say,
                 store=VersionStore.from_settings(settings),
             )
@@ -285,6 +336,9 @@ def update(
         str | None,
         typer.Option(help="With --from: first session to fetch (default: after the last one)."),
     ] = None,
+    date_format: DateFormatOpt = None,
+    min_price: MinPriceOpt = None,
+    max_price: MaxPriceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The daily job: merge new price files, then build. The files are merged into the ingested
@@ -293,7 +347,7 @@ def update(
     fetches the new sessions first (`eqrisk fetch`)."""
     from eqrisk.data.ingest_report import render_report
 
-    settings = effective_settings(max_move=max_move)
+    settings = effective_settings(max_move=max_move, min_price=min_price, max_price=max_price)
     prices = list(prices or [])
     if from_provider is not None:
         from eqrisk.cli.feeds import fetch_file
@@ -306,7 +360,9 @@ def update(
     if not prices:
         raise fail("give the new price files, or --from PROVIDER to fetch them", 2)
     _check_files([*prices, *([master] if master is not None else [])])
-    report = _ingest(settings, prices, master, merge=True, data_source=source)
+    report = _ingest(
+        settings, prices, master, merge=True, data_source=source, date_format=date_format
+    )
     if not as_json:
         render_report(report, out)
     if not report.ok:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from eqrisk.data import panel
 from eqrisk.data.caps import uncapped_stocks
-from eqrisk.data.cells import PRICE_SUFFIXES
+from eqrisk.data.cells import PRICE_SUFFIXES, InputLimits
 from eqrisk.data.columns import (
     expand_price_paths,
 )
@@ -38,7 +38,8 @@ from eqrisk.data.ingest_report import (
     IngestReport,
     Issues,
 )
-from eqrisk.data.master import etf_registry
+from eqrisk.data.levels import level_issue, missing_levels
+from eqrisk.data.master import Mappings, etf_registry
 from eqrisk.data.master_files import (
     apply_shares,
     last_prices,
@@ -127,6 +128,9 @@ def ingest(
     progress: Callable[[str], None] | None = None,
     shares: Path | None = None,
     return_decisions: Path | None = None,
+    date_format: str | None = None,
+    limits: InputLimits | None = None,
+    mappings: Mappings | None = None,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -140,7 +144,13 @@ def ingest(
     that cannot be read or whose columns are not recognised (before anything is written), and
     IngestRefused (after writing the report, leaving the data set as it was) for an ingest
     without `merge` that would replace the data set with a much smaller one or whose rows are
-    mostly rejected, unless `replace=True`.
+    mostly rejected, unless `replace=True`. Dates are read with one format per file:
+    `date_format` (`dates.DATE_FORMATS` or a strptime pattern), else the one each file's date
+    column admits (IngestError, naming the formats seen, for an ambiguous or mixed column).
+    `limits` (settings `min_price`, `max_price`, `max_line_bytes`, `max_cell_bytes`): a price
+    outside the bounds rejects its row (PRICE_OUT_OF_RANGE); a longer line or cell is an
+    IngestError at once. Every stock that will lack a sector or subsector level under
+    `mappings` (default: the project's tables) is listed in `levels.csv` with why.
     """
     say = progress or (lambda _message: None)
     if not max_move > 0:
@@ -152,19 +162,31 @@ def ingest(
         raise IngestError("no price file given")
     issues = Issues()
     decisions = _read_decisions(return_decisions)
-    inputs = _read_inputs(price_paths, master, shares, actions, prices_basis, columns, issues, say)
+    limits = limits or InputLimits()
+    inputs = _read_inputs(
+        price_paths,
+        master,
+        shares,
+        actions,
+        (prices_basis, columns, date_format, limits),
+        issues,
+        say,
+    )
     say("validating")
-    checked = _check_rows(inputs, issues)
+    checked = _check_rows(inputs, issues, limits)
     final, old_master = _combine(checked, inputs, home, merge, master is not None, issues)
     cleaned = _clean(final, inputs, old_master, home, merge, decisions, keep_split_moves, issues)
     final = cleaned.final
     flagged = _flag_moves(final, max_move, issues)
     final = final.drop(columns="_new")
     out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues)
+    levels = missing_levels(out_master, set(final["symbol"]), mappings or Mappings.load())
+    issues.add("LEVEL_MISSING", *level_issue(levels))
 
     say("writing")
     report_dir = _make_report_dir(home, started)
     _write_tables(report_dir, checked, inputs, flagged, cleaned.table)
+    levels.to_csv(report_dir / "levels.csv", index=False)
     if final.empty:
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
@@ -200,35 +222,38 @@ def _read_inputs(
     master: Path | None,
     shares: Path | None,
     actions: Path | None,
-    basis: str,
-    columns: dict[str, str] | None,
+    how: tuple[str, dict[str, str] | None, str | None, InputLimits],
     issues: Issues,
     say: Callable[[str], None],
 ) -> _Inputs:
-    """Every given file read (nothing validated yet); IngestError for one that cannot be."""
+    """Every given file read (nothing validated yet); IngestError for one that cannot be.
+    `how`: the price basis, the column mapping, the price files' date format, the limits."""
+    basis, columns, date_format, limits = how
     action_table = None
     if actions is not None:
         try:
-            action_table = read_actions(actions)
+            action_table = read_actions(actions, limits=limits)  # its own date format
         except ValueError as exc:
             raise IngestError(str(exc)) from exc
     inputs = _Inputs(price_paths, [], [], action_table, None, None)
     for path in price_paths:
         say(f"reading {path.name}")
-        frame = read_prices(path, basis=basis, columns=columns)
+        frame = read_prices(
+            path, basis=basis, columns=columns, date_format=date_format, limits=limits
+        )
         inputs.malformed += [(path.name, n, text) for n, text in frame.attrs.get("malformed", [])]
         inputs.frames.append(frame)
     if master is not None:
         say(f"reading master {Path(master).name}")
-        inputs.master = read_master_checked(Path(master), issues)
+        inputs.master = read_master_checked(Path(master), issues, limits)
     if shares is not None:
         say(f"reading share counts {Path(shares).name}")
         inputs.shares_path = Path(shares)
-        inputs.shares = read_shares_checked(inputs.shares_path, issues)
+        inputs.shares = read_shares_checked(inputs.shares_path, issues, limits)
     return inputs
 
 
-def _check_rows(inputs: _Inputs, issues: Issues) -> _Checked:
+def _check_rows(inputs: _Inputs, issues: Issues, limits: InputLimits) -> _Checked:
     """All new rows in one frame, validated; each rejection reason and each file that kept no
     row becomes an issue."""
     nonempty = [f for f in inputs.frames if len(f)]
@@ -237,7 +262,7 @@ def _check_rows(inputs: _Inputs, issues: Issues) -> _Checked:
     else:
         new = empty_prices()
     new.attrs = {}
-    flags, dup_of = validate_rows(new)
+    flags, dup_of = validate_rows(new, (limits.min_price, limits.max_price))
     issues.add(
         "MALFORMED_ROW",
         len(inputs.malformed),
@@ -245,8 +270,16 @@ def _check_rows(inputs: _Inputs, issues: Issues) -> _Checked:
     )
     for code in ROW_CODES:
         rows = np.flatnonzero(flags & ROW_BIT[code])
-        detail = code in ("NON_NUMERIC_PRICE", "NON_POSITIVE_PRICE")
-        issues.add(code, len(rows), row_examples(new, rows, detail=detail))
+        detail = code in ("NON_NUMERIC_PRICE", "NON_POSITIVE_PRICE", "PRICE_OUT_OF_RANGE")
+        message = None
+        if code == "PRICE_OUT_OF_RANGE":
+            message = (
+                f"price outside [{limits.min_price:g}, {limits.max_price:g}] (settings "
+                "min_price, max_price; --min-price, --max-price): row rejected"
+            )
+        bounds = (limits.min_price, limits.max_price)
+        examples = row_examples(new, rows, detail=detail, bounds=bounds)
+        issues.add(code, len(rows), examples, message=message)
     kept = flags == 0
     offset = 0
     for path, frame in zip(inputs.paths, inputs.frames, strict=True):

@@ -4,6 +4,7 @@ the three; the model itself does no I/O); and the demo pipeline (generate -> ing
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,6 +17,7 @@ from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
+from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
@@ -26,6 +28,8 @@ from eqrisk.model.run import (
 from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
 from eqrisk.snapshot import incremental
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
+from eqrisk.snapshot.risk_evaluation import risk_accuracy
+from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import Snapshot, store_of
@@ -68,6 +72,7 @@ def build_snapshot(
     dask_workers: int | None = None,
     block_rows: int = 1024,
     full: bool = False,
+    accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
     store: VersionStore | None = None,
     block_symbols: int = BLOCK_SYMBOLS,
@@ -89,6 +94,11 @@ def build_snapshot(
     `block_symbols` is the chunk grid's block (S: the rows a Dask task writes as a unit, at
     least one block a task); an incremental build runs on Dask only when it computes more than
     `dask_min_cells` (symbols x sessions), else in process.
+
+    `accuracy` measures the risk forecast out of sample on the whole data set
+    (`risk_evaluation.risk_accuracy`: bias statistics and rolling MAD per family of portfolios)
+    and stores the record in the manifest (`risk_accuracy`); without it an incremental build
+    carries the previous version's record forward (its `period` says what it covers).
 
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
@@ -126,6 +136,7 @@ def build_snapshot(
         dask_workers=dask_workers,
         block_rows=block_rows,
         full=full,
+        accuracy=accuracy,
         progress=say,
         previous=previous,
         block_symbols=block_symbols,
@@ -146,6 +157,7 @@ def publish_panel(
     dask_workers: int | None = None,
     block_rows: int = 1024,
     full: bool = False,
+    accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
     previous: Previous | None = None,
     block_symbols: int = BLOCK_SYMBOLS,
@@ -164,6 +176,19 @@ def publish_panel(
     reuse: SnapshotContent | None = None
     build: dict[str, Any]
 
+    def _accuracy(result: ModelResult) -> dict[str, Any]:
+        say("measuring the risk forecast's accuracy on the whole data set")
+        needed = ("return", "vol_23d", *HEDGE_FIELDS)
+        dense = {name: np.asarray(result.metrics[name], dtype=np.float64) for name in needed}
+        return risk_accuracy(
+            panel,
+            master,
+            params,
+            RiskParams(),
+            exclude=breaks,
+            result=replace(result, metrics=dense),
+        )
+
     def publish(
         result: ModelResult, *, staged: Staged | None = None, reuse: Reuse | None = None
     ) -> dict[str, Any]:
@@ -181,6 +206,8 @@ def publish_panel(
             build=build,
             staged=staged,
             block=block_symbols,
+            risk=RiskInputs.of(plan),
+            risk_accuracy=_accuracy(result) if accuracy else _carried(reuse),
         )
         return store.write(content, keep=keep, progress=say)
 
@@ -223,11 +250,19 @@ def publish_panel(
     )
 
 
+def _carried(reuse: Reuse | None) -> dict[str, Any] | None:
+    """The previous version's accuracy record, carried by an incremental build."""
+    if reuse is None:
+        return None
+    record = reuse.manifest.get("risk_accuracy")
+    return dict(record) if isinstance(record, dict) else None
+
+
 def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
     if result.notes.get("caps_imputed"):
         say(
             f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
-            "cap of their group (see docs/DECISIONS.md, caps)"
+            "cap of their group (see docs/decisions/model.md, missing caps)"
         )
 
 

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from eqrisk.snapshot import chunks, history
 from eqrisk.snapshot.index import SymbolIndex
+from eqrisk.snapshot.risk_store import open_risk_arrays
 
 
 class SnapshotError(RuntimeError):
@@ -101,7 +102,8 @@ class Snapshot:
     @cached_property
     def _arrays(self) -> dict[str, chunks.FieldArray]:
         if self.chunked:
-            return chunks.open_arrays(self.path, self.manifest["arrays"])
+            arrays = chunks.open_arrays(self.path, self.manifest["arrays"])
+            return {**arrays, **open_risk_arrays(self.path, self.manifest)}
         return {
             name: np.load(self.path / "arrays" / f"{name}.npy", mmap_mode="r")
             for name in self.manifest["fields"]
