@@ -248,6 +248,9 @@ class VersionStore:
         version takes them over. Its owner holds a lock inside it for as long as it lives, so
         a later build tells a killed build's leftovers (lock free) from a running build's
         (held), even on another host; removed when the block ends, whatever happens."""
+        self.mkdir(self.root)
+        with open(self.root / ".build.lock", "a"):
+            pass  # the store's lock file exists from the first build on, whatever fails next
         folder = self.temp_folder(STAGING_PREFIX)
         try:
             with open(folder / STAGING_LOCK, "w") as fh:

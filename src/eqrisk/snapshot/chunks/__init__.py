@@ -13,7 +13,7 @@ sessions [c*L, (c+1)*L), into files:
 with fixed boundaries at multiples of S and L, so that a new session changes only the last
 time chunk of each block (the last chunk holds only the sessions that exist: it grows), and a
 worker that computed one symbol block writes that block's files alone. Why these choices, and
-the measurements behind them, are in docs/DECISIONS.md ("Issue 10: versions that share history").
+the measurements behind them, are in docs/decisions/snapshots.md.
 
 - A chunk whose values are all NaN is not stored (the manifest says so; it reads back as NaN),
   nor is the run of a row that is all NaN within a group file (its runs index says -1).
