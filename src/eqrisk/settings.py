@@ -77,7 +77,21 @@ class Settings(BaseSettings):
         default=1024,
         ge=1,
         description="Symbols per task of a Dask build (its memory bound), rounded up to whole "
-        "blocks of the snapshot's chunk grid (1,024 symbols).",
+        "blocks of the snapshot's chunk grid (`block_symbols`).",
+    )
+    block_symbols: int = Field(
+        default=1024,
+        ge=16,
+        le=65536,
+        description="Symbols per block of a new version's chunk grid: the rows a Dask task "
+        "computes and writes as a unit (at least one block a task); smaller blocks let more "
+        "workers share a small universe. A change makes the next build a full one.",
+    )
+    dask_min_cells: int = Field(
+        default=20_000_000,
+        ge=0,
+        description="With `dask` set, an incremental build that computes at most this many "
+        "cells (symbols x sessions) runs in process; a larger one is a full Dask build.",
     )
 
     # Model defaults (DESIGN section 2); every value is reported in `_metadata.method`.

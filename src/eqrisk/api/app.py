@@ -41,7 +41,7 @@ from eqrisk.api.security import SecurityHeaders, docs_pages
 from eqrisk.api.telemetry import Telemetry, metrics_route
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot import row_kernel
-from eqrisk.snapshot.versions import SnapshotStore
+from eqrisk.snapshot.store import VersionStore
 
 log = logging.getLogger("eqrisk.api")
 access = logging.getLogger("eqrisk.access")
@@ -213,9 +213,15 @@ def tune_process() -> None:
     keep_freed_memory()
 
 
-def create_app(settings: Settings | None = None, services: Sequence[str] | None = None) -> FastAPI:
-    """Build the application for `services` ("daily" = Service A, "risk" = Service B)."""
+def create_app(
+    settings: Settings | None = None,
+    services: Sequence[str] | None = None,
+    store: VersionStore | None = None,
+) -> FastAPI:
+    """Build the application for `services` ("daily" = Service A, "risk" = Service B) over
+    the snapshot store `store` (default: the one the settings name)."""
     settings = settings or get_settings()
+    store = store or VersionStore.from_settings(settings)
     services = tuple(services if services is not None else settings.services)
     unknown = set(services) - set(SERVICES)
     if unknown or not services:
@@ -233,9 +239,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         ),
     )
     app.state.settings = settings
-    app.state.snapshots = SnapshotStore(
-        settings.home_dir, root=settings.snapshots_dir, check_ms=settings.snapshot_check_ms
-    )
+    app.state.snapshots = store.served(check_ms=settings.snapshot_check_ms, home=settings.home_dir)
     app.state.prices = PriceTable.load(settings.pricing_file)
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)

@@ -268,6 +268,7 @@ def _build(
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.build import build_snapshot
     from eqrisk.snapshot.distributed import DaskUnavailable
+    from eqrisk.snapshot.store import VersionStore
 
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
@@ -283,9 +284,12 @@ def _build(
                 dask=settings.dask,
                 dask_workers=dask_workers,
                 block_rows=settings.block_rows,
+                block_symbols=settings.block_symbols,
+                dask_min_cells=settings.dask_min_cells,
                 full=full,
                 accuracy=accuracy,
                 progress=say,
+                store=VersionStore.from_settings(settings),
             )
     except DaskUnavailable as exc:
         raise fail(str(exc), EXIT_ENVIRONMENT) from None

@@ -23,16 +23,17 @@ EVALUATION_KEY_FILE = Path("demo") / "evaluation-key"  # under the demo's home, 
 def _demo_may_write(home: Path, demo_source: str) -> None:
     """Refuse to let the demo overwrite someone's own data set or current snapshot."""
     from eqrisk.data.panel import ingested_source
-    from eqrisk.snapshot.versions import current_version, snapshots_dir
+    from eqrisk.snapshot.versions import store_of
 
     found = []
     source = ingested_source(home)
     if source not in (None, demo_source):
         found.append(f"an ingested data set from {source!r}")
-    version = current_version(home)
+    store = store_of(home)
+    version = store.current()
     if version is not None:
         try:
-            manifest = json.loads((snapshots_dir(home) / version / "manifest.json").read_text())
+            manifest = json.loads((store.path(version) / "manifest.json").read_text())
             snap_source = manifest.get("data_source")
         except (OSError, ValueError):
             snap_source = "unknown"

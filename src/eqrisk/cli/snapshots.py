@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from eqrisk.cli.app import EXIT_USAGE, SUMMARY_KEYS, JsonOpt, app, fail
+from eqrisk.cli.app import EXIT_FAILURE, EXIT_USAGE, SUMMARY_KEYS, JsonOpt, app, fail
 from eqrisk.cli.output import print_json, result, result_table, show
 from eqrisk.settings import get_settings
+
+if TYPE_CHECKING:
+    from eqrisk.snapshot.store import VersionStore
+
+
+def _store() -> VersionStore:
+    """The configured snapshot store, the one object every command here works on."""
+    from eqrisk.snapshot.store import VersionStore
+
+    return VersionStore.from_settings(get_settings())
+
 
 snapshots_app = typer.Typer(help="Snapshot versions: list (alone), use one, pin or unpin one.")
 app.add_typer(snapshots_app, name="snapshots")
@@ -22,21 +33,14 @@ def snapshots(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List the snapshot versions (the current one and the pinned ones marked)."""
     if ctx.invoked_subcommand is not None:
         return
-    from eqrisk.snapshot.versions import (
-        Snapshot,
-        SnapshotError,
-        current_version,
-        list_versions,
-        pinned_versions,
-        snapshots_dir,
-    )
+    from eqrisk.snapshot.version import SnapshotError
 
-    home = get_settings().home_dir
-    current, pinned = current_version(home), set(pinned_versions(home))
+    store = _store()
+    current, pinned = store.current(), set(store.pinned())
     rows = []
-    for version in list_versions(home):
+    for version in store.versions():
         try:
-            manifest = Snapshot.open(snapshots_dir(home) / version).manifest
+            manifest = store.open(version).manifest
             row: dict[str, Any] = {k: manifest[k] for k in SUMMARY_KEYS}
             row["problem"] = None
         except SnapshotError as exc:
@@ -90,11 +94,9 @@ VersionArg = Annotated[str, typer.Argument(help="A kept version: its full name o
 @snapshots_app.command("use")
 def snapshots_use(version: VersionArg, as_json: JsonOpt = False) -> None:
     """Make a kept version current. Atomically: running servers switch without a restart."""
-    from eqrisk.snapshot.versions import current_version, use_version
-
-    home = get_settings().home_dir
-    before = current_version(home)
-    chosen = _versioned(lambda: use_version(home, version))
+    store = _store()
+    before = store.current()
+    chosen = _versioned(lambda: store.use(version))
     show(
         {"current": chosen, "previous": before},
         as_json,
@@ -105,22 +107,40 @@ def snapshots_use(version: VersionArg, as_json: JsonOpt = False) -> None:
 @snapshots_app.command("pin")
 def snapshots_pin(version: VersionArg, as_json: JsonOpt = False) -> None:
     """Pin a kept version: pruning after a build never removes it."""
-    from eqrisk.snapshot.versions import pinned_versions, set_pinned
-
-    home = get_settings().home_dir
-    chosen = _versioned(lambda: set_pinned(home, version, True))
-    show({"pinned": pinned_versions(home)}, as_json, f"pinned {chosen}")
+    store = _store()
+    chosen = _versioned(lambda: store.set_pinned(version, True))
+    show({"pinned": store.pinned()}, as_json, f"pinned {chosen}")
 
 
 @snapshots_app.command("unpin")
 def snapshots_unpin(version: VersionArg, as_json: JsonOpt = False) -> None:
     """Unpin a version: pruning may remove it again. It goes once it is older than the newest
     versions a build keeps."""
-    from eqrisk.snapshot.versions import pinned_versions, set_pinned
+    store = _store()
+    chosen = _versioned(lambda: store.set_pinned(version, False))
+    show({"pinned": store.pinned()}, as_json, f"unpinned {chosen}")
 
-    home = get_settings().home_dir
-    chosen = _versioned(lambda: set_pinned(home, version, False))
-    show({"pinned": pinned_versions(home)}, as_json, f"unpinned {chosen}")
+
+@snapshots_app.command("verify")
+def snapshots_verify(as_json: JsonOpt = False) -> None:
+    """Check every kept version's files against their checksums. The checksums are those
+    recorded in each manifest when the version was written; a damaged file is named with
+    every version that shares it, and the exit status is 1 when one is found."""
+    report = _store().verify()
+    if as_json:
+        print_json(report.describe())
+    else:
+        for damage in report.damaged:
+            result(f"damaged: {damage.line()}")
+        if report.unrecorded:
+            result(f"no checksums recorded (written before them): {', '.join(report.unrecorded)}")
+        state = "all intact" if report.ok else f"{len(report.damaged)} damaged"
+        result(
+            f"{len(report.versions)} versions, {report.files} files "
+            f"({report.bytes / 1e6:.1f} MB) checked: {state}"
+        )
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILURE)
 
 
 export_app = typer.Typer(help="Write a version's tables as files for other tools.")
@@ -136,19 +156,13 @@ VersionOpt = Annotated[
 
 def _export_source(version: str | None) -> tuple[str, Any]:
     """The version an export reads (default: the current one) and its opened snapshot."""
-    from eqrisk.snapshot.versions import (
-        Snapshot,
-        SnapshotError,
-        current_version,
-        resolve_version,
-        snapshots_dir,
-    )
+    from eqrisk.snapshot.version import SnapshotError
 
-    home = get_settings().home_dir
-    name = _versioned(lambda: resolve_version(home, version)) if version else current_version(home)
+    store = _store()
+    name = _versioned(lambda: store.resolve(version)) if version else store.current()
     if name is None:
-        raise SnapshotError(f"no snapshot built under {snapshots_dir(home)}: run `eqrisk build`")
-    return name, Snapshot.open(snapshots_dir(home) / name)
+        raise SnapshotError(f"no snapshot built under {store.root}: run `eqrisk build`")
+    return name, store.open(name)
 
 
 def _show_export(what: str, name: str, out_dir: Path, files: list[Path], as_json: bool) -> None:

@@ -23,41 +23,34 @@ from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
     ModelResult,
-    finish_model,
     plan_model,
     result_of,
-    run_block,
 )
+from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
 from eqrisk.snapshot import incremental
 from eqrisk.snapshot.build_times import build_mode, record_build
-from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
+from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.risk_evaluation import risk_accuracy
 from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs
+from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
-from eqrisk.snapshot.versions import (
-    Snapshot,
-    SnapshotError,
-    current_version,
-    share_from,
-    snapshots_dir,
-    staging_folder,
-    write_snapshot,
-)
+from eqrisk.snapshot.versions import Snapshot, store_of
+
+# An incremental build asked to run on Dask runs in process up to this many cells (symbols x
+# sessions computed): a one-session update of 5,000 symbols computes one chunk, 640,000 cells.
+DASK_MIN_CELLS = 20_000_000
 
 
 class UniverseShrank(ValueError):
     """The new snapshot's universe is a sharp shrink of the current one's; `force` publishes."""
 
 
-def _check_universe(home: Path, shape: tuple[int, int]) -> None:
+def _check_universe(previous: Previous, shape: tuple[int, int]) -> None:
     """Refuse (before the model runs) a panel far smaller than the current snapshot's."""
-    version = current_version(home)
-    if version is None:
-        return
-    try:
-        manifest = Snapshot.open(snapshots_dir(home) / version).manifest
-    except SnapshotError:
+    version = previous.current
+    if version is None or previous.snapshot is None or previous.snapshot.path.name != version:
         return  # nothing good to protect: a new build is the repair
+    manifest = previous.snapshot.manifest
     old = (int(manifest["universe_size"]), int(manifest["sessions"]))
     why = shrink_reason(old, shape)
     if why is not None:
@@ -83,8 +76,12 @@ def build_snapshot(
     full: bool = False,
     accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
+    store: VersionStore | None = None,
+    block_symbols: int = BLOCK_SYMBOLS,
+    dask_min_cells: int = DASK_MIN_CELLS,
 ) -> dict[str, Any]:
-    """Build the model on the ingested data and publish it as the current snapshot.
+    """Build the model on the ingested data and publish it as the current snapshot of `store`
+    (the CLI passes the configured one; default: the home's, `versions.store_of`).
 
     `dask` runs the model's per-symbol work on a Dask cluster in tasks of `block_rows`
     symbols, rounded up to whole blocks of the chunk grid ('local' = a LocalCluster of
@@ -96,6 +93,10 @@ def build_snapshot(
     changed one are linked unread and only the sessions from there on are computed. `full`
     forces a full build. The manifest's `build` block (and the progress) says which and why.
 
+    `block_symbols` is the chunk grid's block (S: the rows a Dask task writes as a unit, at
+    least one block a task); an incremental build runs on Dask only when it computes more than
+    `dask_min_cells` (symbols x sessions), else in process.
+
     `accuracy` measures the risk forecast out of sample on the whole data set
     (`risk_evaluation.risk_accuracy`: bias statistics and rolling MAD per family of portfolios)
     and stores the record in the manifest (`risk_accuracy`); without it an incremental build
@@ -105,6 +106,7 @@ def build_snapshot(
     is less than half of the current snapshot's, unless `force`."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()  # the build's duration, for the servers' metrics
+    store = store or store_of(home)
     say("reading ingested data")
     prices, raw_master, meta = read_ingested(home)
     present = pd.Index(prices["symbol"].unique())
@@ -120,12 +122,13 @@ def build_snapshot(
     master = classify(raw_master, Mappings.load(sector_map, subsector_map), market_etf=market_etf)
     say(f"building the panel ({len(present)} symbols)")
     panel = to_panel(prices, raw_master)
+    previous = store.previous()  # opened once for the whole build
     if not force:
-        _check_universe(home, panel.shape)
+        _check_universe(previous, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
     manifest = publish_panel(
-        home,
+        store,
         panel,
         master,
         params,
@@ -138,14 +141,17 @@ def build_snapshot(
         full=full,
         accuracy=accuracy,
         progress=say,
+        previous=previous,
+        block_symbols=block_symbols,
+        dask_min_cells=dask_min_cells,
     )
     seconds = time.perf_counter() - started
-    record_build(snapshots_dir(home), build_mode(manifest, dask), seconds)
+    record_build(store.root, build_mode(manifest, dask), seconds)
     return manifest
 
 
 def publish_panel(
-    home: Path,
+    home: Path | VersionStore,
     panel: Panel,
     master: pd.DataFrame,
     params: ModelParams,
@@ -159,11 +165,17 @@ def publish_panel(
     full: bool = False,
     accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
+    previous: Previous | None = None,
+    block_symbols: int = BLOCK_SYMBOLS,
+    dask_min_cells: int = DASK_MIN_CELLS,
 ) -> dict[str, Any]:
-    """The model on a panel (and its classified master) published as a new version: the half
-    of `build_snapshot` after the ingested data is read (the build bench calls it on a
-    synthetic panel). Incremental unless `full` or `dask` (see `build_snapshot`)."""
+    """The model on a panel (and its classified master) published as a new version of the
+    store (`home`: a store, or a home whose store it is): the half of `build_snapshot` after
+    the ingested data is read (the build bench calls it on a synthetic panel). Incremental
+    unless `full` or `dask` (see `build_snapshot`); `previous` is the store's previous version
+    when the caller opened it already."""
     say = progress or (lambda _msg: None)
+    store = store_of(home)
     meta = meta or {}
     plan = plan_model(panel, master, params, exclude=breaks)
     digests = incremental.input_digests(plan, panel, master, breaks)
@@ -199,28 +211,49 @@ def publish_panel(
             inputs=digests,
             build=build,
             staged=staged,
+            block=block_symbols,
             risk=RiskInputs.of(plan),
             risk_accuracy=_accuracy(result) if accuracy else _carried(reuse),
         )
-        return write_snapshot(home, content, keep=keep, progress=say)
+        return store.write(content, keep=keep, progress=say)
 
-    if dask is None and not full:
-        reuse, build = _incremental(home, plan, panel, master, digests, say)
+    if not full:
+        if previous is None:
+            previous = store.previous()
+        limit = dask_min_cells if dask is not None else None
+        reuse, build = _incremental(
+            previous, plan, panel, master, digests, say, block_symbols, limit
+        )
         if reuse is not None:
             say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
             return publish(reuse.result, reuse=reuse.reuse)
-    else:
+    if dask is not None:  # why not incremental was said above
         build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
+    elif full:
+        build = {"mode": "full", "reasons": ["--full"]}
     say(f"full build: {'; '.join(build['reasons'])}")
     if dask is not None:
         return _publish_dask(
-            home, plan, publish, address=dask, workers=dask_workers, block_rows=block_rows, say=say
+            store,
+            plan,
+            publish,
+            address=dask,
+            workers=dask_workers,
+            block_rows=block_rows,
+            block_symbols=block_symbols,
+            say=say,
         )
-    result = finish_model(
-        plan, [(0, run_block(plan.in_process(), plan.block(0, plan.size, own_rows=False)))]
+    # In process too, block by block: each block computed, written and dropped (bounded memory).
+    return _publish_dask(
+        store,
+        plan,
+        publish,
+        address=None,
+        workers=None,
+        block_rows=block_symbols,
+        block_symbols=block_symbols,
+        say=say,
     )
-    _say_caps(result, say)
-    return publish(result)
 
 
 def _carried(reuse: Reuse | None) -> dict[str, Any] | None:
@@ -240,32 +273,42 @@ def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
 
 
 def _publish_dask(
-    home: Path,
+    store: VersionStore,
     plan: ModelPlan,
     publish: Callable[..., dict[str, Any]],
     *,
-    address: str,
+    address: str | None,
     workers: int | None,
     block_rows: int,
+    block_symbols: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """A Dask build: the workers write the arrays into a staging folder of the snapshot store
-    (every host mounts it), which the new version takes over (`publish`, inside the staging
-    folder's lifetime); this process writes the tables from the written chunks and never
-    holds an (n x T) output array."""
+    """A build block by block: the workers of the Dask cluster at `address` (None: this
+    process, one block after the other) write the arrays into a staging folder of the snapshot
+    store (every host mounts it), which the new version takes over (`publish`, inside the
+    staging folder's lifetime); this process writes the tables from the written chunks and
+    never holds an (n x T) output array."""
     from eqrisk.snapshot.distributed import dask_client, write_model_dask
 
-    with staging_folder(snapshots_dir(home)) as staging:
-        say(f"starting Dask ({address})")
-        with dask_client(address, workers=workers) as client:
-            staged, names = write_model_dask(
+    with store.staging() as staging:
+
+        def write(client: Any) -> tuple[Staged, list[str]]:
+            return write_model_dask(
                 plan,
                 client,
                 staging,
-                previous=share_from(home),
+                previous=store.share_from(),
                 block_rows=block_rows,
+                block_symbols=block_symbols,
                 progress=say,
             )
+
+        if address is None:
+            staged, names = write(None)
+        else:
+            say(f"starting Dask ({address})")
+            with dask_client(address, workers=workers) as client:
+                staged, names = write(client)
         written = open_arrays(staging, staged.arrays)
         result = result_of(plan, {name: cast(np.ndarray, written[name]) for name in names})
         _say_caps(result, say)
@@ -276,22 +319,22 @@ ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
 
 
 def _incremental(
-    home: Path,
+    opened: Previous,
     plan: ModelPlan,
     panel: Panel,
     master: pd.DataFrame,
     digests: dict[str, Any],
     say: Callable[[str], None],
+    block_symbols: int = BLOCK_SYMBOLS,
+    dask_min_cells: int | None = None,
 ) -> tuple[SnapshotContent | None, dict[str, Any]]:
     """The reused part of the previous version, when there is one: (content, build block), or
-    (None, build block saying why the build is full)."""
-    folder = share_from(home)
-    previous: Snapshot | None = None
-    if folder is not None:
-        try:
-            previous = Snapshot.open(folder)
-        except SnapshotError as exc:
-            return None, {"mode": "full", "reasons": [f"previous version unusable: {exc}"]}
+    (None, build block saying why the build is full). With `dask_min_cells` (a Dask build is
+    asked for), a tail of more cells than that is left to a full Dask build."""
+    folder = opened.folder
+    previous: Snapshot | None = opened.snapshot
+    if opened.problem is not None:
+        return None, {"mode": "full", "reasons": [f"previous version unusable: {opened.problem}"]}
     manifest: dict[str, Any] | None = None
     if previous is not None:
         manifest = dict(previous.manifest)
@@ -302,7 +345,17 @@ def _incremental(
         say(why)
     if decision.chunk == 0 or previous is None or manifest is None:
         return None, {"mode": "full", "reasons": decision.reasons}
+    block = int(manifest["arrays"]["grid"]["block"])
+    if block != block_symbols:
+        why = f"the chunk grid's block changes ({block} -> {block_symbols} symbols)"
+        return None, {"mode": "full", "reasons": [*decision.reasons, why]}
     start = decision.chunk * CHUNK_SESSIONS
+    cells = len(plan.symbols) * (len(plan.sessions) - start)
+    if dask_min_cells is not None and cells > dask_min_cells:
+        why = f"{cells:,} cells to compute, more than {dask_min_cells:,} (dask_min_cells)"
+        return None, {"mode": "full", "reasons": [*decision.reasons, why]}
+    if dask_min_cells is not None:
+        say(f"incremental in process: {cells:,} cells, at most {dask_min_cells:,} (dask_min_cells)")
     say(f"incremental: computing sessions from {str(plan.sessions[start])[:10]}")
     tail = incremental.run_tail(plan, start)
     result = incremental.tail_result(plan, tail, start, previous)
@@ -348,6 +401,7 @@ def build_demo(
     replace: bool = False,
     force: bool = False,
     progress: Callable[[str], None] | None = None,
+    store: VersionStore | None = None,
 ) -> dict[str, Any]:
     """The demo pipeline, written once: generate the seeded market, write it as a vendor would
     (`<home>/demo/`), ingest it through the user's path, build and publish its snapshot.
@@ -372,5 +426,10 @@ def build_demo(
     if not report.ok:
         raise DemoDataInvalid(f"the demo data failed validation; see {report.report_dir}")
     return build_snapshot(
-        home, params or ModelParams(), market_etf=market_etf, force=force, progress=say
+        home,
+        params or ModelParams(),
+        market_etf=market_etf,
+        force=force,
+        progress=say,
+        store=store,
     )

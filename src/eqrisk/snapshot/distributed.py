@@ -2,9 +2,14 @@
 worker writing the chunk files of its own blocks into the new version.
 
 The builder plans the run (returns, factor layout, flat factors, the cap rank: what needs the
-universe), scatters the small shared factor series to every worker once, and sends each task
-the rows of whole blocks of the snapshot's chunk grid (`chunks.BLOCK_SYMBOLS` symbols each):
-their returns, prices and leave-one-out factor rows. The worker runs
+universe), scatters the small shared factor series to every worker once (each holds a copy),
+and sends each task the rows of whole blocks of the snapshot's chunk grid (`block_symbols`
+symbols each, the `block_symbols` setting): their returns, prices and leave-one-out factor
+rows, written to the staging folder (`.inputs/`, on the store every host mounts) and read
+there by the task, never scattered to one worker, so that the scheduler reruns the task of a
+lost worker on another (the rerun first removes what the lost one wrote of its blocks); the
+build fails, with one line (DaskUnavailable), only when the cluster is gone.
+The worker runs
 `eqrisk.model.run.run_block`, the very function of the local build, adds the price metrics of
 its rows and writes its blocks' chunks (`chunks.write_block`, hard links to the previous
 version's equal files) into a staging folder of the snapshot store, which every host mounts at
@@ -19,11 +24,16 @@ numbers in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import pickle
+import shutil
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +65,9 @@ if TYPE_CHECKING:
 
 # Blocks in flight per worker: one running, one on its way (the transfer hides behind the work).
 IN_FLIGHT_PER_WORKER = 2
+# A task that raised is tried again this many times (a task whose worker was lost is rerun
+# elsewhere by the scheduler anyway, up to distributed.scheduler.allowed-failures times).
+TASK_RETRIES = 1
 
 # numba's default threading layer must not be entered by two threads of one process at once:
 # a worker started with several threads runs its blocks one at a time, each in parallel inside.
@@ -134,6 +147,41 @@ def _worker_threads(client: Client) -> tuple[int, int | None]:
     return len(workers), threads
 
 
+@contextmanager
+def _large_tasks() -> Iterator[None]:
+    """A block's inputs travel inside its task on purpose (a few MB: what makes it rerunnable
+    elsewhere): Dask's warning about large objects in a task graph is not for this case."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ll]arge object.*")
+        yield
+
+
+def _result(future: Future[Any]) -> Any:
+    """A task's result; the cluster gone (the scheduler unreachable, every worker lost, a task
+    that killed its workers again and again) is DaskUnavailable, one line."""
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    try:
+        return future.result()
+    except KilledWorker as exc:
+        raise DaskUnavailable(
+            f"the Dask build lost its workers ({_one_line(exc)}); nothing changed: check the "
+            "workers' memory and logs, or build without --dask"
+        ) from None
+    except (CommClosedError, CancelledError, OSError) as exc:
+        raise DaskUnavailable(
+            f"the Dask cluster went away during the build ({_one_line(exc)}); nothing "
+            "changed: restart it, or build without --dask"
+        ) from None
+
+
+def _one_line(exc: BaseException, most: int = 200) -> str:
+    """An exception as a short line (Dask's messages span lines)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def _in_flight(
     items: Sequence[Any], submit: Callable[[Any], Future[Any]], workers: int
 ) -> Iterator[tuple[Any, Any]]:
@@ -156,7 +204,7 @@ def _in_flight(
     for _ in range(workers * IN_FLIGHT_PER_WORKER):
         submit_next()
     for future in running:
-        result = future.result()
+        result = _result(future)
         item = item_of.pop(future.key)
         future.release()
         submit_next()
@@ -184,10 +232,18 @@ def run_model_dask(
 
     def submit(bound: tuple[int, int]) -> Future[dict[str, np.ndarray]]:
         start, stop = bound
-        block = client.scatter(plan.block(start, stop), hash=False)
-        return client.submit(
-            _block_task, shared, block, threads, key=f"eqrisk-block-{run_id}-{start}", pure=False
-        )
+        # The block goes in the task itself, not scattered to one worker: the scheduler
+        # holds it and reruns the task elsewhere when its worker is lost.
+        with _large_tasks():
+            return client.submit(
+                _block_task,
+                shared,
+                plan.block(start, stop),
+                threads,
+                key=f"eqrisk-block-{run_id}-{start}",
+                pure=False,
+                retries=TASK_RETRIES,
+            )
 
     n, n_t = plan.returns.shape
     joined: dict[str, np.ndarray] = {}
@@ -349,14 +405,36 @@ def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> Bl
     )
 
 
+INPUTS = ".inputs"  # a staging folder's block inputs, one file a task (removed at the end)
+
+
+def _dump(job: BlockJob, path: Path) -> None:
+    """Write a job's inputs where every worker reads them (whole or not at all)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    with open(tmp, "wb") as fh:
+        pickle.dump(job, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def _write_task_from(
+    shared: SharedFactors, path: str, derive: tuple[str, ...] | None, threads: int | None
+) -> BlockWritten:
+    """A worker's task: the job's inputs read from the store, then `_write_task`."""
+    with open(path, "rb") as fh:
+        job: BlockJob = pickle.load(fh)
+    return _write_task(shared, dataclasses.replace(job, derive=derive), threads)
+
+
 def write_model_dask(
     plan: ModelPlan,
-    client: Client,
+    client: Client | None,
     folder: Path,
     *,
     previous: Path | None = None,
     block_rows: int = chunks.BLOCK_SYMBOLS,
     progress: Callable[[str], None] | None = None,
+    block_symbols: int = chunks.BLOCK_SYMBOLS,
 ) -> tuple[Staged, list[str]]:
     """Run the model on the cluster of `client`, the workers writing the arrays of the version
     into `folder` (a staging folder on the shared store; chunks equal to `previous`'s are hard
@@ -364,17 +442,24 @@ def write_model_dask(
     multiple of its block. Returns the staged arrays and the metric names in published order.
 
     A field is derived on read (not stored) when every block can derive it, as in a local
-    build; a block that left out a field another block could not derive is run again."""
+    build; a block that left out a field another block could not derive is run again.
+
+    `client` None runs the tasks here, one after the other: the local full build, each block
+    computed, written to its chunk files and dropped (no (n x T) output is ever held)."""
     say = progress or (lambda _msg: None)
     n, n_t = plan.returns.shape
-    grid = chunks.ChunkGrid(n, n_t)
+    grid = chunks.ChunkGrid(n, n_t, block_symbols)
     per_task = max(1, -(-block_rows // grid.block))
     bounds = [(b, min(b + per_task, grid.blocks)) for b in range(0, grid.blocks, per_task)]
-    workers, threads = _worker_threads(client)
-    shared = client.scatter(plan.shared, broadcast=True, hash=False)
+    if client is None:
+        workers, threads, shared = 1, None, plan.shared
+    else:
+        workers, threads = _worker_threads(client)
+        shared = client.scatter(plan.shared, broadcast=True, hash=False)
     rank = plan.cap_ranks()
     run_id = uuid.uuid4().hex[:8]
     folder.mkdir(parents=True, exist_ok=True)
+    inputs = folder / INPUTS
     sent = {name: _unless_all_nan(getattr(plan.panel, name)) for name in PRICE_INPUTS}
 
     def job(b0: int, b1: int, derive: tuple[str, ...] | None = None) -> BlockJob:
@@ -396,32 +481,51 @@ def write_model_dask(
     ) -> list[BlockWritten]:
         def submit(item: tuple[int, int, tuple[str, ...] | None]) -> Future[BlockWritten]:
             b0, b1, derive = item
-            scattered = client.scatter(job(b0, b1, derive), hash=False)
+            # The job's inputs go to the store, not to one worker: a task reads them there,
+            # so that the scheduler reruns the task of a lost worker on another (the task
+            # itself is a path); a second pass reads the first pass's file.
+            path = inputs / f"{b0}.pickle"
+            if not path.exists():
+                _dump(job(b0, b1), path)
+            assert client is not None
             return client.submit(
-                _write_task,
+                _write_task_from,
                 shared,
-                scattered,
+                str(path),
+                derive,
                 threads,
                 key=f"eqrisk-write-{run_id}-{what}-{b0}",
                 pure=False,
+                retries=TASK_RETRIES,
             )
 
         got: list[BlockWritten] = []
-        for done, (_item, written) in enumerate(_in_flight(jobs, submit, workers), start=1):
+        done_here: Iterator[tuple[Any, BlockWritten]]
+        if client is None:
+            done_here = ((item, _write_task(shared, job(*item), None)) for item in jobs)
+        else:
+            done_here = _in_flight(jobs, submit, workers)
+        for done, (_item, written) in enumerate(done_here, start=1):
             got.append(written)
             say(f"blocks {done}/{len(jobs)} {what}")
         return got
 
-    say(
-        f"blocks 0/{len(bounds)} written ({workers} workers, {grid.block * per_task} symbols "
-        "a task, written by the workers)"
-    )
-    written = {w.b0: w for w in run([(b0, b1, None) for b0, b1 in bounds], "written")}
-    derived = sorted(set.intersection(*(set(w.derived) for w in written.values())))
-    again = [(w.b0, w.b1, tuple(derived)) for w in written.values() if w.derived != derived]
-    if again:
-        say(f"{len(again)} blocks written again: a field not derivable everywhere is stored")
-        written.update({w.b0: w for w in run(again, "rewritten")})
+    if client is None:
+        say(f"blocks 0/{len(bounds)} written (in process, {grid.block * per_task} symbols each)")
+    else:
+        say(
+            f"blocks 0/{len(bounds)} written ({workers} workers, {grid.block * per_task} "
+            "symbols a task, written by the workers)"
+        )
+    try:
+        written = {w.b0: w for w in run([(b0, b1, None) for b0, b1 in bounds], "written")}
+        derived = sorted(set.intersection(*(set(w.derived) for w in written.values())))
+        again = [(w.b0, w.b1, tuple(derived)) for w in written.values() if w.derived != derived]
+        if again:
+            say(f"{len(again)} blocks written again: a field not derivable everywhere is stored")
+            written.update({w.b0: w for w in run(again, "rewritten")})
+    finally:
+        shutil.rmtree(inputs, ignore_errors=True)
     return _staged(folder, grid, [written[b0] for b0, _ in bounds], derived), written[0].names
 
 

@@ -106,6 +106,7 @@ class SnapshotContent:
     inputs: dict[str, Any] | None = None  # digests of the model's inputs (`incremental`)
     build: dict[str, Any] | None = None  # how it was built and why (full / incremental)
     staged: Staged | None = None  # arrays the workers of a Dask build wrote already
+    block: int = chunks.BLOCK_SYMBOLS  # symbols per block of the chunk grid (S)
     risk: Any = None  # `risk_store.RiskInputs`: the risk model is computed and stored
     risk_accuracy: dict[str, Any] | None = None  # `risk_evaluation.accuracy_record`
 
@@ -128,8 +129,13 @@ def write_content(
     fields: dict[str, Any] = dict(result.metrics)
     for name in PANEL_ARRAYS:
         fields[name] = getattr(panel, name)
-    grid = chunks.ChunkGrid(len(result.symbols), len(panel.sessions))
+    block = content.block
     reuse = content.reuse
+    if reuse is not None:
+        block = int(reuse.manifest["arrays"]["grid"]["block"])
+    if content.staged is not None:
+        block = int(content.staged.arrays["grid"]["block"])
+    grid = chunks.ChunkGrid(len(result.symbols), len(panel.sessions), block)
     if reuse is not None:
         previous = reuse.previous
     if content.staged is not None:

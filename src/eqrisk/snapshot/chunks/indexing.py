@@ -1,0 +1,213 @@
+"""How a field of a chunked version is indexed like the dense (n x T) array it replaces:
+stored fields (`ChunkedArray`) and derived ones (`DerivedArray`) on one base."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from eqrisk.snapshot.chunks.derivations import derive
+from eqrisk.snapshot.chunks.grid import FieldArray
+
+if TYPE_CHECKING:
+    from eqrisk.snapshot.chunks.reader import ChunkStore
+
+
+def _index(key: Any, size: int) -> int | slice | np.ndarray:
+    """One axis of an index: an int (checked, non-negative), a slice, or an int array."""
+    if isinstance(key, slice):
+        return key
+    if isinstance(key, (int, np.integer)):
+        i = int(key)
+        if not -size <= i < size:
+            raise IndexError(f"index {i} is out of bounds for axis with size {size}")
+        return i % size
+    arr = np.asarray(key)
+    if arr.dtype == bool:
+        return np.flatnonzero(arr)
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < -size or arr.max() >= size):
+        raise IndexError(f"index out of bounds for axis with size {size}")
+    return arr % size
+
+
+def _row_span(key: Any, n: int, t: int) -> tuple[int, int, int] | None:
+    """(row, lo, hi) when `key` is the per-ticker read `[row, lo:hi]` (an int row in range, a
+    step-less slice of sessions), else None: the fast path of every field's indexing."""
+    if type(key) is tuple and len(key) == 2:
+        r, cols = key
+        if type(r) is int and type(cols) is slice and cols.step is None and 0 <= r < n:
+            lo, hi, _ = cols.indices(t)
+            return r, lo, hi
+    return None
+
+
+class FieldIndexing:
+    """What every field of a chunked version shares: an (n x T) float64 array's shape, the
+    per-ticker long read (`a[r, lo:hi]` over more than two chunks) served from the row the
+    store assembled with every field, and `np.asarray` of the whole."""
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+    shape: tuple[int, int]
+    _store: ChunkStore | None
+    _position: int  # the field's row in an assembled row, -1: none (never stored)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def _assembled(self, r: int, lo: int, hi: int) -> np.ndarray | None:
+        """Sessions [lo, hi) of row r from the store's assembled row, when the read is long
+        and the field has a row there; else None (the caller reads its own runs)."""
+        store = self._store
+        if store is None or self._position < 0 or not store.is_long(lo, hi):
+            return None
+        out: np.ndarray = store.cached_row(r)[self._position, lo:hi]
+        return out
+
+    def _whole(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        full = self._whole()
+        return full if dtype is None else full.astype(dtype)
+
+
+class ChunkedArray(FieldIndexing):
+    """One stored field of a chunked version, read as the dense (n x T) float64 array it was."""
+
+    def __init__(self, store: ChunkStore, name: str) -> None:
+        self.store, self.name, self.grid = store, name, store.grid
+        self._store = store
+        self.shape = (store.grid.n, store.grid.t)
+        self._position = store.position.get(name, -1)  # -1: never stored, all NaN
+
+    def chunk(self, b: int, c: int) -> np.ndarray | None:
+        """The (rows x L) chunk (its stored dtype), None when not stored (all NaN)."""
+        return self.store.dense(self.name, b, c)
+
+    def row(self, r: int, lo: int, hi: int) -> np.ndarray:
+        """Sessions [lo, hi) of row r: the per-ticker read (from the assembled row when the
+        store keeps it, else one copy of the runs it spans)."""
+        if hi <= lo:
+            return np.full(0, np.nan)
+        assembled = self._assembled(r, lo, hi)
+        if assembled is not None:
+            return assembled
+        if self._position < 0 and self.store.is_long(lo, hi):
+            return self.store.nan_row[lo:hi]
+        if self._position < 0:
+            return np.full(hi - lo, np.nan)
+        L = self.grid.chunk
+        first, last = lo // L, (hi - 1) // L + 1
+        b, local = divmod(r, self.grid.block)
+        parts = []
+        for c in range(first, last):
+            part = self.store.run(self.name, b, c, local)
+            if part is None:
+                c0, c1 = self.grid.cols(c)
+                part = np.full(c1 - c0, np.nan)
+            parts.append(part)
+        joined = np.concatenate(parts, dtype=np.float64, casting="safe")
+        return joined[lo - first * L : hi - first * L]
+
+    def points(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Values at (rows[i], cols[i]) pairs (broadcast together)."""
+        rows, cols = np.broadcast_arrays(np.asarray(rows, np.int64), np.asarray(cols, np.int64))
+        out = np.full(rows.shape, np.nan)
+        if not rows.size:
+            return out
+        g = self.grid
+        cell = (rows // g.block) * g.chunks + cols // g.chunk
+        for key in np.unique(cell):
+            b, c = divmod(int(key), g.chunks)
+            arr = self.chunk(b, c)
+            if arr is not None:
+                m = cell == key
+                out[m] = arr[rows[m] - b * g.block, cols[m] - c * g.chunk]
+        return out
+
+    def outer(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The (len(rows) x len(cols)) block of every row at every column."""
+        g = self.grid
+        out = np.full((len(rows), len(cols)), np.nan)
+        row_block, col_chunk = rows // g.block, cols // g.chunk
+        for b in np.unique(row_block):
+            ri = np.flatnonzero(row_block == b)
+            for c in np.unique(col_chunk):
+                arr = self.chunk(int(b), int(c))
+                if arr is not None:
+                    ci = np.flatnonzero(col_chunk == c)
+                    sub = arr[np.ix_(rows[ri] - b * g.block, cols[ci] - c * g.chunk)]
+                    out[np.ix_(ri, ci)] = sub
+        return out
+
+    def __getitem__(self, key: Any) -> Any:
+        span = _row_span(key, self.grid.n, self.grid.t)  # the per-ticker read, first
+        if span is not None:
+            return self.row(*span)
+        if not isinstance(key, tuple):
+            key = (key,)
+        if len(key) == 1:
+            key = (key[0], slice(None))
+        if len(key) != 2:
+            raise IndexError(f"a {self.name} array takes two indexes (row, session), got {key!r}")
+        r, c = _index(key[0], self.grid.n), _index(key[1], self.grid.t)
+        if isinstance(r, int) and isinstance(c, slice):
+            lo, hi, step = c.indices(self.grid.t)
+            if step == 1:
+                return self.row(r, lo, hi)
+        if isinstance(r, int) and isinstance(c, int):
+            # One value (a ticker's latest metric): its run, directly.
+            b, local = divmod(r, self.grid.block)
+            k, at = divmod(c, self.grid.chunk)
+            run = self.store.run(self.name, b, k, local) if self._position >= 0 else None
+            return np.float64(np.nan) if run is None else np.float64(run[at])
+        if isinstance(r, int) and isinstance(c, np.ndarray) and c.ndim == 1 and c.size:
+            # Sessions picked from one row (Service A: the days a price is published): one
+            # row read over their span, then a gather, instead of a lookup per chunk.
+            lo, hi = int(c.min()), int(c.max()) + 1
+            return self.row(r, lo, hi)[c - lo]
+        if not isinstance(r, slice) and not isinstance(c, slice):
+            got = self.points(np.asarray(r), np.asarray(c))
+            return got[()] if got.ndim == 0 else got
+        rows = np.arange(self.grid.n)[r] if isinstance(r, slice) else np.atleast_1d(r)
+        cols = np.arange(self.grid.t)[c] if isinstance(c, slice) else np.atleast_1d(c)
+        block = self.outer(rows.ravel(), cols.ravel())
+        if isinstance(r, int):
+            return block[0]
+        if isinstance(c, int):
+            return block[:, 0]
+        return block.reshape(*rows.shape, *cols.shape)
+
+    def _whole(self) -> np.ndarray:
+        return self.outer(np.arange(self.grid.n), np.arange(self.grid.t))
+
+
+class DerivedArray(FieldIndexing):
+    """A field computed on read from stored ones (see DERIVATIONS); a long read of one row
+    (`a[r, lo:hi]` over more than two chunks) is a view of the row the store assembled, where
+    the field was computed with the others."""
+
+    def __init__(
+        self, op: str, sources: list[FieldArray], store: ChunkStore | None = None, name: str = ""
+    ) -> None:
+        self.op, self.sources = op, sources
+        self.shape = (int(sources[0].shape[0]), int(sources[0].shape[1]))
+        self._store = store
+        self._position = store.position.get(name, -1) if store is not None else -1
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._store is not None and self._position >= 0:
+            whole = key if type(key) is tuple else (key, slice(None))  # `a[r]` reads row r
+            span = _row_span(whole, *self.shape)
+            if span is not None:
+                assembled = self._assembled(*span)
+                if assembled is not None:
+                    return assembled
+        with np.errstate(all="ignore"):
+            return derive(self.op, [s[key] for s in self.sources])
+
+    def _whole(self) -> np.ndarray:
+        return np.asarray(self[:, :], dtype=np.float64)

@@ -1,0 +1,108 @@
+"""Where a chunk lives in a version folder (own files, group files and their runs index), the
+order of fields in a group file, the narrowest dtype a chunk is stored in, and the files a
+manifest's `arrays` block implies (what opening a version checks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eqrisk.snapshot.chunks.grid import (
+    CODES,
+    DENSE_GROUPS,
+    EMPTY,
+    GROUP_DIR,
+    GROUPED,
+    RUNS,
+    ChunkGrid,
+)
+
+SPARSE_LAST = ("l2_sec_er", "l2_sec_hr", "l3_sec_er", "l3_sec_hr", "l3_sub_er", "l3_sub_hr")
+
+
+def group_order(name: str) -> tuple[int, str]:
+    """Order of the fields in a group file (layout chunks-2; chunks-1: alphabetical)."""
+    return (SPARSE_LAST.index(name) + 1 if name in SPARSE_LAST else 0, name)
+
+
+def chunk_path(name: str, b: int, c: int) -> Path:
+    """Path of one field's own chunk file (a narrow dtype) inside a version folder."""
+    return Path("arrays") / name / f"{b}.{c}.npy"
+
+
+def group_path(b: int, c: int) -> Path:
+    """Path of the group file of (block b, chunk c): its float64 fields, (rows x fields x L)."""
+    return Path("arrays") / GROUP_DIR / f"{b}.{c}.npy"
+
+
+def runs_path(b: int, c: int) -> Path:
+    """Path of the runs index of group file (b, c): (rows x fields) int32, -1 = not stored."""
+    return Path("arrays") / GROUP_DIR / f"{b}.{c}.runs.npy"
+
+
+def group_runs(stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A (rows x fields x L) group as (runs x L) float64, the runs holding a number in
+    row-major order, and the (rows x fields) int32 index of each run (-1: all NaN)."""
+    kept = ~np.isnan(stacked).all(axis=2)
+    index = np.full(kept.shape, -1, dtype=np.int32)
+    index[kept] = np.arange(int(kept.sum()), dtype=np.int32)
+    return np.ascontiguousarray(stacked[kept]), index
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def narrowest(values: np.ndarray) -> np.ndarray:
+    """`values` (float64) in the narrowest dtype that converts back to the same bits."""
+    for code in ("B", "H", "f"):
+        dtype = CODES[code]
+        if dtype.kind == "u" and not np.isfinite(values).all():
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            narrow = values.astype(dtype)
+        if same_bits(narrow.astype(np.float64), values):
+            return narrow
+    return values
+
+
+def expected_chunks(
+    arrays: Mapping[str, Any],
+) -> Iterator[tuple[Path, tuple[int | None, ...], str]]:
+    """(path, shape, dtype code in FILE_DTYPES) of every chunk file a manifest's `arrays` block
+    lists; None in a shape is any length (the runs a group file holds)."""
+    grid = ChunkGrid.of(arrays["grid"])
+    dense_groups = arrays.get("layout", DENSE_GROUPS) == DENSE_GROUPS
+    table = arrays["chunks"]
+    for name, codes in table.items():
+        if len(codes) != grid.blocks or any(len(line) != grid.chunks for line in codes):
+            raise ValueError(f"chunk table of {name} does not fit the grid")
+    for b, c in grid.cells():
+        r0, r1 = grid.rows(b)
+        c0, c1 = grid.cols(c)
+        grouped = 0
+        for name in sorted(table):
+            code = table[name][b][c]
+            if code == GROUPED:
+                grouped += 1
+            elif code != EMPTY:
+                yield chunk_path(name, b, c), (r1 - r0, c1 - c0), code
+        if grouped and dense_groups:
+            yield group_path(b, c), (r1 - r0, grouped, c1 - c0), GROUPED
+        elif grouped:
+            yield group_path(b, c), (None, c1 - c0), GROUPED
+            yield runs_path(b, c), (r1 - r0, grouped), RUNS
+    for name, (_op, *sources) in arrays["derived"].items():
+        missing = [s for s in sources if s not in table]
+        if missing:
+            raise ValueError(f"derived field {name} names sources not stored: {missing}")
+
+
+def shape_fits(found: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
+    """True when a file's shape is the expected one (None: any length on that axis)."""
+    return len(found) == len(expected) and all(
+        e is None or f == e for f, e in zip(found, expected, strict=True)
+    )

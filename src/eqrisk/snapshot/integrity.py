@@ -1,0 +1,162 @@
+"""Checksums of a version's files, recorded in its manifest when it is written, and the check of
+every byte of a store (`eqrisk snapshots verify`).
+
+Versions share files by hard links, so one damaged file damages every version that links it:
+a damaged file is reported once, with every version it belongs to. A file is hashed once per
+check however many versions link it (by its inode), and a build hashes only the files it
+wrote: a file linked from the previous version keeps the checksum recorded there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ALGORITHM = "blake2b-128"
+MANIFEST = "manifest.json"
+_BLOCK = 1 << 20
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while block := fh.read(_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files(folder: Path) -> list[str]:
+    """Every file of a version folder but its manifest, as sorted relative paths."""
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST
+    )
+
+
+def record(folder: Path, previous: Path | None = None) -> dict[str, Any]:
+    """The manifest's `checksums` block of the version being written in `folder`: a file that
+    is the very file (a hard link) of `previous` keeps the checksum `previous` records."""
+    known: dict[str, str] = {}
+    if previous is not None:
+        try:
+            old = json.loads((previous / MANIFEST).read_text()).get("checksums") or {}
+        except (OSError, ValueError):
+            old = {}
+        if old.get("algorithm") == ALGORITHM:
+            known = dict(old.get("files", {}))
+    files: dict[str, str] = {}
+    for rel in _files(folder):
+        path = folder / rel
+        digest = known.get(rel)
+        if digest is not None and previous is not None:
+            try:
+                if os.path.samestat(path.stat(), (previous / rel).stat()):
+                    files[rel] = digest
+                    continue
+            except FileNotFoundError:
+                pass
+        files[rel] = file_digest(path)
+    return {"algorithm": ALGORITHM, "files": files}
+
+
+@dataclass
+class Damage:
+    """One damaged file (an inode, or a missing path) and every (version, path) that has it."""
+
+    problem: str
+    places: list[tuple[str, str]]
+
+    @property
+    def versions(self) -> list[str]:
+        return sorted({v for v, _ in self.places}, key=_number)
+
+    def describe(self) -> dict[str, Any]:
+        paths = sorted({rel for _, rel in self.places})
+        return {"files": paths, "problem": self.problem, "versions": self.versions}
+
+    def line(self) -> str:
+        paths = ", ".join(sorted({rel for _, rel in self.places}))
+        shared = len(self.versions)
+        where = f"in {shared} versions sharing it" if shared > 1 else "in"
+        return f"{paths} {self.problem}, {where}: {', '.join(self.versions)}"
+
+
+def _number(version: str) -> tuple[int, str]:
+    head = version.split("-")[0]
+    return (int(head[1:]) if head[1:].isdigit() else 0, version)
+
+
+@dataclass
+class Report:
+    """What `verify` found: versions checked, files and bytes hashed, versions that record no
+    checksums (written before them), and the damaged files."""
+
+    versions: list[str] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    unrecorded: list[str] = field(default_factory=list)
+    damaged: list[Damage] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "versions": self.versions,
+            "files_checked": self.files,
+            "bytes_checked": self.bytes,
+            "without_checksums": self.unrecorded,
+            "damaged": [d.describe() for d in self.damaged],
+        }
+
+
+def verify(root: Path, versions: list[str]) -> Report:
+    """Check every file each of `versions` (folders of `root`) records a checksum for."""
+    report = Report(versions=list(versions))
+    digests: dict[tuple[int, int], str] = {}
+    places: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    bad: dict[tuple[int, int], str] = {}
+    missing: list[Damage] = []
+    for version in versions:
+        folder = root / version
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text())
+        except (OSError, ValueError) as exc:
+            missing.append(Damage(f"is unreadable ({exc})", [(version, MANIFEST)]))
+            continue
+        block = manifest.get("checksums")
+        if not isinstance(block, dict) or block.get("algorithm") != ALGORITHM:
+            report.unrecorded.append(version)
+            for rel in _files(folder):  # still tell which versions share a damaged file
+                st = (folder / rel).stat()
+                places.setdefault((st.st_dev, st.st_ino), []).append((version, rel))
+            continue
+        for rel, expected in sorted(block["files"].items()):
+            path = folder / rel
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                missing.append(Damage("is missing", [(version, rel)]))
+                continue
+            key = (st.st_dev, st.st_ino)
+            places.setdefault(key, []).append((version, rel))
+            if key not in digests:
+                try:
+                    digests[key] = file_digest(path)
+                except OSError as exc:
+                    digests[key] = f"unreadable: {exc}"
+                report.files += 1
+                report.bytes += st.st_size
+            if digests[key] != expected and key not in bad:
+                bad[key] = (
+                    f"cannot be read ({digests[key][12:]})"
+                    if digests[key].startswith("unreadable")
+                    else f"does not match its checksum ({ALGORITHM})"
+                )
+    report.damaged = [Damage(problem, places[key]) for key, problem in bad.items()] + missing
+    return report
