@@ -211,11 +211,18 @@ QUALITY_FIELDS = ("l1_hq", "l2_hq", "l3_hq")
 CASCADE = L3_FIELDS + L1_FIELDS + L2_FIELDS
 
 # What Service B's routes render: output column -> snapshot array, per answer.
+VOL_FIELDS = ("vol_23d", "vol_252d_ann")  # their history, per session (issue 22 item 8)
 TICKER_RETURNS_COLUMNS = columns(
-    "returns_gross", "returns_log", "price_close", *CASCADE, *FLOW_FIELDS, *QUALITY_FIELDS
+    "returns_gross",
+    "returns_log",
+    "price_close",
+    *CASCADE,
+    *FLOW_FIELDS,
+    *QUALITY_FIELDS,
+    *VOL_FIELDS,
 )
 RETURNS_COLUMNS = columns("returns_gross")
-L3_COLUMNS = columns(*L3_FIELDS)
+L3_COLUMNS = columns(*L3_FIELDS, *VOL_FIELDS)
 HEDGE_RATIO_COLUMNS = columns("l3_mkt_hr", "l3_sec_hr", "l3_sub_hr")
 BETA_FIELDS = ("l1_mkt_beta", "l2_sec_beta", "l3_sub_beta")
 METRICS_FIELDS = columns(

@@ -22,7 +22,6 @@ import pandas as pd
 from eqrisk.client import calls
 from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
-from eqrisk.client.errors import InvalidParameter
 from eqrisk.client.frames import LastCall, Portfolio
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -309,14 +308,15 @@ class Client(_Config):
 
     # ------------------------------------------------------------------------ factor frames
 
-    def factor_names(self, start: str = "1990-01-02") -> list[str]:
-        """The factors Service A publishes, `Mkt` first: the list `/facts` answers an unknown
-        factor with (one free call)."""
-        try:
-            self._run(fx.probe(start))
-        except InvalidParameter as exc:
-            return fx.factor_names(exc.accepted)
-        raise ValueError(f"the server publishes a factor named {fx.PROBE_FACTOR!r}")
+    def factor_names(self, start: str | None = None) -> list[str]:
+        """The factors Service A publishes, `Mkt` first (`GET /factor_list`, free; `start` is
+        not needed and kept for callers that pass it)."""
+        return fx.factor_names(self._run(fx.factor_list()))
+
+    def factor_list(self) -> list[dict[str, Any]]:
+        """GET /factor_list (free): the factors with their level (`L1` market, `L2` sector),
+        ETF and GICS sector."""
+        return self._run(fx.factor_list())
 
     def factor_returns(
         self, start: str, end: str | None = None, *, factors: Sequence[str] | None = None

@@ -18,6 +18,7 @@ from eqrisk.api.endpoints import (
     betas,
     daily,
     estimate,
+    factor_list,
     facts,
     health,
     heatmap,
@@ -53,6 +54,7 @@ ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
     symbol_returns.GROSS,
     symbol_returns.RESIDS,
     symbol_list.ENDPOINT,
+    factor_list.ENDPOINT,
 )
 
 # The endpoints /api/estimate prices, by name (`Endpoint.name`): those with a size.
