@@ -97,6 +97,11 @@ class CompressedCache:
                 self.hits += 1
             return body
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
     def put(self, key: tuple[str, str], body: bytes) -> None:
         if len(body) > self.max_bytes // 4:
             return
