@@ -142,6 +142,18 @@ def _with_vary(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def _weak_if_asked(headers: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
+    """A 304 for a compressed answer the client holds (it sent the weak tag) names it by the
+    tag it was sent with, the weak one."""
+    asked = _header(list(scope["headers"]), b"if-none-match") or b""
+    out = []
+    for key, value in headers:
+        if key.lower() == b"etag" and not value.startswith(b"W/") and b"W/" + value in asked:
+            value = b"W/" + value
+        out.append((key, value))
+    return out
+
+
 class Compression:
     """The ASGI middleware (see the module's docstring)."""
 
@@ -172,9 +184,13 @@ class Compression:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 status = message["status"]
-                if status == 304 or not _compressible(headers):
-                    if status == 304:
-                        message = {**message, "headers": _with_vary(headers)}
+                if status == 304:
+                    headers = _with_vary(headers)
+                    if encoding is not None:
+                        headers = _weak_if_asked(headers, scope)
+                    await send({**message, "headers": headers})
+                    return
+                if not _compressible(headers):
                     await send(message)
                     return
                 headers = _with_vary(headers)

@@ -63,6 +63,12 @@ class VersionedParams(Params):
         None, description=VERSION_DESCRIPTION, examples=["v3-20261121T120000Z"]
     )
 
+    @classmethod
+    def accepted(cls) -> list[str]:
+        """The route's own parameters, then `version`."""
+        names = super().accepted()
+        return [n for n in names if n != "version"] + ["version"]
+
 
 class BodyParams(Params):
     """A JSON body: unknown fields are refused with the list of accepted ones."""

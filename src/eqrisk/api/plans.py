@@ -180,6 +180,13 @@ def dated_window(
     return lo, hi, first, last
 
 
+def span_name(params: object, plan: SeriesPlan) -> str:
+    """A file name's span: `5y` for the last years, `START_END` for dates asked."""
+    if getattr(params, "start", None) is None and getattr(params, "end", None) is None:
+        return f"{getattr(params, 'years', 1)}y"
+    return f"{plan.start}_{plan.end}"
+
+
 def plan_years(
     snap: Snapshot,
     ticker: str,

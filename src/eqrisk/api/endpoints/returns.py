@@ -23,7 +23,14 @@ from eqrisk.api.params import (
     Years,
     given_years,
 )
-from eqrisk.api.plans import SeriesPlan, plan_years, require_rows, require_type, series_ticker
+from eqrisk.api.plans import (
+    SeriesPlan,
+    plan_years,
+    require_rows,
+    require_type,
+    series_ticker,
+    span_name,
+)
 from eqrisk.api.sizes import Size, series_size
 from eqrisk.snapshot.versions import Snapshot
 
@@ -97,7 +104,7 @@ def _answer(
         RETURNS_COLUMNS,
         canonical={"ticker": plan.symbol.ticker, "from": plan.start, "to": plan.end},
         years=None if p.start is not None else p.years,
-        filename=f"{plan.symbol.ticker}_{route}_{plan.start}_{plan.end}",
+        filename=f"{plan.symbol.ticker}_{route}_{span_name(p, plan)}",
         csv_comment=p.csv_comment,
     )
 

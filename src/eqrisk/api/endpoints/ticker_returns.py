@@ -21,7 +21,7 @@ from eqrisk.api.params import (
     Years,
     given_years,
 )
-from eqrisk.api.plans import SeriesPlan, latest, plan_years, require_rows, series_ticker
+from eqrisk.api.plans import SeriesPlan, latest, plan_years, require_rows, series_ticker, span_name
 from eqrisk.api.sizes import Size, series_size
 from eqrisk.snapshot.versions import Snapshot
 
@@ -78,7 +78,7 @@ def render(call: Call[TickerReturnsParams, SeriesPlan]) -> Response:
             "limit": p.limit,
         },
         years=None if p.start is not None else p.years,
-        filename=f"{plan.symbol.ticker}_ticker-returns_{plan.start}_{plan.end}",
+        filename=f"{plan.symbol.ticker}_ticker-returns_{span_name(p, plan)}",
         csv_comment=p.csv_comment,
         extra=lambda: {"asset_type": plan.symbol.asset_type},
         fresh=p.nocache,
