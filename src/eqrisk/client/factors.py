@@ -20,21 +20,26 @@ import httpx
 import pandas as pd
 
 from eqrisk.client.calls import Call, series
+from eqrisk.client.frames import frame_of
 
 MARKET_FACTOR = "Mkt"
 MAX_SYMBOLS = 100  # symbols per Service A call (the route's limit)
 
 
 def _factor_records(response: httpx.Response) -> list[dict[str, Any]]:
-    records = response.json()
+    if response.headers.get("content-type", "").startswith("text/csv"):
+        frame = frame_of(response).astype(object)
+        records: Any = frame.where(frame.notna(), None).to_dict("records")
+    else:
+        records = response.json()
     if not isinstance(records, list) or not records:
         raise ValueError(f"the server listed no factors ({records!r})")
     return [dict(r) for r in records]
 
 
-def factor_list() -> Call[list[dict[str, Any]]]:
+def factor_list(format: str | None = None) -> Call[list[dict[str, Any]]]:
     """GET /factor_list (free): one record per factor, `{fact, level, etf, sector}`."""
-    return Call("GET", "/factor_list", _factor_records, {"format": "json"})
+    return Call("GET", "/factor_list", _factor_records, {"format": format or "json"})
 
 
 def factor_names(records: list[dict[str, Any]]) -> list[str]:
