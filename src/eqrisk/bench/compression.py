@@ -1,4 +1,4 @@
-"""`eqrisk bench compression`: the bytes and the time of compressed answers next to identity.
+"""`eqrisk bench wire`: the bytes and the time of compressed answers next to identity.
 
 In process (ASGI, no network), on the demo market: each large answer asked with
 `Accept-Encoding: identity`, `gzip` and `br`; per encoding the bytes sent, the time of

@@ -92,7 +92,7 @@ def bench_serve(
     _print_metered(figures["metered"])
 
 
-@bench_app.command("compression")
+@bench_app.command("wire")
 def bench_compression(
     home: Annotated[
         Path | None,
