@@ -44,7 +44,8 @@ def test_one_line_per_request_with_its_values_and_no_key(home: Path, accounts: A
     assert key not in log  # not from a header, not from the query string
     [line] = _lines(log, "trace-ok")
     assert line["method"] == "GET" and line["target"] == "/api/metrics/NVDA"
-    assert line["status"] == "200" and int(line["bytes"]) == len(ok.content)
+    # The bytes sent: the compressed body's where the answer went compressed.
+    assert line["status"] == "200" and int(line["bytes"]) == int(ok.headers["content-length"])
     assert line["account"] == account_id and float(line["ms"]) > 0
     [line] = _lines(log, "trace-bad")
     assert line["target"] == "/api/tickers?mag7=true&apikey=***&token=***&credential=***"

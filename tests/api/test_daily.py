@@ -497,6 +497,7 @@ ROUTES = {
     "/gross": {"symbols": "AAPL", "start_time": "2026-10-01"},
     "/resids": {"symbols": "AAPL", "start_time": "2026-10-01"},
     "/symbol_list": {},
+    "/factor_list": {},
 }
 
 
@@ -576,7 +577,7 @@ def test_symbols_made_only_of_commas_is_a_missing_parameter(client):
     assert_problem(resp, 400, "MISSING_PARAMETER")
 
 
-@pytest.mark.parametrize("path", [p for p in ROUTES if p != "/symbol_list"])
+@pytest.mark.parametrize("path", [p for p in ROUTES if p not in ("/symbol_list", "/factor_list")])
 @pytest.mark.parametrize(
     ("param", "value"),
     [
@@ -594,7 +595,7 @@ def test_a_malformed_date_is_400(client, path, param, value):
     assert body["parameter"] == param and "YYYY-MM-DD" in body["detail"]
 
 
-@pytest.mark.parametrize("path", [p for p in ROUTES if p != "/symbol_list"])
+@pytest.mark.parametrize("path", [p for p in ROUTES if p not in ("/symbol_list", "/factor_list")])
 def test_start_after_end_is_400(client, path):
     params = {**ROUTES[path], "start_time": "2024-02-01", "end_time": "2024-01-31"}
     body = assert_problem(client.get(path, params=params, headers=KEY), 400, "INVALID_PARAMETER")
@@ -798,7 +799,9 @@ ACCEPTED = {
     "/gross": ["symbols", "start_time", "end_time", "format"],
     "/resids": ["symbols", "start_time", "end_time", "format"],
     "/symbol_list": ["top_n", "top_by", "ascending", "sector_code", "format"],
+    "/factor_list": ["format"],
 }
+ACCEPTED = {path: [*names, "version"] for path, names in ACCEPTED.items()}
 
 
 @pytest.mark.parametrize("path", list(ROUTES))

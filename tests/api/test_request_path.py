@@ -55,6 +55,7 @@ PRICES: dict[str, dict[str, Any]] = {
     "gross": {"usd": "0.0007"},
     "resids": {"usd": "0.0008"},
     "symbol_list": {"usd": "0.0009"},
+    "factor_list": {"usd": "0.0011"},
 }
 EXAMPLES = settings(
     max_examples=40,
@@ -88,6 +89,9 @@ FORMATS = maybe(st.sampled_from(["json", "CSV", " parquet", "xml"]))
 BOOLS = maybe(st.sampled_from(["true", "false", "1", "0", "True"]))
 ANY_TICKER = spelt(STOCKS + ETFS + UNKNOWN)
 DATES = st.sampled_from(["2025-06-02", "2026-10-01", "2014-01-02", "2030-01-01", "20260101"])
+RANGE = maybe(st.sampled_from(["2025-06-02", "2026-10-01", "2014-01-02", "02/06/2025"]))
+# A kept version by its number (the demo home keeps v1), the current one by an unknown name.
+VERSIONS = maybe(st.sampled_from(["1", "v1", "v9", ""]))
 SYMBOLS = st.lists(spelt(STOCKS + ETFS + UNKNOWN[:1]), min_size=1, max_size=4).map(",".join)
 
 # Path -> the strategy of its query parameters (None values are left out).
@@ -100,10 +104,14 @@ QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
             "limit": maybe(st.sampled_from(["1", "25", "0"])),
             "csv_comment": BOOLS,
             "nocache": BOOLS,
+            "start": RANGE,
+            "end": RANGE,
+            "version": VERSIONS,
         },
     ),
     "/api/returns": st.fixed_dictionaries(
-        {"ticker": ANY_TICKER}, optional={"years": YEARS, "format": FORMATS}
+        {"ticker": ANY_TICKER},
+        optional={"years": YEARS, "format": FORMATS, "start": RANGE, "end": RANGE},
     ),
     "/api/etf-returns": st.fixed_dictionaries(
         {},
@@ -111,7 +119,15 @@ QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     ),
     "/api/l3-decomposition": st.fixed_dictionaries(
         {"ticker": ANY_TICKER},
-        optional={"from": DATES, "to": DATES, "years": YEARS, "format": FORMATS},
+        optional={
+            "from": DATES,
+            "to": DATES,
+            "start": RANGE,
+            "end": RANGE,
+            "years": YEARS,
+            "format": FORMATS,
+            "version": VERSIONS,
+        },
     ),
     "/api/heatmap": st.fixed_dictionaries(
         {}, optional={"limit": st.sampled_from(["1", "7", "50", "500", "0", "501"])}
@@ -127,7 +143,11 @@ QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     ),
     "/daily": st.fixed_dictionaries(
         {"symbols": SYMBOLS, "start_time": DATES},
-        optional={"end_time": DATES, "fields": st.sampled_from(["close,volume", "nope", ""])},
+        optional={
+            "end_time": DATES,
+            "fields": st.sampled_from(["close,volume", "nope", ""]),
+            "version": VERSIONS,
+        },
     ),
     "/betas": st.fixed_dictionaries(
         {
@@ -154,6 +174,9 @@ QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
             "sector_code": st.sampled_from(["45", "99", ""]),
             "format": st.sampled_from(["json", "csv"]),
         },
+    ),
+    "/factor_list": st.fixed_dictionaries(
+        {}, optional={"format": st.sampled_from(["json", "csv", "xml"]), "version": VERSIONS}
     ),
 }
 METRICS_PATH = "/api/metrics/{ticker}"

@@ -718,7 +718,10 @@ def test_errors_say_what_is_accepted(client):
     unknown = problem("/api/ticker-returns?ticker=NVDA&yeras=2")
     assert unknown["parameters"] == ["yeras"]
     # issue 13: csv_comment, and the real service's limit and nocache, are accepted too
-    assert unknown["accepted"] == ["ticker", "years", "format", "csv_comment", "limit", "nocache"]
+    assert unknown["accepted"] == [
+        *("ticker", "years", "start", "end", "format", "csv_comment", "limit", "nocache"),
+        "version",
+    ]
     beyond = problem("/api/ticker-returns?ticker=NVDA&years=14")
     assert beyond["maximum"] == 13 and "1 to 13" in beyond["detail"]
     assert "'json', 'csv' or 'parquet'" in problem("/api/returns?ticker=NVDA&format=xml")["detail"]

@@ -172,3 +172,24 @@ def test_bench_writers_quick_mode_measures_the_same_rows_every_way(demo_settings
             assert fig["mb_per_s"] == pytest.approx(fig["mb"] / (fig["ms"] / 1e3))
         before = ways["before json (dict per row + orjson)"]["ms"]
         assert result["json_speedup"] == pytest.approx(before / ways["writer json"]["ms"])
+
+
+def test_bench_compression_figures_are_the_answers_bytes(demo_home, tmp_path) -> None:
+    """Each figure's bytes are the identity answer's compressed by the encoding it names (an
+    independent gzip/brotli decode gives the identity bytes back); Parquet is never encoded."""
+    import shutil
+
+    from eqrisk.bench.compression import run
+
+    home = tmp_path / "home"
+    shutil.copytree(demo_home / "snapshots", home / "snapshots")
+    figures = run(home, repeats=1, say=lambda _m: None)
+    rows = figures["results"]
+    assert len(rows) == 18
+    for row in rows:
+        assert row["ratio"] == row["identity_bytes"] / row["bytes"]
+        if "Parquet" in row["target"] or row["encoding"] == "identity":
+            assert row["sent_as"] == "identity" and row["bytes"] == row["identity_bytes"]
+        else:
+            assert row["sent_as"] == row["encoding"] and row["ratio"] > 2
+            assert row["compress_ms"] > 0 and row["request_hit_ms"] > 0

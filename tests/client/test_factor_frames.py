@@ -161,3 +161,28 @@ def test_the_documented_example_attributes_to_the_factors_and_leaves_the_residua
     np.testing.assert_allclose(
         book["common_returns"] + book["specific_returns"], book["total_returns"], atol=1e-15
     )
+
+
+def test_factor_names_come_from_factor_list_and_match_the_snapshot(
+    make: MakeClient, home: Path
+) -> None:
+    """`factor_names` reads `GET /factor_list` (no 400 scraped): the snapshot's factors, `Mkt`
+    first, each sector factor with the ETF its stocks' sector level uses."""
+    from eqrisk.snapshot.versions import SnapshotStore
+
+    c = make()
+    records = c.factor_list()
+    names = c.factor_names()
+    snap = SnapshotStore(home).current()
+    assert names == ["Mkt", *[n for n in snap.factor_names if n != "Mkt"]]
+    assert [r["fact"] for r in records] == names
+    table = snap.symbols
+    stocks = table[table["asset_type"] == "stock"]
+    for record in records:
+        if record["fact"] == "Mkt":
+            assert (record["level"], record["etf"], record["sector"]) == ("L1", "SPY", None)
+            continue
+        members = stocks[stocks["sector_factor"] == record["fact"]]
+        assert record["level"] == "L2" and len(members)
+        assert record["etf"] == members["sector_etf"].mode().iloc[0]
+        assert record["sector"] == members["gics_sector"].mode().iloc[0]

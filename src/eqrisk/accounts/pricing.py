@@ -84,6 +84,7 @@ DEFAULT_PRICES: dict[str, Price] = {
     "gross": _usd("0"),
     "resids": _usd("0"),
     "symbol_list": _usd("0"),
+    "factor_list": _usd("0"),
 }
 
 

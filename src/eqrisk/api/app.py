@@ -31,6 +31,7 @@ from eqrisk.accounts.pricing import PriceTable
 from eqrisk.accounts.writer import ChargeWriter
 from eqrisk.api import dashboard, outages, writers
 from eqrisk.api.bounds import Bounds
+from eqrisk.api.compression import CompressedCache, Compression
 from eqrisk.api.deps import served_snapshot
 from eqrisk.api.endpoint import register_all
 from eqrisk.api.endpoints import ENDPOINTS, ESTIMATED, check_prices, keyed_service
@@ -278,8 +279,9 @@ def create_app(
     # One charge writer per process; its groups whose COMMIT got no answer and could not be
     # settled at once are recorded under the home (accounts/doubt.py).
     app.state.writer = ChargeWriter(app.state.accounts, journal=settings.home_dir / JOURNAL_DIR)
-    # Starlette runs the last added middleware first: security headers, metrics, request id
-    # and access log, then the size limits (nothing below reads the network), then the gate, then routes.
+    # Starlette runs the last added middleware first: security headers, metrics, request id and
+    # access log, then the size limits (nothing below reads the network), compression, the gate,
+    # then routes.
     app.add_middleware(
         Gate,
         accounts=app.state.accounts,
@@ -290,6 +292,9 @@ def create_app(
         writer=app.state.writer,
         failed_keys=FailedKeys(app.state.limiter, settings.invalid_key_limit),
     )
+    # Outside the gate: the answer is priced, charged and replayed as rendered, then encoded.
+    app.state.compressed = CompressedCache()
+    app.add_middleware(Compression, cache=app.state.compressed)
     app.add_middleware(
         Bounds,
         max_body=settings.max_body_bytes,

@@ -7,6 +7,8 @@ route runs; the routes read who the gate let in, and price their calls through t
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
@@ -14,9 +16,24 @@ from fastapi.security import APIKeyHeader, HTTPBearer
 
 from eqrisk.api.errors import ApiError
 from eqrisk.api.gate import Caller
-from eqrisk.snapshot.versions import Snapshot, SnapshotError, SnapshotStore
+from eqrisk.snapshot.versions import (
+    Snapshot,
+    SnapshotError,
+    SnapshotStore,
+    UnknownVersion,
+    list_versions,
+    resolve_version,
+)
 
-__all__ = ["Caller", "DailyCaller", "RiskCaller", "SnapshotDep", "served_snapshot"]
+__all__ = [
+    "Caller",
+    "DailyCaller",
+    "KeptSnapshots",
+    "RiskCaller",
+    "SnapshotDep",
+    "served_snapshot",
+    "snapshot_at",
+]
 
 
 def served_snapshot(store: SnapshotStore) -> Snapshot:
@@ -26,6 +43,71 @@ def served_snapshot(store: SnapshotStore) -> Snapshot:
         return store.current()
     except SnapshotError as exc:
         raise ApiError("SERVICE_UNAVAILABLE", str(exc)) from exc
+
+
+class KeptSnapshots:
+    """Kept versions other than the current one, opened on demand (`version=`), the most
+    recently asked `size` of them held open (each holds its index, built once)."""
+
+    def __init__(self, size: int = 3) -> None:
+        self.size = size
+        self._open: OrderedDict[str, Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, store: SnapshotStore, version: str) -> Snapshot:
+        with self._lock:
+            snap = self._open.get(version)
+            if snap is not None and (snap.path / "manifest.json").exists():
+                self._open.move_to_end(version)
+                return snap
+            self._open.pop(version, None)
+        snap = Snapshot.open(store.root / version)  # checks the files; a pruned one fails
+        with self._lock:
+            self._open[version] = snap
+            while len(self._open) > self.size:
+                self._open.popitem(last=False)
+        return snap
+
+
+_KEPT = "kept_snapshots"
+
+
+def version_not_found(store: SnapshotStore, name: str, why: str) -> ApiError:
+    kept = list_versions(store.home)
+    return ApiError(
+        "VERSION_NOT_FOUND",
+        f"no kept snapshot version {name!r} ({why}); kept: {', '.join(kept) or 'none'} "
+        "(leave `version` out for the current one)",
+        parameter="version",
+        kept=kept,
+    )
+
+
+def snapshot_at(app_state: Any, name: str | None) -> Snapshot:
+    """The snapshot a request asks for: the kept version `name` (its full name or number), or
+    the current one when `name` is None or blank. An unknown or pruned version is a 404
+    VERSION_NOT_FOUND listing the kept versions."""
+    store: SnapshotStore = app_state.snapshots
+    current = served_snapshot(store)
+    if name is None or not name.strip():
+        return current
+    name = name.strip()
+    if name == current.version:
+        return current
+    try:
+        version = resolve_version(store.home, name)
+    except UnknownVersion:
+        raise version_not_found(store, name, "not kept") from None
+    if version == current.version:
+        return current
+    kept: KeptSnapshots | None = getattr(app_state, _KEPT, None)
+    if kept is None:
+        kept = KeptSnapshots()
+        setattr(app_state, _KEPT, kept)
+    try:
+        return kept.get(store, version)
+    except SnapshotError as exc:
+        raise version_not_found(store, name, str(exc)) from exc
 
 
 async def current_snapshot(request: Request) -> Snapshot:

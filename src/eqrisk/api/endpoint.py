@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from eqrisk.accounts.pricing import PriceTable
 from eqrisk.api.body import JSON_MEDIA_TYPE, body_of
-from eqrisk.api.deps import daily_caller, risk_caller, served_snapshot
+from eqrisk.api.deps import daily_caller, risk_caller, snapshot_at
 from eqrisk.api.errors import ApiError
 from eqrisk.api.formats import negotiate
 from eqrisk.api.gate import METER_KEY, Caller, Meter, Priced
@@ -202,7 +202,7 @@ def metered(spec: Endpoint[P, T]) -> Callable[..., Any]:
     async def dependency(request: Request, caller: Caller, params: P) -> Call[P, T]:
         meter = _meter(request)
         meter.screen(spec.asked(params))
-        snap = served_snapshot(request.app.state.snapshots)
+        snap = snapshot_at(request.app.state, getattr(params, "version", None))
         fmt = negotiate(request, _format_of(params), spec.formats) if spec.formats else ""
         plan = plan_of(snap, params)  # on the loop: a plan decides, the renderer reads rows
         quote = spec.quote(plan, params, request.app.state.prices)

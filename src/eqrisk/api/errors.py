@@ -35,6 +35,7 @@ CODES: dict[str, tuple[int, str]] = {
     "TICKER_NOT_FOUND": (404, "Ticker not found"),
     "NOT_FOUND": (404, "No such route"),
     "NO_DATA": (404, "The data set has no data for this request"),
+    "VERSION_NOT_FOUND": (404, "No kept snapshot version of that name"),
     "METHOD_NOT_ALLOWED": (405, "Method not allowed"),
     "NOT_ACCEPTABLE": (406, "No acceptable response format"),
     "REQUEST_TIMEOUT": (408, "The request did not arrive in time"),

@@ -234,6 +234,7 @@ CASCADE = L3_FIELDS + L1_FIELDS + L2_FIELDS
 RISK_FIELDS = ("risk_total_vol", "risk_factor_vol", "risk_specific_vol")
 
 # What Service B's routes render: output column -> snapshot array, per answer.
+VOL_FIELDS = ("vol_23d", "vol_252d_ann")  # their history, per session (issue 22 item 8)
 TICKER_RETURNS_COLUMNS = columns(
     "returns_gross",
     "returns_log",
@@ -242,9 +243,10 @@ TICKER_RETURNS_COLUMNS = columns(
     *FLOW_FIELDS,
     *QUALITY_FIELDS,
     *RISK_FIELDS,
+    *VOL_FIELDS,
 )
 RETURNS_COLUMNS = columns("returns_gross")
-L3_COLUMNS = columns(*L3_FIELDS, *RISK_FIELDS)
+L3_COLUMNS = columns(*L3_FIELDS, *RISK_FIELDS, *VOL_FIELDS)
 HEDGE_RATIO_COLUMNS = columns("l3_mkt_hr", "l3_sec_hr", "l3_sub_hr")
 BETA_FIELDS = ("l1_mkt_beta", "l2_sec_beta", "l3_sub_beta")
 METRICS_FIELDS = columns(

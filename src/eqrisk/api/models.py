@@ -405,6 +405,15 @@ class ResidualRecord(BaseModel):
     )
 
 
+class FactorListRecord(BaseModel):
+    fact: str = Field(description="Factor name, as /facts and /betas take it.", examples=["Mkt"])
+    level: str = Field(description="`L1` (the market) or `L2` (a sector).", examples=["L1"])
+    etf: str | None = Field(description="The ETF of the factor's level.", examples=["SPY"])
+    sector: str | None = Field(
+        description="The GICS sector of a sector factor; null for `Mkt`.", examples=[None]
+    )
+
+
 class SymbolList(BaseModel):
     symbols: list[str] = Field(description="Tickers, best first.", examples=[["AAPL", "MSFT"]])
 

@@ -48,6 +48,28 @@ class Params(BaseModel):
         return [f.alias or name for name, f in cls.model_fields.items()]
 
 
+VERSION_DESCRIPTION = (
+    "A kept snapshot version to answer from (its full name, e.g. `v3-20261121T120000Z`, as in "
+    "`X-Model-Version`); default: the current one. The same request with the same `version` "
+    "gives the same answer while the version is kept (`eqrisk snapshots pin` keeps it); an "
+    "unknown version is a 404 VERSION_NOT_FOUND listing the kept ones."
+)
+
+
+class VersionedParams(Params):
+    """A data route's parameters: `version` picks a kept snapshot version (blank is absent)."""
+
+    version: str | None = Field(
+        None, description=VERSION_DESCRIPTION, examples=["v3-20261121T120000Z"]
+    )
+
+    @classmethod
+    def accepted(cls) -> list[str]:
+        """The route's own parameters, then `version`."""
+        names = super().accepted()
+        return [n for n in names if n != "version"] + ["version"]
+
+
 class BodyParams(Params):
     """A JSON body: unknown fields are refused with the list of accepted ones."""
 
@@ -193,6 +215,25 @@ Years = Annotated[
         ),
     ),
 ]
+START_DESCRIPTION = (
+    "First date, inclusive, YYYY-MM-DD: the rows from this date to `end` (instead of `years`; "
+    "give one of the two). A start after the end is a 400."
+)
+END_DESCRIPTION = (
+    "Last date, inclusive, YYYY-MM-DD (default: data_as_of); without `start`, the `years` "
+    "years up to this date."
+)
+Start = Annotated[IsoDate | None, Field(description=START_DESCRIPTION, examples=["2024-01-02"])]
+End = Annotated[IsoDate | None, Field(description=END_DESCRIPTION, examples=["2024-12-31"])]
+
+
+def given_years(params: Params) -> int | None:
+    """The `years` parameter when the request gave it, else None (its default then applies
+    only when no `start` is given)."""
+    value = getattr(params, "years", None)
+    return value if "years" in params.model_fields_set else None
+
+
 CSV_COMMENT_DESCRIPTION = (
     "true: a CSV answer starts with one comment line `# model_version=..., data_as_of=...` "
     "(read it with pandas.read_csv(..., comment='#')). Default false: the header row first. "

@@ -16,7 +16,7 @@ from datetime import date
 import numpy as np
 
 from eqrisk.api.errors import ApiError
-from eqrisk.snapshot.index import Symbol, SymbolIndex
+from eqrisk.snapshot.index import Symbol, SymbolIndex, minus_years
 from eqrisk.snapshot.versions import Snapshot
 
 NO_CAPS_HINT = (
@@ -149,11 +149,56 @@ def series_plan(
     return SeriesPlan(sym, lo, hi, np.isfinite(price), start, end)
 
 
-def plan_years(snap: Snapshot, ticker: str, years: int) -> SeriesPlan:
+def dated_window(
+    idx: SymbolIndex, years: int | None, start: date | None, end: date | None
+) -> tuple[int, int, date, date]:
+    """The sessions a time-series request asks for: `start` to `end` inclusive (`end` default:
+    data_as_of), or the last `years` years (default 1) up to `end`. `start` with `years` is a
+    400 (both set the start), and so is a start after the end."""
+    if start is None and end is None:
+        return window(idx, years or 1)
+    if idx.data_as_of is None:
+        raise ApiError("SERVICE_UNAVAILABLE", "the served snapshot has no sessions")
+    if start is not None and years is not None:
+        raise ApiError(
+            "INVALID_PARAMETER",
+            f"years={years} and start={start} both set the start; give one of the two",
+            parameters=["years", "start"],
+        )
+    last = end or idx.data_as_of
+    first = start or date.fromordinal(minus_years(last, years or 1).toordinal() + 1)
+    if first > last:
+        raise ApiError(
+            "INVALID_PARAMETER",
+            f"start={first} is after end={last}"
+            + ("" if end else " (end defaults to data_as_of)")
+            + "; give start <= end, both YYYY-MM-DD",
+            parameters=["start", "end"],
+            accepted="YYYY-MM-DD",
+        )
+    lo, hi = idx.date_range(first, last)
+    return lo, hi, first, last
+
+
+def span_name(params: object, plan: SeriesPlan) -> str:
+    """A file name's span: `5y` for the last years, `START_END` for dates asked."""
+    if getattr(params, "start", None) is None and getattr(params, "end", None) is None:
+        return f"{getattr(params, 'years', 1)}y"
+    return f"{plan.start}_{plan.end}"
+
+
+def plan_years(
+    snap: Snapshot,
+    ticker: str,
+    years: int | None,
+    start: date | None = None,
+    end: date | None = None,
+) -> SeriesPlan:
+    """The rows of `ticker` over `dated_window` (`years` None: not given)."""
     idx = snap.index
     sym = lookup(idx, ticker)
-    lo, hi, start, end = window(idx, years)
-    return series_plan(snap, sym, lo, hi, start, end)
+    lo, hi, first, last = dated_window(idx, years, start, end)
+    return series_plan(snap, sym, lo, hi, first, last)
 
 
 def require_type(sym: Symbol, wanted: str, route: str) -> None:

@@ -92,6 +92,41 @@ def bench_serve(
     _print_metered(figures["metered"])
 
 
+@bench_app.command("wire")
+def bench_compression(
+    home: Annotated[
+        Path | None,
+        typer.Option(help="A home with a snapshot (default: a 16-year demo market, built)."),
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="Timed runs per figure (fastest kept).")] = 7,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compressed answers next to identity, in process. Per large answer and encoding
+    (identity, gzip, br): bytes sent, the ratio, the time to compress, and the request's time
+    with the compressed cache empty and filled."""
+    from eqrisk.bench.compression import run
+
+    figures = run(home, repeats=repeats, say=err.print)
+    if as_json:
+        print_json(figures)
+        return
+    result_table(
+        ("answer", "encoding", "kB", "ratio", "compress ms", "miss ms", "hit ms"),
+        (
+            (
+                row["target"],
+                row["sent_as"],
+                f"{row['bytes'] / 1e3:.1f}",
+                f"{row['ratio']:.2f}",
+                f"{row['compress_ms']:.2f}",
+                f"{row['request_miss_ms']:.2f}",
+                f"{row['request_hit_ms']:.2f}",
+            )
+            for row in figures["results"]
+        ),
+    )
+
+
 def _print_metered(metered: dict[str, Any]) -> None:
     """Issue 9's figures: metered calls next to /api/health at the same concurrency."""
     result_table(

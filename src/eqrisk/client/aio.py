@@ -17,7 +17,6 @@ from eqrisk.client import calls, risk
 from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.client import _Config
-from eqrisk.client.errors import InvalidParameter
 from eqrisk.client.frames import LastCall, Portfolio
 from eqrisk.client.risk import PortfolioRisk
 
@@ -83,13 +82,18 @@ class AsyncClient(_Config):
         asset_type: str | None = None,
         array: str | None = None,
         include_metadata: bool | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /api/tickers: the symbol list, the seven large caps, or search hits (free)."""
-        return await self._run(calls.tickers(search, mag7, asset_type, array, include_metadata))
+        return await self._run(
+            calls.extra(
+                calls.tickers(search, mag7, asset_type, array, include_metadata), version=version
+            )
+        )
 
-    async def metrics(self, ticker: str) -> dict[str, Any]:
+    async def metrics(self, ticker: str, *, version: str | None = None) -> dict[str, Any]:
         """GET /api/metrics/{ticker}: the latest risk snapshot, as the server sends it."""
-        return await self._run(calls.metrics(ticker))
+        return await self._run(calls.extra(calls.metrics(ticker), version=version))
 
     async def hedge_ratios(self, tickers: Symbols) -> pd.DataFrame:
         """The latest L1/L2/L3 hedge ratios and their ETFs, one row per ticker, from one
@@ -106,10 +110,18 @@ class AsyncClient(_Config):
         nocache: bool | None = None,
         format: str = "parquet",
         csv_comment: bool | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /api/ticker-returns: daily returns with the L1/L2/L3 hedge ratios and shares."""
         return await self._run(
-            calls.ticker_returns(ticker, years, limit, nocache, format, csv_comment)
+            calls.extra(
+                calls.ticker_returns(ticker, years, limit, nocache, format, csv_comment),
+                start=start,
+                end=end,
+                version=version,
+            )
         )
 
     async def returns(
@@ -119,9 +131,19 @@ class AsyncClient(_Config):
         *,
         format: str = "parquet",
         csv_comment: bool | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /api/returns: daily gross returns of a stock."""
-        return await self._run(calls.returns("/api/returns", ticker, years, format, csv_comment))
+        return await self._run(
+            calls.extra(
+                calls.returns("/api/returns", ticker, years, format, csv_comment),
+                start=start,
+                end=end,
+                version=version,
+            )
+        )
 
     async def etf_returns(
         self,
@@ -130,10 +152,18 @@ class AsyncClient(_Config):
         *,
         format: str = "parquet",
         csv_comment: bool | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /api/etf-returns: daily gross returns of an ETF (the route's `etf=` is `ticker=`)."""
         return await self._run(
-            calls.returns("/api/etf-returns", ticker, years, format, csv_comment)
+            calls.extra(
+                calls.returns("/api/etf-returns", ticker, years, format, csv_comment),
+                start=start,
+                end=end,
+                version=version,
+            )
         )
 
     async def l3_decomposition(
@@ -146,13 +176,14 @@ class AsyncClient(_Config):
         market_factor_etf: str | None = None,
         format: str = "parquet",
         csv_comment: bool | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /api/l3-decomposition: the L3 hedge ratios and risk shares over time (`start` and
         `end` are the route's `from`/`to`, inclusive YYYY-MM-DD)."""
         call = calls.l3_decomposition(
             ticker, years, start, end, market_factor_etf, format, csv_comment
         )
-        return await self._run(call)
+        return await self._run(calls.extra(call, version=version))
 
     async def estimate(
         self, endpoint: str, params: Mapping[str, Any] | None = None
@@ -168,10 +199,15 @@ class AsyncClient(_Config):
         *,
         format: str | None = None,
         csv_comment: bool | None = None,
+        version: str | None = None,
     ) -> Any:
         """POST /api/batch/analyze: the JSON answer as a dict, or with `format` "parquet" or
         "csv" the long table as a DataFrame."""
-        return await self._run(calls.batch_analyze(tickers, metrics, years, format, csv_comment))
+        return await self._run(
+            calls.extra(
+                calls.batch_analyze(tickers, metrics, years, format, csv_comment), version=version
+            )
+        )
 
     async def portfolio(self, weights: Mapping[str, float], years: int = 1) -> Portfolio:
         """Weighted hedge ratios and ETF hedge notionals of a book (ticker -> weight or dollars)
@@ -186,25 +222,37 @@ class AsyncClient(_Config):
         date: str | None = None,
         level: str | None = None,
         units: str | None = None,
+        version: str | None = None,
     ) -> PortfolioRisk:
         """POST /api/portfolio/risk (see `Client.portfolio_risk`)."""
-        return await self._run(risk.portfolio_risk(positions, benchmark, date, level, units))
+        call = risk.portfolio_risk(positions, benchmark, date, level, units)
+        return await self._run(calls.extra(call, version=version))
 
     async def factor_covariance(
-        self, date: str | None = None, *, format: str | None = None
+        self,
+        date: str | None = None,
+        *,
+        format: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /api/factor-covariance: F of the session."""
-        return await self._run(risk.factor_covariance(date, format))
+        return await self._run(calls.extra(risk.factor_covariance(date, format), version=version))
 
     async def specific_risk(
-        self, date: str | None = None, *, format: str | None = None
+        self,
+        date: str | None = None,
+        *,
+        format: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /api/specific-risk: H and D of the session."""
-        return await self._run(risk.specific_risk(date, format))
+        return await self._run(calls.extra(risk.specific_risk(date, format), version=version))
 
-    async def heatmap(self, limit: int | None = None) -> pd.DataFrame:
+    async def heatmap(
+        self, limit: int | None = None, *, version: str | None = None
+    ) -> pd.DataFrame:
         """GET /api/heatmap: the largest stocks with their latest return."""
-        return await self._run(calls.heatmap(limit))
+        return await self._run(calls.extra(calls.heatmap(limit), version=version))
 
     async def balance(self) -> dict[str, Any]:
         """GET /api/balance: the key's balance and this month's usage (free)."""
@@ -229,10 +277,14 @@ class AsyncClient(_Config):
         *,
         fields: Symbols | None = None,
         format: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /daily: prices, volume, returns, market cap and sector per symbol and session."""
         return await self._run(
-            calls.series("/daily", symbols, start_time, end_time, format, fields=fields)
+            calls.extra(
+                calls.series("/daily", symbols, start_time, end_time, format, fields=fields),
+                version=version,
+            )
         )
 
     async def betas(
@@ -243,18 +295,31 @@ class AsyncClient(_Config):
         end_time: str | None = None,
         *,
         format: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /betas: factor betas of symbols (Mkt, or each symbol's own sector)."""
         return await self._run(
-            calls.series("/betas", symbols, start_time, end_time, format, fact=fact)
+            calls.extra(
+                calls.series("/betas", symbols, start_time, end_time, format, fact=fact),
+                version=version,
+            )
         )
 
     async def facts(
-        self, fact: str, start_time: str, end_time: str | None = None, *, format: str | None = None
+        self,
+        fact: str,
+        start_time: str,
+        end_time: str | None = None,
+        *,
+        format: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /facts: daily returns of one factor."""
         return await self._run(
-            calls.series("/facts", None, start_time, end_time, format, fact=fact)
+            calls.extra(
+                calls.series("/facts", None, start_time, end_time, format, fact=fact),
+                version=version,
+            )
         )
 
     async def gross(
@@ -264,9 +329,14 @@ class AsyncClient(_Config):
         end_time: str | None = None,
         *,
         format: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /gross: daily gross returns of symbols."""
-        return await self._run(calls.series("/gross", symbols, start_time, end_time, format))
+        return await self._run(
+            calls.extra(
+                calls.series("/gross", symbols, start_time, end_time, format), version=version
+            )
+        )
 
     async def resids(
         self,
@@ -275,9 +345,14 @@ class AsyncClient(_Config):
         end_time: str | None = None,
         *,
         format: str | None = None,
+        version: str | None = None,
     ) -> pd.DataFrame:
         """GET /resids: daily residual returns after the Mkt and sector factors."""
-        return await self._run(calls.series("/resids", symbols, start_time, end_time, format))
+        return await self._run(
+            calls.extra(
+                calls.series("/resids", symbols, start_time, end_time, format), version=version
+            )
+        )
 
     async def symbol_list(
         self,
@@ -287,20 +362,28 @@ class AsyncClient(_Config):
         ascending: bool | None = None,
         sector_code: str | None = None,
         format: str | None = None,
+        version: str | None = None,
     ) -> list[str]:
         """GET /symbol_list: stocks ranked on the latest session (JSON or CSV on the wire)."""
-        return await self._run(calls.symbol_list(top_n, top_by, ascending, sector_code, format))
+        return await self._run(
+            calls.extra(
+                calls.symbol_list(top_n, top_by, ascending, sector_code, format), version=version
+            )
+        )
 
     # ------------------------------------------------------------------------ factor frames
 
-    async def factor_names(self, start: str = "1990-01-02") -> list[str]:
-        """The factors Service A publishes, `Mkt` first: the list `/facts` answers an unknown
-        factor with (one free call)."""
-        try:
-            await self._run(fx.probe(start))
-        except InvalidParameter as exc:
-            return fx.factor_names(exc.accepted)
-        raise ValueError(f"the server publishes a factor named {fx.PROBE_FACTOR!r}")
+    async def factor_names(self, start: str | None = None) -> list[str]:
+        """The factors Service A publishes, `Mkt` first (`GET /factor_list`, free; `start` is
+        not needed and kept for callers that pass it)."""
+        return fx.factor_names(await self._run(fx.factor_list()))
+
+    async def factor_list(
+        self, *, format: str | None = None, version: str | None = None
+    ) -> list[dict[str, Any]]:
+        """GET /factor_list (free): the factors with their level (`L1` market, `L2` sector),
+        ETF and GICS sector."""
+        return await self._run(calls.extra(fx.factor_list(format), version=version))
 
     async def factor_returns(
         self, start: str, end: str | None = None, *, factors: Sequence[str] | None = None

@@ -56,6 +56,20 @@ class Call(Generic[T]):
         return out
 
 
+def extra(call: Call[T], **params: Any) -> Call[T]:
+    """`call` with more parameters (the query's, or the JSON body's for a POST); None is unset.
+    A `start` drops the `years` the method always sends."""
+    given = {k: v for k, v in params.items() if v is not None}
+    if not given:
+        return call
+    if call.method == "POST":
+        return Call(call.method, call.path, call.read, call.params, {**(call.body or {}), **given})
+    query = {**call.params, **given}
+    if "start" in given:
+        query.pop("years", None)  # a start replaces the years (the route refuses both)
+    return Call(call.method, call.path, call.read, query, call.body)
+
+
 def retry_wait(response: httpx.Response, attempts: int, retries: int, max_wait: float) -> float:
     """Seconds to wait before retrying a 429 (Retry-After), or the typed exception raised when
     the answer is an error not to retry: any other error, retries used up, or a longer wait

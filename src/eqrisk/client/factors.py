@@ -14,27 +14,37 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import httpx
 import pandas as pd
 
 from eqrisk.client.calls import Call, series
+from eqrisk.client.frames import frame_of
 
 MARKET_FACTOR = "Mkt"
 MAX_SYMBOLS = 100  # symbols per Service A call (the route's limit)
-# A `fact` no data set has: `/facts` answers 400 with every factor it knows in `accepted`.
-PROBE_FACTOR = "?"
 
 
-def probe(start: str) -> Call[pd.DataFrame]:
-    """The call whose 400 answer lists the factors (`InvalidParameter.accepted`)."""
-    return series("/facts", None, start, None, "json", fact=PROBE_FACTOR)
+def _factor_records(response: httpx.Response) -> list[dict[str, Any]]:
+    if response.headers.get("content-type", "").startswith("text/csv"):
+        frame = frame_of(response).astype(object)
+        records: Any = frame.where(frame.notna(), None).to_dict("records")
+    else:
+        records = response.json()
+    if not isinstance(records, list) or not records:
+        raise ValueError(f"the server listed no factors ({records!r})")
+    return [dict(r) for r in records]
 
 
-def factor_names(accepted: object) -> list[str]:
-    """The factor names from the probe's `accepted`, `Mkt` first."""
-    if not isinstance(accepted, list) or not accepted:
-        raise ValueError(f"the server listed no factors (accepted: {accepted!r})")
-    names = [str(n) for n in accepted]
+def factor_list(format: str | None = None) -> Call[list[dict[str, Any]]]:
+    """GET /factor_list (free): one record per factor, `{fact, level, etf, sector}`."""
+    return Call("GET", "/factor_list", _factor_records, {"format": format or "json"})
+
+
+def factor_names(records: list[dict[str, Any]]) -> list[str]:
+    """The factor names of a /factor_list answer, `Mkt` first."""
+    names = [str(r["fact"]) for r in records]
     return sorted(names, key=lambda n: (n != MARKET_FACTOR, names.index(n)))
 
 

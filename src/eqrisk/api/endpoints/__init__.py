@@ -19,6 +19,7 @@ from eqrisk.api.endpoints import (
     daily,
     estimate,
     factor_covariance,
+    factor_list,
     facts,
     health,
     heatmap,
@@ -59,6 +60,7 @@ ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
     symbol_returns.GROSS,
     symbol_returns.RESIDS,
     symbol_list.ENDPOINT,
+    factor_list.ENDPOINT,
 )
 
 # The endpoints /api/estimate prices, by name (`Endpoint.name`): those with a size.

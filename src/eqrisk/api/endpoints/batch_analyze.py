@@ -14,7 +14,14 @@ from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
 from eqrisk.api.formats import JSON, render
 from eqrisk.api.models import BODY_ERRORS, ERRORS_NO_TICKER, BatchResponse
-from eqrisk.api.params import CSV_COMMENT_DESCRIPTION, BodyParams, Format, Ticker, Years
+from eqrisk.api.params import (
+    CSV_COMMENT_DESCRIPTION,
+    BodyParams,
+    Format,
+    Ticker,
+    VersionedParams,
+    Years,
+)
 from eqrisk.api.plans import (
     BatchPlan,
     SeriesPlan,
@@ -32,7 +39,7 @@ BatchMetric = Literal["returns", "hedge_ratios", "full_metrics", "l3_decompositi
 DEFAULT_BATCH_METRICS: tuple[BatchMetric, ...] = ("returns", "hedge_ratios")
 
 
-class BatchParams(BodyParams):
+class BatchParams(BodyParams, VersionedParams):
     tickers: list[Ticker] = Field(
         min_length=1,
         max_length=MAX_BATCH_TICKERS,

@@ -14,9 +14,9 @@ from eqrisk.api.params import (
     EndField,
     FactField,
     FormatField,
-    Params,
     StartField,
     SymbolsField,
+    VersionedParams,
 )
 from eqrisk.api.service_a import (
     SymbolRange,
@@ -31,7 +31,7 @@ from eqrisk.api.service_a import (
 from eqrisk.snapshot.versions import Snapshot
 
 
-class BetasQuery(Params):
+class BetasQuery(VersionedParams):
     symbols: SymbolsField
     fact: FactField
     start_time: StartField

@@ -15,9 +15,9 @@ from eqrisk.api.params import (
     DAILY_FORMATS,
     EndField,
     FormatField,
-    Params,
     StartField,
     SymbolsField,
+    VersionedParams,
 )
 from eqrisk.api.service_a import (
     SymbolRange,
@@ -33,7 +33,7 @@ from eqrisk.api.service_a import (
 from eqrisk.snapshot.versions import Snapshot
 
 
-class DailyQuery(Params):
+class DailyQuery(VersionedParams):
     symbols: SymbolsField
     start_time: StartField
     end_time: EndField = None

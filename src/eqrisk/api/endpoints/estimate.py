@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from eqrisk.accounts.pricing import PriceTable, tokens_to_usd
 from eqrisk.api.answers import document
+from eqrisk.api.deps import snapshot_at
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
 from eqrisk.api.models import BODY_ERRORS, JSON_RESPONSES, EstimateResponse
@@ -136,10 +137,11 @@ def no_plan(snap: Snapshot, p: EstimateRequest) -> None:
 
 def render(call: Call[EstimateRequest, None]) -> Response:
     state = call.request.app.state
-    doc = estimate(
-        call.params.endpoint, call.params.params, call.snap, state.prices, state.estimated
-    )
-    return document(call.snap, doc)
+    # A `version` among the priced parameters prices the call on that version, as it runs.
+    asked = (call.params.params or {}).get("version")
+    snap = snapshot_at(state, asked) if isinstance(asked, str) else call.snap
+    doc = estimate(call.params.endpoint, call.params.params, snap, state.prices, state.estimated)
+    return document(snap, doc)
 
 
 ENDPOINT = Endpoint(

@@ -14,7 +14,7 @@ from eqrisk.api.answers import document, snap_headers
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.formats import JSON, render
 from eqrisk.api.models import SERIES_RESPONSES
-from eqrisk.api.params import FORMAT_DESCRIPTION, FORMATS, Format, IsoDate, Params
+from eqrisk.api.params import FORMAT_DESCRIPTION, FORMATS, Format, IsoDate, VersionedParams
 from eqrisk.api.risk_answers import (
     DATE_DESCRIPTION,
     FactorCovarianceResponse,
@@ -26,7 +26,7 @@ from eqrisk.snapshot.risk_store import FactorCovarianceDay, factor_covariance_of
 from eqrisk.snapshot.versions import Snapshot
 
 
-class FactorCovarianceParams(Params):
+class FactorCovarianceParams(VersionedParams):
     date: IsoDate | None = Field(None, description=DATE_DESCRIPTION)
     format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
 

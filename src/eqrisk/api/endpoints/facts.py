@@ -9,13 +9,20 @@ from starlette.responses import Response
 
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.models import FactorReturnRecord, daily_responses
-from eqrisk.api.params import DAILY_FORMATS, EndField, FactField, FormatField, Params, StartField
+from eqrisk.api.params import (
+    DAILY_FORMATS,
+    EndField,
+    FactField,
+    FormatField,
+    StartField,
+    VersionedParams,
+)
 from eqrisk.api.service_a import answer, parse_factor, session_range
 from eqrisk.snapshot.index import SymbolIndex
 from eqrisk.snapshot.versions import Snapshot
 
 
-class FactsQuery(Params):
+class FactsQuery(VersionedParams):
     fact: FactField
     start_time: StartField
     end_time: EndField = None

@@ -13,7 +13,7 @@ from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
 from eqrisk.api.formats import rows_of
 from eqrisk.api.models import ERRORS, HeatmapResponse
-from eqrisk.api.params import Params
+from eqrisk.api.params import VersionedParams
 from eqrisk.api.plans import NO_CAPS_HINT
 from eqrisk.api.sizes import Size
 from eqrisk.data.master import MAG7
@@ -23,7 +23,7 @@ from eqrisk.snapshot.versions import Snapshot
 HEATMAP_DEFAULT, HEATMAP_MAX = 50, 500
 
 
-class HeatmapParams(Params):
+class HeatmapParams(VersionedParams):
     limit: int = Field(
         HEATMAP_DEFAULT,
         ge=1,

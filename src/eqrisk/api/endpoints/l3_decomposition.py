@@ -19,8 +19,8 @@ from eqrisk.api.params import (
     FORMATS,
     Format,
     IsoDate,
-    Params,
     Ticker,
+    VersionedParams,
 )
 from eqrisk.api.plans import (
     SeriesPlan,
@@ -35,7 +35,7 @@ from eqrisk.snapshot.index import MAX_YEARS, SymbolIndex, minus_years
 from eqrisk.snapshot.versions import Snapshot
 
 
-class L3Params(Params):
+class L3Params(VersionedParams):
     ticker: Ticker = Field(
         description="Ticker symbol, case-insensitive.", examples=["NVDA", "AAPL", "SPY"]
     )
@@ -47,6 +47,10 @@ class L3Params(Params):
     to: IsoDate | None = Field(
         None, description="Last date, inclusive, YYYY-MM-DD (default: data_as_of)."
     )
+    start: IsoDate | None = Field(
+        None, description="Same as `from` (the name the other time-series routes use)."
+    )
+    end: IsoDate | None = Field(None, description="Same as `to`.")
     years: int | None = Field(
         None,
         ge=1,
@@ -80,26 +84,38 @@ def _check_market_etf(idx: SymbolIndex, etf: str | None) -> None:
         )
 
 
+def _synonym(value: date | None, other: date | None, name: str, alias: str) -> date | None:
+    """`from`/`start` (or `to`/`end`): one of the two, or both equal."""
+    if value is not None and other is not None and value != other:
+        raise ApiError(
+            "INVALID_PARAMETER",
+            f"{name}={value} and {alias}={other} disagree; give one of the two",
+            parameters=[name, alias],
+        )
+    return value if value is not None else other
+
+
 def plan_l3(snap: Snapshot, p: L3Params) -> SeriesPlan:
     idx = snap.index
     sym = lookup(idx, p.ticker)
     _check_market_etf(idx, p.market_factor_etf)
     if idx.data_as_of is None:
         raise ApiError("SERVICE_UNAVAILABLE", "the served snapshot has no sessions")
-    if p.years is not None and p.from_ is not None:
+    first, last = _synonym(p.from_, p.start, "from", "start"), _synonym(p.to, p.end, "to", "end")
+    if p.years is not None and first is not None:
         raise ApiError(
             "INVALID_PARAMETER",
-            f"years={p.years} and from={p.from_} both set the start; give one of the two",
+            f"years={p.years} and from={first} both set the start; give one of the two",
             parameters=["years", "from"],
         )
-    end = p.to or idx.data_as_of
+    end = last or idx.data_as_of
     back = p.years or 1
-    start = p.from_ or date.fromordinal(minus_years(idx.data_as_of, back).toordinal() + 1)
+    start = first or date.fromordinal(minus_years(idx.data_as_of, back).toordinal() + 1)
     if start > end:
         raise ApiError(
             "INVALID_PARAMETER",
             f"from={start} is after to={end}"
-            + ("" if p.to else " (to defaults to data_as_of)")
+            + ("" if last else " (to defaults to data_as_of)")
             + "; give from <= to",
             parameters=["from", "to"],
         )

@@ -13,19 +13,23 @@ from eqrisk.api import wire
 from eqrisk.api.answers import document
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.models import JSON_RESPONSES, MetricsResponse
-from eqrisk.api.params import NoQuery, Params, Ticker, query_of, validate_params
+from eqrisk.api.params import Ticker, VersionedParams, query_of, validate_params
 from eqrisk.api.plans import lookup, no_prices
 from eqrisk.api.sizes import Size
 from eqrisk.snapshot.index import Symbol
 from eqrisk.snapshot.versions import Snapshot
 
 
-class MetricsParams(Params):
+class MetricsQuery(VersionedParams):
+    """The query of /api/metrics/{ticker}: `version` only."""
+
+
+class MetricsParams(VersionedParams):
     ticker: Ticker = Field(description="Ticker symbol, case-insensitive.", examples=["NVDA"])
 
 
 async def read_params(
-    _query: Annotated[NoQuery, query_of(NoQuery)],
+    query: Annotated[MetricsQuery, query_of(MetricsQuery)],
     ticker: Annotated[
         str,
         PathParam(
@@ -36,8 +40,8 @@ async def read_params(
         ),
     ],
 ) -> MetricsParams:
-    """The ticker from the path; any query parameter is a 400."""
-    return validate_params(MetricsParams, {"ticker": ticker}, ("path",))
+    """The ticker from the path, `version` from the query; any other parameter is a 400."""
+    return validate_params(MetricsParams, {"ticker": ticker, "version": query.version}, ("path",))
 
 
 def plan_metrics(snap: Snapshot, p: MetricsParams) -> Symbol:

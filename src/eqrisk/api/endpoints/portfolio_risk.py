@@ -14,7 +14,7 @@ from eqrisk.api.answers import document
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
 from eqrisk.api.models import BODY_ERRORS, ERRORS
-from eqrisk.api.params import BodyParams, IsoDate
+from eqrisk.api.params import BodyParams, IsoDate, VersionedParams
 from eqrisk.api.risk_answers import (
     DATE_DESCRIPTION,
     PortfolioRiskResponse,
@@ -35,7 +35,7 @@ MAX_POSITIONS = 5000
 LEVELS = {"L1": 1, "L2": 2, "L3": 3}
 
 
-class PortfolioRiskParams(BodyParams):
+class PortfolioRiskParams(BodyParams, VersionedParams):
     positions: dict[str, float] = Field(
         min_length=1,
         max_length=MAX_POSITIONS,

@@ -15,38 +15,52 @@ from eqrisk.api.params import (
     CSV_COMMENT_DESCRIPTION,
     FORMAT_DESCRIPTION,
     FORMATS,
+    End,
     Format,
-    Params,
+    Start,
     Ticker,
+    VersionedParams,
     Years,
+    given_years,
 )
-from eqrisk.api.plans import SeriesPlan, plan_years, require_rows, require_type, series_ticker
+from eqrisk.api.plans import (
+    SeriesPlan,
+    plan_years,
+    require_rows,
+    require_type,
+    series_ticker,
+    span_name,
+)
 from eqrisk.api.sizes import Size, series_size
 from eqrisk.snapshot.versions import Snapshot
 
 
-class ReturnsParams(Params):
+class ReturnsParams(VersionedParams):
     ticker: Ticker = Field(
         description="Stock ticker, case-insensitive (ETFs: /api/etf-returns).",
         examples=["NVDA", "AAPL"],
     )
     years: Years = 1
+    start: Start = None
+    end: End = None
     format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
     csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
 
 
-class EtfReturnsParams(Params):
+class EtfReturnsParams(VersionedParams):
     ticker: Ticker | None = Field(
         None, description="ETF ticker, case-insensitive.", examples=["SPY", "XLK"]
     )
     etf: Ticker | None = Field(None, description="Same as `ticker` (give one of the two).")
     years: Years = 1
+    start: Start = None
+    end: End = None
     format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
     csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
 
 
 def plan_returns(snap: Snapshot, p: ReturnsParams) -> SeriesPlan:
-    plan = plan_years(snap, p.ticker, p.years)
+    plan = plan_years(snap, p.ticker, given_years(p), p.start, p.end)
     require_type(plan.symbol, "stock", "/api/returns")
     return require_rows(snap, plan)
 
@@ -68,7 +82,7 @@ def etf_ticker(p: EtfReturnsParams) -> str:
 
 
 def plan_etf_returns(snap: Snapshot, p: EtfReturnsParams) -> SeriesPlan:
-    plan = plan_years(snap, etf_ticker(p), p.years)
+    plan = plan_years(snap, etf_ticker(p), given_years(p), p.start, p.end)
     require_type(plan.symbol, "etf", "/api/etf-returns")
     return require_rows(snap, plan)
 
@@ -88,9 +102,9 @@ def _answer(
         call.fmt,
         plan,
         RETURNS_COLUMNS,
-        canonical={"ticker": plan.symbol.ticker, "years": p.years},
-        years=p.years,
-        filename=f"{plan.symbol.ticker}_{route}_{p.years}y",
+        canonical={"ticker": plan.symbol.ticker, "from": plan.start, "to": plan.end},
+        years=None if p.start is not None else p.years,
+        filename=f"{plan.symbol.ticker}_{route}_{span_name(p, plan)}",
         csv_comment=p.csv_comment,
     )
 

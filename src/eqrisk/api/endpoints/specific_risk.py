@@ -15,7 +15,7 @@ from eqrisk.api.answers import document, snap_headers
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.formats import JSON, render, rows_of
 from eqrisk.api.models import SERIES_RESPONSES
-from eqrisk.api.params import FORMAT_DESCRIPTION, FORMATS, Format, IsoDate, Params
+from eqrisk.api.params import FORMAT_DESCRIPTION, FORMATS, Format, IsoDate, VersionedParams
 from eqrisk.api.risk_answers import (
     DATE_DESCRIPTION,
     SpecificRiskResponse,
@@ -29,7 +29,7 @@ from eqrisk.snapshot.versions import Snapshot
 SLOTS = ("market", "sector", "subsector")
 
 
-class SpecificRiskParams(Params):
+class SpecificRiskParams(VersionedParams):
     date: IsoDate | None = Field(None, description=DATE_DESCRIPTION)
     format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
 

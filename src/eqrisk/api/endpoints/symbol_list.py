@@ -12,7 +12,7 @@ from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
 from eqrisk.api.fields import TOP_BY
 from eqrisk.api.models import SymbolList, daily_responses
-from eqrisk.api.params import DAILY_FORMATS, Params
+from eqrisk.api.params import DAILY_FORMATS, VersionedParams
 from eqrisk.api.plans import NO_CAPS_HINT
 from eqrisk.api.service_a import answer, choice, headers, optional, sector_codes
 from eqrisk.snapshot.index import SymbolIndex
@@ -22,7 +22,7 @@ MAX_TOP_N = 500
 DEFAULT_TOP_N = 10
 
 
-class SymbolListQuery(Params):
+class SymbolListQuery(VersionedParams):
     top_n: int = Field(
         DEFAULT_TOP_N, ge=1, le=MAX_TOP_N, description=f"How many symbols, 1 to {MAX_TOP_N}."
     )

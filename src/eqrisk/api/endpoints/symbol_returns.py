@@ -7,12 +7,19 @@ from starlette.responses import Response
 
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.models import GrossReturnRecord, ResidualRecord, daily_responses
-from eqrisk.api.params import DAILY_FORMATS, EndField, FormatField, Params, StartField, SymbolsField
+from eqrisk.api.params import (
+    DAILY_FORMATS,
+    EndField,
+    FormatField,
+    StartField,
+    SymbolsField,
+    VersionedParams,
+)
 from eqrisk.api.service_a import SymbolRange, answer, range_tickers, symbol_range, symbol_series
 from eqrisk.snapshot.versions import Snapshot
 
 
-class SymbolsQuery(Params):
+class SymbolsQuery(VersionedParams):
     symbols: SymbolsField
     start_time: StartField
     end_time: EndField = None

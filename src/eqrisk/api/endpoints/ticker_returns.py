@@ -13,22 +13,27 @@ from eqrisk.api.params import (
     CSV_COMMENT_DESCRIPTION,
     FORMAT_DESCRIPTION,
     FORMATS,
+    End,
     Format,
-    Params,
+    Start,
     Ticker,
+    VersionedParams,
     Years,
+    given_years,
 )
-from eqrisk.api.plans import SeriesPlan, latest, plan_years, require_rows, series_ticker
+from eqrisk.api.plans import SeriesPlan, latest, plan_years, require_rows, series_ticker, span_name
 from eqrisk.api.sizes import Size, series_size
 from eqrisk.snapshot.versions import Snapshot
 
 
-class TickerReturnsParams(Params):
+class TickerReturnsParams(VersionedParams):
     ticker: Ticker = Field(
         description="Ticker symbol (a stock or an ETF), case-insensitive.",
         examples=["NVDA", "AAPL", "SPY"],
     )
     years: Years = 1
+    start: Start = None
+    end: End = None
     format: Format | None = Field(None, description=FORMAT_DESCRIPTION)
     csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
     limit: int | None = Field(
@@ -49,7 +54,9 @@ class TickerReturnsParams(Params):
 
 
 def plan_ticker_returns(snap: Snapshot, p: TickerReturnsParams) -> SeriesPlan:
-    return latest(require_rows(snap, plan_years(snap, p.ticker, p.years)), p.limit)
+    return latest(
+        require_rows(snap, plan_years(snap, p.ticker, given_years(p), p.start, p.end)), p.limit
+    )
 
 
 def size(plan: SeriesPlan, p: TickerReturnsParams) -> Size:
@@ -64,9 +71,14 @@ def render(call: Call[TickerReturnsParams, SeriesPlan]) -> Response:
         call.fmt,
         plan,
         TICKER_RETURNS_COLUMNS,
-        canonical={"ticker": plan.symbol.ticker, "years": p.years, "limit": p.limit},
-        years=p.years,
-        filename=f"{plan.symbol.ticker}_ticker-returns_{p.years}y",
+        canonical={
+            "ticker": plan.symbol.ticker,
+            "from": plan.start,
+            "to": plan.end,
+            "limit": p.limit,
+        },
+        years=None if p.start is not None else p.years,
+        filename=f"{plan.symbol.ticker}_ticker-returns_{span_name(p, plan)}",
         csv_comment=p.csv_comment,
         extra=lambda: {"asset_type": plan.symbol.asset_type},
         fresh=p.nocache,
@@ -87,7 +99,8 @@ ENDPOINT = Endpoint(
         name="ticker_returns",
         summary="Daily returns with L1/L2/L3 hedge ratios and explained risk",
         description=(
-            "One row per session of the last `years` years where the symbol has a price: gross "
+            "One row per session of the last `years` years (or from `start` to `end`) where the "
+            "symbol has a price: gross "
             "and log returns, close, the hedge ratios and risk shares of each level, and each "
             "level's combined factor and residual returns. An ETF answers too (its market "
             "level; lower levels null). `limit`: only the most recent rows. JSON (with "

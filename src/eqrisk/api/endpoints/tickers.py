@@ -12,7 +12,7 @@ from eqrisk.api.answers import document
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
 from eqrisk.api.models import ERRORS_NO_TICKER, SearchResults, TickerList
-from eqrisk.api.params import Params
+from eqrisk.api.params import VersionedParams
 from eqrisk.api.sizes import Size
 from eqrisk.data.master import MAG7
 from eqrisk.snapshot.versions import Snapshot
@@ -20,7 +20,7 @@ from eqrisk.snapshot.versions import Snapshot
 SEARCH_LIMIT = 10
 
 
-class TickersParams(Params):
+class TickersParams(VersionedParams):
     array: Literal["ticker"] | None = Field(
         None, description="`ticker`: list every ticker symbol (also the default)."
     )

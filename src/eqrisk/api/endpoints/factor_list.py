@@ -1,0 +1,90 @@
+"""`GET /factor_list`: the factors the model has, with their level and ETF (Service A, free).
+
+What `/facts` and `/betas` take in `fact`, listed so that a client never has to provoke a 400 to
+learn them: `Mkt` (level L1, the market ETF) first, then each sector factor (level L2) with the
+ETF its stocks' sector level uses and the GICS sector it stands for.
+"""
+
+# No `from __future__ import annotations`: pydantic and FastAPI read these annotations.
+
+from collections import Counter
+
+import numpy as np
+from starlette.responses import Response
+
+from eqrisk.api.endpoint import Call, Doc, Endpoint
+from eqrisk.api.models import FactorListRecord, daily_responses
+from eqrisk.api.params import DAILY_FORMATS, FormatField, VersionedParams
+from eqrisk.api.plans import market_etfs
+from eqrisk.api.service_a import answer
+from eqrisk.snapshot.versions import Snapshot
+
+MARKET_LEVEL, SECTOR_LEVEL = "L1", "L2"
+
+
+class FactorListQuery(VersionedParams):
+    format: FormatField = None
+
+
+def _most_common(values: list[str | None]) -> str | None:
+    counted = Counter(v for v in values if v)
+    return counted.most_common(1)[0][0] if counted else None
+
+
+def plan_factor_list(snap: Snapshot, q: FactorListQuery) -> dict[str, np.ndarray]:
+    """One record per factor, in the model's order with `Mkt` first."""
+    universe = snap.index
+    members: dict[int, list[tuple[str | None, str | None]]] = {}
+    for sym in universe.symbols.values():
+        k = int(universe.by_row.exposure[sym.row])
+        if k >= 0 and sym.asset_type == "stock":
+            members.setdefault(k, []).append((sym.sector_etf, sym.sector))
+    names: list[str] = []
+    levels: list[str] = []
+    etfs: list[str | None] = []
+    sectors: list[str | None] = []
+    market = market_etfs(universe)
+    for k, name in enumerate(universe.factor_names):
+        names.append(name)
+        if name == universe.market_factor:
+            levels.append(MARKET_LEVEL)
+            etfs.append(market[0] if market else None)
+            sectors.append(None)
+            continue
+        pairs = members.get(k, [])
+        levels.append(SECTOR_LEVEL)
+        etfs.append(_most_common([etf for etf, _ in pairs]))
+        sectors.append(_most_common([sector for _, sector in pairs]))
+    order = sorted(range(len(names)), key=lambda i: levels[i] != MARKET_LEVEL)
+    return {
+        "fact": np.array([names[i] for i in order], dtype=object),
+        "level": np.array([levels[i] for i in order], dtype=object),
+        "etf": np.array([etfs[i] for i in order], dtype=object),
+        "sector": np.array([sectors[i] for i in order], dtype=object),
+    }
+
+
+def render(call: Call[FactorListQuery, dict[str, np.ndarray]]) -> Response:
+    """One record per factor the model has, `Mkt` first: `fact` (the name `/facts` and
+    `/betas` take), `level` (`L1` the market, `L2` a sector), `etf` (the market ETF, or the
+    sector ETF of the factor's stocks; null where the data set has none) and `sector` (the GICS
+    sector a sector factor stands for; null for `Mkt`)."""
+    return answer(call.request, call.fmt, call.snap.index, call.plan, "factor_list")
+
+
+ENDPOINT = Endpoint(
+    path="/factor_list",
+    service="daily",
+    price_key="factor_list",
+    params=FactorListQuery,
+    plan=plan_factor_list,
+    formats=DAILY_FORMATS,
+    render=render,
+    doc=Doc(
+        name="factor_list",
+        operation_id="factor_list",
+        summary="The factors of the model, with their level and ETF",
+        response_model=list[FactorListRecord],
+        responses=daily_responses(not_found=False),
+    ),
+)

@@ -1,0 +1,115 @@
+"""Compressed answers (api/compression.py): negotiation with q-values, the decompressed bytes
+equal to the identity answer's, the same charge either way, never Parquet or a problem, Vary,
+and the compressed bytes of an immutable answer cached."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import brotli
+import pytest
+from fastapi.testclient import TestClient
+
+from eqrisk.accounts.book import Accounts
+from eqrisk.accounts.db import make_engine
+from eqrisk.api.app import create_app
+from eqrisk.api.compression import MIN_BYTES, choose_encoding
+from eqrisk.settings import Settings
+from helpers import bearer, new_key
+
+DECODE = {"br": brotli.decompress, "gzip": gzip.decompress}
+
+
+@pytest.mark.parametrize(
+    ("header", "chosen"),
+    [
+        ("gzip, br", "br"),  # equal q: br
+        ("br, gzip", "br"),
+        ("gzip", "gzip"),
+        ("x-gzip", "gzip"),
+        ("br;q=0.5, gzip;q=0.8", "gzip"),
+        ("br;q=1.0, gzip;q=0.999", "br"),
+        ("gzip;q=0, br;q=0", None),
+        ("deflate", None),
+        ("identity", None),
+        ("", None),
+        ("*", "br"),
+        ("*;q=0.3, br;q=0.1", "gzip"),  # * stands for gzip (not named) at 0.3
+        ("br;q=0, *", "gzip"),
+        ("GZIP ; Q=0.4 , Br ; q=0.2", "gzip"),
+        ("br;q=nonsense, gzip", "gzip"),
+    ],
+)
+def test_the_encoding_follows_the_q_values(header: str, chosen: str | None) -> None:
+    assert choose_encoding(header) == chosen
+
+
+@pytest.fixture()
+def served(home: Path) -> tuple[TestClient, Accounts, str, str]:
+    accounts = Accounts(make_engine(home))
+    account_id, key = new_key(accounts)
+    client = TestClient(create_app(Settings(home=home, _env_file=None)))
+    return client, accounts, account_id, key
+
+
+def _raw(client: TestClient, url: str, headers: dict[str, str]) -> tuple[Any, bytes]:
+    """The response and its body as sent (not decoded by the client)."""
+    with client.stream("GET", url, headers=headers) as response:
+        body = b"".join(response.iter_raw())
+    return response, body
+
+
+def _charged(accounts: Accounts, account_id: str) -> list[int]:
+    return [e["tokens"] for e in accounts.ledger(account_id) if e["kind"] == "charge"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_a_compressed_answer_is_the_same_bytes_and_the_same_charge(served, fmt: str) -> None:
+    client, accounts, account_id, key = served
+    url = f"/api/ticker-returns?ticker=NVDA&years=2&format={fmt}"
+    plain, identity = _raw(client, url, {**bearer(key), "Accept-Encoding": "identity"})
+    assert plain.status_code == 200 and "content-encoding" not in plain.headers
+    assert int(plain.headers["content-length"]) == len(identity) > MIN_BYTES
+    for encoding in ("br", "gzip"):
+        response, body = _raw(client, url, {**bearer(key), "Accept-Encoding": encoding})
+        assert response.status_code == 200
+        assert response.headers["content-encoding"] == encoding
+        assert int(response.headers["content-length"]) == len(body) < len(identity) / 2
+        assert DECODE[encoding](body) == identity
+        assert "Accept-Encoding" in response.headers["vary"]
+        assert "Accept" in response.headers["vary"].split(", ")
+        assert response.headers["etag"] == "W/" + plain.headers["etag"]
+    charges = _charged(accounts, account_id)
+    assert len(charges) == 3 and len(set(charges)) == 1 and charges[0] < 0
+
+
+def test_compressed_bytes_of_an_immutable_answer_are_cached(served) -> None:
+    client, _, _, key = served
+    cache = client.app.state.compressed  # type: ignore[attr-defined]
+    url = "/daily?symbols=AAPL,MSFT&start_time=2025-01-02"
+    headers = {"apikey": key, "Accept-Encoding": "gzip, br"}
+    first, body = _raw(client, url, headers)
+    hits = cache.hits
+    again, same = _raw(client, url, headers)
+    assert first.headers["content-encoding"] == again.headers["content-encoding"] == "br"
+    assert same == body and cache.hits == hits + 1
+    # A weak If-None-Match names the compressed answer: 304, still varying on the encoding.
+    cached = client.get(url, headers={**headers, "If-None-Match": first.headers["etag"]})
+    assert cached.status_code == 304 and "Accept-Encoding" in cached.headers["vary"]
+
+
+def test_parquet_problems_and_small_answers_go_as_they_are(served) -> None:
+    client, _, _, key = served
+    h = {**bearer(key), "Accept-Encoding": "br, gzip"}
+    parquet, body = _raw(client, "/api/ticker-returns?ticker=NVDA&years=2&format=parquet", h)
+    assert parquet.status_code == 200 and "content-encoding" not in parquet.headers
+    assert body[:4] == b"PAR1" and "Accept-Encoding" not in parquet.headers.get("vary", "")
+    problem, body = _raw(client, "/api/ticker-returns?ticker=NOPE&years=2", h)
+    assert problem.status_code == 404 and "content-encoding" not in problem.headers
+    assert problem.headers["content-type"] == "application/problem+json"
+    small, body = _raw(client, "/symbol_list?top_n=2", {**h, "apikey": key})
+    assert small.status_code == 200 and len(body) < MIN_BYTES
+    assert "content-encoding" not in small.headers
+    assert "Accept-Encoding" in small.headers["vary"]  # it could have been compressed
