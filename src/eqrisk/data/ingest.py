@@ -29,6 +29,14 @@ from eqrisk.data.columns import (
     expand_price_paths,
 )
 from eqrisk.data.corporate_actions import apply_actions, read_actions
+from eqrisk.data.daily import (
+    basis_for,
+    coverage,
+    coverage_refusal,
+    fresh_rows,
+    kept_breaks,
+    merged_meta,
+)
 from eqrisk.data.ingest_report import (
     MAX_EXAMPLES,
     ROW_BIT,
@@ -116,17 +124,20 @@ def ingest(
     master: Path | None,
     *,
     home: Path,
-    max_move: float = 0.5,
+    max_move: float | None = None,
     merge: bool = False,
     replace: bool = False,
-    prices_basis: str = "auto",
+    prices_basis: str | None = None,
     actions: Path | None = None,
-    keep_split_moves: bool = False,
+    keep_split_moves: bool | None = None,
     columns: dict[str, str] | None = None,
     data_source: str | None = None,
     progress: Callable[[str], None] | None = None,
     shares: Path | None = None,
     return_decisions: Path | None = None,
+    rejudge: bool = False,
+    partial: bool = False,
+    min_coverage: float = 0.5,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -141,26 +152,57 @@ def ingest(
     IngestRefused (after writing the report, leaving the data set as it was) for an ingest
     without `merge` that would replace the data set with a much smaller one or whose rows are
     mostly rejected, unless `replace=True`.
+
+    The basis options (`daily.BASIS_OPTIONS`: `prices_basis`, `max_move`, `keep_split_moves`,
+    `columns`; None = not stated) are recorded with the data set; a merge runs with the
+    recorded ones and raises `daily.BasisConflict` (nothing read, nothing written) for a stated
+    one that differs. A merge judges returns (the cleaning stage) only on the (symbol, date)
+    pairs it adds or changes, keeping the stored verdicts on the others, unless `rejudge`. It
+    keeps the data set's name (`merged_files` lists what was merged), writes nothing when it
+    changes nothing (`report.nothing_new`), and raises IngestRefused (report written) when a
+    new session has prices for less than `min_coverage` of the symbols of the session before
+    it, unless `partial`.
     """
     say = progress or (lambda _message: None)
-    if not max_move > 0:
-        raise ValueError(f"max_move must be > 0, got {max_move}")
     started = _utc_now()
     home = Path(home).expanduser()
     price_paths = expand_price_paths([Path(p) for p in prices], PRICE_SUFFIXES)
     if not price_paths and not merge:
         raise IngestError("no price file given")
+    old_meta = _stored_meta(home) if merge else None
+    given = {"prices_basis": prices_basis, "max_move": max_move,
+             "keep_split_moves": keep_split_moves, "columns": columns}  # fmt: skip
+    basis = basis_for(given, old_meta, merge=merge)
+    max_move = float(basis["max_move"])
+    if not max_move > 0:
+        raise ValueError(f"max_move must be > 0, got {max_move}")
     issues = Issues()
     decisions = _read_decisions(return_decisions)
-    inputs = _read_inputs(price_paths, master, shares, actions, prices_basis, columns, issues, say)
+    inputs = _read_inputs(
+        price_paths, master, shares, actions, basis["prices_basis"], basis["columns"] or None,
+        issues, say,
+    )  # fmt: skip
     say("validating")
     checked = _check_rows(inputs, issues)
-    final, old_master = _combine(checked, inputs, home, merge, master is not None, issues)
-    cleaned = _clean(final, inputs, old_master, home, merge, decisions, keep_split_moves, issues)
+    final, old_master, old_days = _combine(checked, inputs, home, merge, master is not None, issues)
+    judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
+    cleaned = _clean(
+        final, inputs, old_master, home, old_meta, decisions, basis["keep_split_moves"], judged,
+        issues,
+    )  # fmt: skip
     final = cleaned.final
     flagged = _flag_moves(final, max_move, issues)
-    final = final.drop(columns="_new")
+    fresh = bool(final["_fresh"].any())
+    final = final.drop(columns=["_new", "_fresh"])
     out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues)
+    unchanged = (
+        old_meta is not None
+        and not fresh
+        and not decisions
+        and inputs.shares is None
+        and _same_master(out_master, old_master)
+    )
+    sessions = coverage(final, old_days) if old_meta is not None else []
 
     say("writing")
     report_dir = _make_report_dir(home, started)
@@ -169,22 +211,29 @@ def ingest(
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
     files += [str(shares)] if shares is not None else []
-    source = data_source or (data_source_name(price_paths[0]) if price_paths else "merge")
+    first = data_source_name(price_paths[0]) if price_paths else "merge"
+    source, merged_files = merged_meta(old_meta, files, data_source, first)
     report = _report(started, files, source, checked, inputs, final, len(flagged), report_dir)
     report.shares = shares_summary
+    report.coverage = [c.to_dict() for c in sessions]
+    report.nothing_new = unchanged
     refusal = None if merge or replace or final.empty else _refusal(home, report)
+    if refusal is None and not partial and not unchanged:
+        refusal = coverage_refusal(sessions, min_coverage)
     if refusal is not None:
         _write_report(report, issues, {"ok": False, "refused": refusal})
         raise IngestRefused(f"{refusal}; nothing changed (report: {report_dir})")
-    if not final.empty:
+    if not final.empty and not unchanged:
         meta = {
             "data_source": source,
-            "files": files,
+            "files": files if old_meta is None else old_meta.get("files", files),
+            "merged_files": merged_files,
             "ingested_at": _utc_now().isoformat(),
             "report_dir": str(report_dir),
             "merge": merge,
+            "basis": basis,
             "max_move": max_move,
-            "prices_basis": prices_basis,
+            "prices_basis": basis["prices_basis"],
             "actions": str(actions) if actions is not None else None,
             "return_breaks": cleaned.breaks,
             "return_decisions": [d.to_dict() for d in cleaned.decisions],
@@ -264,16 +313,18 @@ def _combine(
     merge: bool,
     master_given: bool,
     issues: Issues,
-) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+) -> tuple[pd.DataFrame, pd.DataFrame | None, set[str]]:
     """The kept rows, split-adjusted by the action table, merged over the ingested data set
-    (`merge`) and sorted by (symbol, date); column `_new` marks the rows of this ingest. Also
-    the previously ingested master where it is kept or merged."""
+    (`merge`) and sorted by (symbol, date); column `_new` marks the rows of this ingest and
+    `_fresh` those of them that add a (symbol, date) or change its values. Also the previously
+    ingested master where it is kept or merged, and the stored data set's sessions."""
     kept = checked.new.loc[checked.kept, panel.PRICE_COLUMNS]
     if inputs.actions is not None:
         kept, adjusted = apply_actions(kept, inputs.actions)
         issues.add("ACTIONS_APPLIED", len(adjusted), adjusted)
-    final = kept.assign(_new=np.ones(len(kept), dtype=bool))
+    final = kept.assign(_new=np.ones(len(kept), dtype=bool), _fresh=np.ones(len(kept), dtype=bool))
     old_master = None
+    old_days: set[str] = set()
     if merge:
         try:
             old_prices, old_master, _ = panel.read_ingested(home)
@@ -283,11 +334,13 @@ def _combine(
             old = old_prices.reindex(columns=panel.PRICE_COLUMNS)
             old["date"] = pd.to_datetime(old["date"]).astype("datetime64[ns]")
             old["symbol"] = old["symbol"].astype(object)
-            final = pd.concat([final, old.assign(_new=False)], ignore_index=True)
+            old_days = set(np.unique(old["date"].to_numpy().astype("datetime64[D]")).astype(str))
+            final = final.assign(_fresh=fresh_rows(final, old, panel.PRICE_COLUMNS))
+            final = pd.concat([final, old.assign(_new=False, _fresh=False)], ignore_index=True)
             final = final[~final.duplicated(["symbol", "date"], keep="first")]
     elif not master_given:
         old_master = _previous_master(home)
-    return _sort_prices(final), old_master
+    return _sort_prices(final), old_master, old_days
 
 
 def _flag_moves(final: pd.DataFrame, max_move: float, issues: Issues) -> pd.DataFrame:
@@ -434,6 +487,29 @@ def _refusal(home: Path, report: IngestReport) -> str | None:
     )
 
 
+def _stored_meta(home: Path) -> dict[str, Any] | None:
+    """The stored data set's meta.json, or None when there is no data set."""
+    folder = panel.ingested_dir(home)
+    if not (folder / "prices.parquet").exists():
+        return None
+    meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
+    return meta
+
+
+def _same_master(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:
+    """The master to store equals the stored one (rows in symbol order, NaN = NaN)."""
+    if old is None:
+        return new.empty
+    cols = panel.RAW_MASTER_COLUMNS
+
+    def norm(frame: pd.DataFrame) -> pd.DataFrame:
+        out = frame.reindex(columns=cols).sort_values("symbol", ignore_index=True)
+        out["shares"] = pd.to_numeric(out["shares"], errors="coerce").astype(float)
+        return out.astype({c: object for c in cols[:-1]}).where(out.notna(), None)
+
+    return norm(new).equals(norm(old))
+
+
 def _read_decisions(path: Path | None) -> list[Decision]:
     if path is None:
         return []
@@ -448,17 +524,19 @@ def _clean(
     inputs: _Inputs,
     old_master: pd.DataFrame | None,
     home: Path,
-    merge: bool,
+    old_meta: dict[str, Any] | None,
     decisions: list[Decision],
     keep: bool,
+    judged: np.ndarray | None,
     issues: Issues,
 ) -> Cleaned:
     """The return-cleaning stage (`return_cleaning.clean_returns`) on the combined rows, each
     stock grouped with its GICS sector; on a merge the decisions stored with the data set stay
-    in force under the new ones."""
+    in force under the new ones, and only the `judged` rows are judged (the stored verdicts
+    stand on the others)."""
     masters = [m for m in (inputs.master, old_master) if m is not None]
-    if not masters and (stored := _previous_master(home)) is not None:
-        masters.append(stored)
+    if not masters and (previous := _previous_master(home)) is not None:
+        masters.append(previous)
     groups: dict[str, str] = {}
     for m in reversed(masters):
         stocks = m[m["asset_type"].fillna("stock").astype(str) == "stock"]
@@ -466,12 +544,17 @@ def _clean(
         groups.update(
             zip(sectors["symbol"].astype(str), sectors["gics_sector"].astype(str), strict=True)
         )
-    meta_file = panel.ingested_dir(home) / "meta.json"
     applied: list[Decision] = []
-    if merge and meta_file.exists():
-        applied = decisions_from_meta(json.loads(meta_file.read_text()).get("return_decisions"))
+    stored: list[list[str]] | None = None
+    if old_meta is not None:
+        applied = decisions_from_meta(old_meta.get("return_decisions"))
+        stored = old_meta.get("return_breaks", []) if judged is not None else None
     cleaned = clean_returns(
-        final, groups, decisions=merged(applied, decisions), applied=applied, keep_detected=keep
-    )
+        final, groups, decisions=merged(applied, decisions), applied=applied, keep_detected=keep,
+        judged=judged,
+    )  # fmt: skip
+    if stored is not None and judged is not None:
+        decided = {(d.symbol, d.date) for d in cleaned.decisions}
+        cleaned.breaks = kept_breaks(cleaned.breaks, stored, cleaned.final, judged, decided)
     report_cleaning(cleaned, keep, issues)
     return cleaned
