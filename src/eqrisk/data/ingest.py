@@ -166,6 +166,7 @@ def ingest(
     say = progress or (lambda _message: None)
     started = _utc_now()
     home = Path(home).expanduser()
+    panel.recover_ingested(home)
     price_paths = expand_price_paths([Path(p) for p in prices], PRICE_SUFFIXES)
     if not price_paths and not merge:
         raise IngestError("no price file given")

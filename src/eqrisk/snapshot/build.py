@@ -231,7 +231,7 @@ def _publish_dask(
         return publish(result, staged=staged)
 
 
-ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
+ingest_keys = ("data_source", "files", "merged_files", "ingested_at", "report_dir")
 
 
 def _incremental(
