@@ -202,3 +202,75 @@ def test_real_data_merge_keeps_oxy_and_every_first_ingest_return(tmp_path: Path)
     )
     assert after[("OXY", "2020-03-09")] < -0.5
     assert ["OXY", "2020-03-09"] not in _meta(home)["return_breaks"]
+
+
+def test_a_master_given_again_keeps_its_share_counts(tmp_path: Path) -> None:
+    """A master with market caps and no share counts: the caps become shares at the price of
+    the ingest that first read the file; the same file on later merges gives the same shares
+    (so the master, and the caps' history, do not change), and a merge of known rows with it
+    changes nothing."""
+    home = tmp_path / "home"
+    frame = _prices()
+    days = sorted(frame["date"].unique())
+    master = tmp_path / "m.csv"
+    rows = [f"{s},{s} Inc,stock,Energy,,{1e9 * (k + 1):.0f}" for k, s in enumerate(SYMBOLS)]
+    master.write_text("symbol,name,asset_type,gics_sector,gics_sub_industry,market_cap\n"
+                      + "\n".join(rows))  # fmt: skip
+    first = _write(frame[frame["date"] <= days[59]], tmp_path / "first.csv")
+    ingest([first], master, home=home)
+    close = frame.set_index(["symbol", "date"])["close"]
+    expected = {s: 1e9 * (k + 1) / close[(s, days[59])] for k, s in enumerate(SYMBOLS)}
+    shares = store.read_ingested(home)[1].set_index("symbol")["shares"]
+    assert shares.to_dict() == pytest.approx(expected, rel=1e-12)
+
+    later = _write(frame[frame["date"] == days[60]], tmp_path / "later.csv")
+    assert not ingest([later], master, home=home, merge=True).nothing_new
+    shares = store.read_ingested(home)[1].set_index("symbol")["shares"]
+    assert shares.to_dict() == pytest.approx(expected, rel=1e-12)  # not re-derived on days[60]
+    assert ingest([later], master, home=home, merge=True).nothing_new
+
+
+def test_share_classes_count_one_company_cap(tmp_path: Path) -> None:
+    """GOOG and GOOGL each given Alphabet's cap (shares = company cap / own price, as the S&P
+    financials file gives them): with the project's map the two carry the company's cap once,
+    in the panel and in the group portfolio's cap weights; without a map, twice."""
+    from eqrisk.data.share_classes import read_share_classes
+    from eqrisk.model.returns import group_portfolio
+
+    rng = np.random.default_rng(5)
+    days = sessions_between(pd.Timestamp("2023-01-03"), pd.Timestamp("2023-02-28"))
+    base = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, len(days))))
+    close = {
+        "GOOGL": base,
+        "GOOG": base * 1.004,
+        "XOM": 80 * np.exp(np.cumsum(rng.normal(0, 0.01, len(days)))),
+    }
+    long = pd.concat(
+        [pd.DataFrame({"date": days, "symbol": s, "close": c}) for s, c in close.items()]
+    )
+    company = 1.5e12
+    master = pd.DataFrame({"symbol": ["GOOGL", "GOOG", "XOM"],
+                           "shares": [company / base[-1], company / (base[-1] * 1.004), 4e9]})  # fmt: skip
+    classes = read_share_classes()
+    assert classes["GOOG"] == classes["GOOGL"] == "Alphabet"
+    assert classes["BRK.A"] == classes["BRK.B"] and classes["FOX"] == classes["FOXA"]
+    assert classes["NWS"] == classes["NWSA"]
+    once = store.to_panel(long, master)  # the project's map
+    twice = store.to_panel(long, master, {})
+    at = once.index_of()
+    cap_l = master["shares"][0] * close["GOOGL"]
+    cap_c = master["shares"][1] * close["GOOG"]
+    np.testing.assert_allclose(twice.market_cap[at["GOOGL"]], cap_l, rtol=1e-14)
+    alphabet = once.market_cap[at["GOOGL"]] + once.market_cap[at["GOOG"]]
+    np.testing.assert_allclose(alphabet, (cap_l + cap_c) / 2, rtol=1e-14)
+    np.testing.assert_allclose(alphabet[-1], company, rtol=1e-14)
+    np.testing.assert_array_equal(once.market_cap[at["XOM"]], 4e9 * close["XOM"])
+
+    returns = np.diff(np.log(once.close), axis=1, prepend=np.nan)
+    members = np.arange(3)
+    weights = group_portfolio(returns, members, once.market_cap).weights
+    w = weights[:, 1:]
+    share = (w[at["GOOGL"]] + w[at["GOOG"]]) / w.sum(axis=0)
+    cap_xom = 4e9 * close["XOM"]
+    expected = (cap_l + cap_c) / 2 / ((cap_l + cap_c) / 2 + cap_xom)
+    np.testing.assert_allclose(share, expected[:-1], rtol=1e-12)  # previous session's caps

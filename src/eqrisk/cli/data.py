@@ -265,6 +265,7 @@ def _build(
                 block_rows=settings.block_rows,
                 full=full,
                 progress=say,
+                share_classes=settings.share_classes,
             )
     except DaskUnavailable as exc:
         raise fail(str(exc), EXIT_ENVIRONMENT) from None

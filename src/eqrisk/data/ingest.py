@@ -12,6 +12,7 @@ reported rather than crashing the read; the two real data files ingest in a few 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,7 +196,9 @@ def ingest(
     flagged = _flag_moves(final, max_move, issues)
     fresh = bool(final["_fresh"].any())
     final = final.drop(columns=["_new", "_fresh"])
-    out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues)
+    cap_dates = dict(old_meta.get("cap_dates", {})) if old_meta is not None else {}
+    days = (_cap_day(master, final, cap_dates), _cap_day(shares, final, cap_dates))
+    out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues, days)
     unchanged = (
         old_meta is not None
         and not fresh
@@ -233,6 +236,7 @@ def ingest(
             "report_dir": str(report_dir),
             "merge": merge,
             "basis": basis,
+            "cap_dates": cap_dates,
             "max_move": max_move,
             "prices_basis": basis["prices_basis"],
             "actions": str(actions) if actions is not None else None,
@@ -364,9 +368,12 @@ def _master_out(
     merge: bool,
     final: pd.DataFrame,
     issues: Issues,
+    days: tuple[str | None, str | None] = (None, None),
 ) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     """The master to store: the new one (merged over the old one), else the old one, else
-    empty; share counts applied; and the summary of the share counts (None without)."""
+    empty; share counts applied; and the summary of the share counts (None without). Market
+    caps without a price become share counts at the master's and the share file's price day
+    (`days`, see `_cap_day`)."""
     master_frame = inputs.master
     if master_frame is not None:
         out_master = master_frame
@@ -376,7 +383,7 @@ def _master_out(
             out_master = out_master.drop_duplicates("symbol", keep="first")
         need = out_master["shares"].isna() & out_master["market_cap"].notna()
         if need.any():
-            base = out_master.loc[need, "symbol"].map(last_prices(final))
+            base = out_master.loc[need, "symbol"].map(last_prices(final, days[0]))
             out_master.loc[need, "shares"] = out_master.loc[need, "market_cap"] / base
         out_master = out_master[panel.RAW_MASTER_COLUMNS].reset_index(drop=True)
         price_symbols = set(final["symbol"].unique())
@@ -392,7 +399,7 @@ def _master_out(
     summary = None
     if inputs.shares is not None and inputs.shares_path is not None:
         out_master, summary = apply_shares(
-            out_master, inputs.shares, final, inputs.shares_path, issues
+            out_master, inputs.shares, final, inputs.shares_path, issues, days[1]
         )
     uncapped = uncapped_stocks(final, out_master, set(etf_registry()["symbol"]))
     issues.add("PARTIAL_CAPS", len(uncapped), uncapped)
@@ -495,6 +502,16 @@ def _stored_meta(home: Path) -> dict[str, Any] | None:
         return None
     meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
     return meta
+
+
+def _cap_day(path: Path | None, final: pd.DataFrame, cap_dates: dict[str, str]) -> str | None:
+    """The session whose prices turn a file's market caps into share counts: the one recorded
+    for the file's content (sha256) by the ingest that first read it, else the data's last;
+    recorded in `cap_dates`. A file given again unchanged gives the same share counts."""
+    if path is None or final.empty:
+        return None
+    key = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return cap_dates.setdefault(key, final["date"].max().strftime("%Y-%m-%d"))
 
 
 def _same_master(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:

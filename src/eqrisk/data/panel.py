@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eqrisk.data.calendar import sessions_between
+from eqrisk.data.share_classes import company_caps, read_share_classes
 
 PRICE_COLUMNS = [
     "date",
@@ -196,13 +197,19 @@ class Panel:
         return {s: i for i, s in enumerate(self.symbols.tolist())}
 
 
-def to_panel(prices: pd.DataFrame, master: pd.DataFrame | None = None) -> Panel:
+def to_panel(
+    prices: pd.DataFrame,
+    master: pd.DataFrame | None = None,
+    share_classes: dict[str, str] | None = None,
+) -> Panel:
     """Pivot a long price frame onto the NYSE sessions between its first and last date.
 
     Market cap: the row's `market_cap` where given, else shares (from the master) x adjusted
     close. A master's share count is one number, today's; the adjusted close is today's price
     scaled back through splits, so their product is the cap history without split jumps (raw
-    close x today's shares would overstate every pre-split cap by the split ratio).
+    close x today's shares would overstate every pre-split cap by the split ratio). Share
+    classes of one company (`share_classes`, symbol -> company; None: the project's map) count
+    the company's cap once (`share_classes.company_caps`).
     """
     frame = prices.copy()
     frame["date"] = pd.to_datetime(frame["date"]).dt.normalize()
@@ -232,6 +239,8 @@ def to_panel(prices: pd.DataFrame, master: pd.DataFrame | None = None) -> Panel:
         arrays["market_cap"] = np.where(
             np.isnan(arrays["market_cap"]), implied, arrays["market_cap"]
         )
+    classes = read_share_classes() if share_classes is None else share_classes
+    arrays["market_cap"] = company_caps(arrays["market_cap"], symbols, classes)
     return Panel(
         symbols=symbols,
         sessions=sessions.to_numpy().astype("datetime64[D]"),

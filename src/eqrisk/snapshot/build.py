@@ -16,6 +16,7 @@ from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
+from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
@@ -76,6 +77,7 @@ def build_snapshot(
     block_rows: int = 1024,
     full: bool = False,
     progress: Callable[[str], None] | None = None,
+    share_classes: Path | None = None,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot.
 
@@ -106,7 +108,7 @@ def build_snapshot(
     raw_master = raw_master[raw_master["symbol"].isin(present)]
     master = classify(raw_master, Mappings.load(sector_map, subsector_map), market_etf=market_etf)
     say(f"building the panel ({len(present)} symbols)")
-    panel = to_panel(prices, raw_master)
+    panel = to_panel(prices, raw_master, read_share_classes(share_classes))
     if not force:
         _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
