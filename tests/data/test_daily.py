@@ -166,7 +166,7 @@ def test_a_merge_that_changes_nothing_writes_nothing(tmp_path: Path) -> None:
     stored = (store.ingested_dir(home) / "meta.json").read_text()
     last = _write(frame[frame["date"] == days[-1]], tmp_path / "last.csv")
     report = ingest([last], master, home=home, merge=True)
-    assert report.nothing_new and report.coverage == []
+    assert report.nothing_new and report.coverage == [] and report.rows_flagged == 0
     assert (store.ingested_dir(home) / "meta.json").read_text() == stored
     # One changed close is something new.
     changed = frame[frame["date"] == days[-1]].copy()

@@ -349,8 +349,9 @@ def _combine(
 
 
 def _flag_moves(final: pd.DataFrame, max_move: float, issues: Issues) -> pd.DataFrame:
-    """One-day moves above `max_move` that involve a new row: kept, listed as LARGE_MOVE."""
-    flagged = large_moves(final, final["_new"].to_numpy(dtype=bool), max_move)
+    """One-day moves above `max_move` that involve a new or changed row: kept, listed as
+    LARGE_MOVE (rows a merge gives again unchanged are not flagged again)."""
+    flagged = large_moves(final, final["_fresh"].to_numpy(dtype=bool), max_move)
     if len(flagged):
         top = flagged.reindex(flagged["return"].abs().sort_values(ascending=False).index)
         issues.add(
