@@ -177,7 +177,7 @@ def ingest(
     basis = basis_for(given, old_meta, merge=merge)
     max_move = float(basis["max_move"])
     if not max_move > 0:
-        raise ValueError(f"max_move must be > 0, got {max_move}")
+        raise IngestError(f"--max-move must be > 0, got {max_move:g}")
     issues = Issues()
     decisions = _read_decisions(return_decisions)
     inputs = _read_inputs(
