@@ -101,3 +101,185 @@ def test_a_missing_setting_or_error_code_would_fail_the_checks() -> None:
     }
     without = text.replace("| `NO_DATA` | 404 |", "| `NO_DATA` | 410 |")
     assert documented_errors(without)["NO_DATA"] == 410 != documented_errors(text)["NO_DATA"]
+
+
+# ------------------------------------------------------- the user's guide and the pages it links
+
+ROOT = README.parent
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+DECISIONS = ROOT / "docs" / "decisions"
+
+
+def linked_pages(start: Path = README) -> dict[Path, str]:
+    """The README and every page of the repository reachable from it by relative Markdown links
+    (a folder stands for its README.md): path -> text."""
+    seen: dict[Path, str] = {}
+    todo = [start.resolve()]
+    while todo:
+        page = todo.pop()
+        if page in seen or not page.is_file() or page.suffix != ".md":
+            continue
+        seen[page] = page.read_text()
+        for target in LINK.findall(seen[page]):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path = (page.parent / target).resolve()
+            todo.append(path / "README.md" if path.is_dir() else path)
+    return seen
+
+
+def broken_links() -> list[str]:
+    """Relative links of the README and the docs that point at nothing."""
+    out = []
+    for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in LINK.findall(page.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (page.parent / target).exists():
+                out.append(f"{page.relative_to(ROOT)} -> {target}")
+    return out
+
+
+def documented(text: str, path: str) -> bool:
+    """`path` (a route) is named in `text`: whole, not as the start of a longer path."""
+    if path == "/":
+        return "`/`" in text
+    text = re.sub(r"https?://[\w.:-]+", "", text)  # http://127.0.0.1:8000/docs names /docs
+    return re.search(rf"(?<![\w.:/]){re.escape(path)}(?![\w/-])", text) is not None
+
+
+def app_routes() -> list[str]:
+    """Every path the app registers: the endpoints of both services, the open routes, the page,
+    its static files and the MCP mount."""
+    from fastapi.routing import APIRoute
+    from starlette.routing import Mount, Route
+
+    from eqrisk.api.app import create_app
+    from eqrisk.cli.mcp import MCP_PATH  # mounted by `eqrisk serve` beside the app
+
+    app = create_app(Settings(_env_file=None))
+    paths = [r.path for r in app.routes if isinstance(r, (APIRoute, Route, Mount))]
+    return sorted({*paths, MCP_PATH, "/openapi.json"} - {"/docs/oauth2-redirect"})
+
+
+def test_every_link_of_the_docs_resolves() -> None:
+    assert broken_links() == []
+
+
+def test_the_readme_links_the_decisions_index_and_the_index_every_page() -> None:
+    pages = linked_pages()
+    index = DECISIONS / "README.md"
+    assert index.resolve() in pages
+    listed = set(LINK.findall(index.read_text()))
+    missing = sorted(p.name for p in DECISIONS.glob("*.md") if p.name != "README.md")
+    assert [name for name in missing if name not in listed] == [], "add a line to the index"
+
+
+def test_every_setting_is_named_in_the_docs() -> None:
+    corpus = "\n".join(linked_pages().values())
+    variables = [f"EQRISK_{name.upper()}" for name in Settings.model_fields]
+    assert [v for v in variables if not re.search(rf"\b{v}\b", corpus)] == []
+
+
+def test_every_route_the_app_registers_is_named_in_the_docs() -> None:
+    routes = app_routes()
+    assert {"/api/metrics/{ticker}", "/daily", "/api/health", "/api/ready", "/", "/mcp"} <= set(
+        routes
+    )
+    corpus = "\n".join(linked_pages().values())
+    assert [path for path in routes if not documented(corpus, path)] == []
+
+
+def test_every_error_code_the_api_emits_is_in_the_error_table() -> None:
+    """Every code literal passed to the error helpers under src/eqrisk/api is in CODES (which
+    they look up, so nothing else can be sent), and every code of CODES is in the README."""
+    import ast
+
+    helpers = {"ApiError", "problem_response", "problem_body", "raw_problem", "_problem"}
+    helpers |= {"_refuse", "_write"}
+    found: set[str] = set()
+    for file in (ROOT / "src" / "eqrisk" / "api").rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name in helpers:
+                found |= {
+                    a.value
+                    for a in node.args
+                    if isinstance(a, ast.Constant)
+                    and isinstance(a.value, str)
+                    and re.fullmatch(r"[A-Z]+(?:_[A-Z]+)+", a.value)
+                }
+    assert len(found) > 10  # the scan reads the calls
+    assert found <= set(CODES), found - set(CODES)
+    assert set(documented_errors()) == set(CODES)
+
+
+def test_a_missing_route_or_page_would_fail_the_checks() -> None:
+    text = README.read_text()
+    assert documented(text, "/api/ticker-returns")
+    assert not documented(text.replace("/api/ticker-returns", "/api/x"), "/api/ticker-returns")
+    assert not documented("`/api/metrics/{ticker}/more`", "/api/metrics/{ticker}")
+    assert not documented("see /dailyx", "/daily")
+    assert documented("at http://127.0.0.1:8000/docs.", "/docs")
+
+
+SHELL = re.compile(r"^( *)```(?:bash|sh|shell)\n(.*?)^\1```", re.M | re.S)
+
+
+def shell_examples(text: str) -> list[str]:
+    """The lines of every shell block of a Markdown text, comments dropped."""
+    lines = []
+    for _, block in SHELL.findall(text):
+        lines += [line.split(" #", 1)[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line]
+
+
+def outside_files(line: str) -> list[str]:
+    """Paths in a shell line that name a file the reader does not have: a parent folder, an
+    absolute path other than a scratch one, or an input file that no command of the README
+    makes (`eqrisk demo --export` writes the example data)."""
+    from eqrisk.data.demo import EXPORT_FILES
+
+    out = []
+    tokens = line.replace("=", " ").split()
+    for i, token in enumerate(tokens):
+        token = token.strip("'\"")
+        if "://" in token:
+            continue
+        if "../" in token or (token.startswith("/") and not token.startswith("/tmp/")):
+            out.append(token)
+        elif re.search(r"\.(csv|csv\.gz|parquet|json)$", token) and tokens[i - 1] != "--out":
+            exported = token.startswith("demo-data/") and token[10:] in EXPORT_FILES.values()
+            out += [] if exported else [token]
+    return out
+
+
+def test_the_readme_shell_examples_use_only_files_the_reader_has() -> None:
+    lines = shell_examples(README.read_text())
+    assert any(line.startswith("eqrisk demo --export demo-data") for line in lines)
+    assert any("demo-data/prices.csv.gz" in line for line in lines)
+    assert {line: outside_files(line) for line in lines if outside_files(line)} == {}
+    assert outside_files("eqrisk ingest ../shared/data/prices.csv.gz") == [
+        "../shared/data/prices.csv.gz"
+    ]
+    assert outside_files("eqrisk update new_days.csv") == ["new_days.csv"]
+    assert outside_files("eqrisk fetch --out new_days.csv") == []
+
+
+SOURCES = {".py", ".md", ".js", ".toml"}
+
+
+def test_nothing_names_the_old_decisions_file() -> None:
+    """docs/DECISIONS.md became docs/decisions/<topic>.md: no page, source file or test cites it."""
+    stale = []
+    for folder in ("src", "tests", "docs", "examples"):
+        for file in (ROOT / folder).rglob("*"):
+            text = file.read_text(errors="replace") if file.suffix in SOURCES else ""
+            if "DECISIONS.md" in text and file != Path(__file__):
+                stale.append(str(file.relative_to(ROOT)))
+    for file in (README, ROOT / "pyproject.toml"):
+        if "DECISIONS.md" in file.read_text():
+            stale.append(file.name)
+    assert stale == []

@@ -8,14 +8,44 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+
+class SettingsError(ValueError):
+    """A setting's value is not usable: one line naming each bad setting, its variable and why
+    (the CLI prints it and exits 3)."""
+
+
+def _url_problem(value: str, schemes: tuple[str, ...], example: str) -> str | None:
+    """Why `value` is not a URL of one of `schemes` (`postgresql+psycopg` counts as
+    `postgresql`) with a host or a path, else None."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        return f"not a URL ({exc}); expected one like {example}"
+    if parts.scheme.split("+")[0] not in schemes:
+        return f"not a {' or '.join(schemes)} URL; expected one like {example}"
+    if not (parts.netloc or parts.path.strip("/") or parts.query):
+        return f"names no host or database; expected one like {example}"
+    return None
+
+
+def metrics_address(value: str, host: str) -> tuple[str, int] | None:
+    """(host, port) of a `metrics` setting "[HOST:]PORT" (`host` when it names none), else
+    None."""
+    name, _, port = value.rpartition(":")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None
+    return (name.strip("[]") or host, int(port))
 
 
 class Settings(BaseSettings):
@@ -71,6 +101,23 @@ class Settings(BaseSettings):
         default=None,
         description="CSV (company,symbol) of share classes that share one company market cap; "
         "default: the project's data/reference/share_classes.csv.",
+    )
+    min_price: float = Field(
+        default=1e-4, gt=0, description="Ingest rejects a price below this (no price can be)."
+    )
+    max_price: float = Field(
+        default=1e7, gt=0, description="Ingest rejects a price above this (no price can be)."
+    )
+    max_line_bytes: int = Field(
+        default=2**20,
+        ge=2**16,
+        description="Longest line of an input CSV: a longer one ends the read at once (a file "
+        "without newlines is never read whole).",
+    )
+    max_cell_bytes: int = Field(
+        default=2**16,
+        ge=256,
+        description="Longest cell of an input file: a longer one is an error.",
     )
     subsector_map: Path | None = Field(
         default=None, description="CSV (gics_sub_industry,etf) overriding the default mapping."
@@ -196,8 +243,71 @@ class Settings(BaseSettings):
         "such as 20/minute); past it, 429 without looking the key up.",
     )
     access_log: bool = Field(default=True, description="One stderr line per request (serve).")
+    metrics: str = Field(
+        default="off",
+        description="Prometheus metrics of `serve`: off, public (GET /metrics on the API's "
+        "port, open to anyone who reaches it) or [HOST:]PORT (a port of their own, on the "
+        "serve host unless HOST is given: keep it off the public network).",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            why = _url_problem(
+                value.get_secret_value(), ("postgresql",), "postgresql://user:pw@host:5432/db"
+            )
+            if why:
+                raise ValueError(why)  # the value is a secret: never in the message
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            why = _url_problem(
+                value.get_secret_value(), ("redis", "rediss", "unix"), "redis://host:6379/0"
+            )
+            if why:
+                raise ValueError(why)
+        return value
+
+    @field_validator("dask")
+    @classmethod
+    def _dask_address(cls, value: str | None) -> str | None:
+        """None, "local", or a scheduler address (tcp://host:8786, or host:8786)."""
+        if value is None or value == "local":
+            return value
+        address = value if "://" in value else f"tcp://{value}"
+        try:
+            parts = urlsplit(address)
+            port = parts.port
+        except ValueError:
+            port = None
+            parts = urlsplit("")
+        if not parts.hostname or port is None:
+            raise ValueError(
+                f"{value!r} is neither 'local' nor a scheduler address such as tcp://host:8786"
+            )
+        return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, value: str) -> str:
+        if value in ("off", "public") or metrics_address(value, "") is not None:
+            return value
+        raise ValueError(f"{value!r} is not off, public or [HOST:]PORT (a port from 1 to 65535)")
+
+    @field_validator("provider_urls")
+    @classmethod
+    def _provider_urls(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, url in value.items():
+            why = _url_problem(url, ("http", "https"), "http://proxy:8080")
+            if why:
+                raise ValueError(f"{name}: {url!r} is {why}")
+        return value
 
     @field_validator("invalid_key_limit")
     @classmethod
@@ -252,7 +362,30 @@ class Settings(BaseSettings):
         return out
 
 
+def describe(error: ValidationError) -> str:
+    """Every problem of `error` on one line: the setting, its environment variable, the value
+    (never a secret's) and why."""
+    problems = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        info = Settings.model_fields.get(field)
+        secret = info is not None and "SecretStr" in str(info.annotation)
+        shown = "" if secret or "input" not in item else f"={item['input']!r}"
+        why = str(item["msg"]).removeprefix("Value error, ")
+        problems.append(f"EQRISK_{field.upper()}{shown} (setting {field}): {why}")
+    return "; ".join(problems) + " (fix it in the environment or eqrisk.toml, or unset it)"
+
+
+def load_settings() -> Settings:
+    """The settings of the environment and eqrisk.toml, or `SettingsError` with one line."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(describe(exc)) from None
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings (tests build their own `Settings(...)` instead)."""
-    return Settings()
+    """The process-wide settings (tests build their own `Settings(...)` instead); raises
+    `SettingsError` (one line) when a value is not valid."""
+    return load_settings()

@@ -30,7 +30,14 @@ from eqrisk.accounts.pricing import tokens_to_usd
 from helpers import REPO_ROOT, Server, assert_problem, bearer, new_key, register_key
 
 FUNDED = "mcp-test-funded-key-0001"
-TOOLS = {"search_tickers", "risk_snapshot", "hedge_positions", "returns_summary", "estimate_cost"}
+TOOLS = {
+    "search_tickers",
+    "risk_snapshot",
+    "hedge_positions",
+    "returns_summary",
+    "estimate_cost",
+    "portfolio_risk",
+}
 TRANSPORTS = ["http", "stdio"]
 Session = Callable[[str], Any]
 
@@ -225,6 +232,40 @@ def test_tool_results_equal_the_routes_and_are_charged_as_the_routes(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+def test_portfolio_risk_equals_the_route_and_is_charged_as_the_route(
+    server: Server, accounts: Accounts, transport: str
+) -> None:
+    account_id, key = new_key(accounts)
+    book = {"NVDA": 600_000.0, "AAPL": 250_000.0, "MSFT": -150_000.0, "NOPE": 1.0}
+    args = {"positions": book, "benchmark": "SPY", "level": "L2"}
+
+    async def body(client: McpClient) -> Any:
+        result = await client.call_tool("portfolio_risk", args)
+        assert not result.is_error, result.content
+        return result.structured_content
+
+    got = run(transport, server.base, key, body)
+    doc = route(
+        server.base,
+        key,
+        "POST",
+        "/api/portfolio/risk",
+        json={"positions": book, "benchmark": "SPY", "level": "L2"},
+    ).json()
+    assert got["vol_daily"] == doc["portfolio"]["vol_daily"]
+    assert got["tracking_error_daily"] == doc["tracking_error"]["vol_daily"]
+    assert got["vol_after_hedge_daily"] == doc["hedge"]["vol_after_daily"]
+    assert {x["name"]: x["contribution"] for x in got["by_position"]} == {
+        x["ticker"]: x["contribution"] for x in doc["portfolio"]["positions"]
+    }
+    assert sum(x["contribution"] for x in got["by_level"]) == pytest.approx(got["vol_daily"])
+    assert got["unused"] == {"NOPE": "not in the model's universe"}
+    # Three positions used at 0.0004 USD is under the 0.01 USD minimum; the route, the same.
+    assert got["charge"]["cost_usd"] == pytest.approx(0.01)
+    assert charges(accounts, account_id) == [("portfolio/risk", 500), ("portfolio/risk", 500)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_402_429_and_unknown_tickers_are_tool_errors_that_say_what_to_do(
     server: Server, accounts: Accounts, transport: str
 ) -> None:
@@ -305,6 +346,7 @@ def test_resources_are_the_model_documentation_and_the_served_lineage(
     assert lineage["model_version"] == health["model_version"]
     assert lineage["data_as_of"] == health["data_as_of"]
     assert lineage["universe_size"] > 100 and lineage["method"]["window"] == 252
+    assert lineage["risk_accuracy"] == health["risk_accuracy"]  # null: built without --accuracy
 
 
 # ------------------------------------------------------------------------------ the endpoint

@@ -396,6 +396,13 @@ def test_searching_nvda_opens_its_page_with_every_row_plotted(
     )
     last = rows[-1]
     assert shares == [last["l3_mkt_er"], last["l3_sec_er"], last["l3_sub_er"], last["l3_res_er"]]
+    plotted(browser, "chart-vol")
+    predicted = browser.execute_script("return document.getElementById('chart-vol').data[0].y")
+    want = [None if r["risk_total_vol"] is None else r["risk_total_vol"] * 252**0.5 for r in rows]
+    assert [g is None for g in predicted] == [w is None for w in want]
+    assert [g for g in predicted if g is not None] == pytest.approx(
+        [w for w in want if w is not None], rel=1e-12
+    )
 
     # The latest snapshot is the metrics route's, every level.
     metrics = api.get("/api/metrics/NVDA").json()["metrics"]
@@ -460,6 +467,31 @@ def test_portfolio_of_three_tickers_shows_its_hedge(
         ".map(tr => tr.dataset.ticker)"
     )
     assert positions == list(weights)
+
+    # The predicted risk, asked with the button: the route's figures for the same dollars.
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.ID, "predict-risk").click()
+    wait_js(browser, "return document.querySelector('#risk-stats')")
+    dollars = {t: w / 100 * 2_000_000 for t, w in weights.items()}
+    doc = api.post(
+        "/api/portfolio/risk",
+        json={"positions": dollars, "units": "dollars", "level": "L3", "benchmark": "SPY"},
+    ).json()
+    stats = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#risk-stats .stat')]"
+        ".map(s => [s.dataset.metric, Number(s.dataset.value)]))"
+    )
+    assert stats["vol_annual"] == pytest.approx(doc["portfolio"]["vol_annual"], rel=1e-12)
+    assert stats["vol_after_annual"] == pytest.approx(doc["hedge"]["vol_after_annual"], rel=1e-12)
+    assert stats["tracking_error_annual"] == pytest.approx(
+        doc["tracking_error"]["vol_annual"], rel=1e-12
+    )
+    levels = browser.execute_script(
+        "return [...document.querySelectorAll('#risk-by-level tbody tr')]"
+        ".map(tr => Number(tr.dataset.contribution))"
+    )
+    assert sum(levels) == pytest.approx(doc["portfolio"]["vol_daily"], rel=1e-12)
 
 
 # ------------------------------------------------------------------------------ keys, errors
@@ -773,7 +805,7 @@ def test_the_page_fits_a_phone_and_no_legend_covers_a_plot(
                                          && legend.top < plot.bottom)};
                     })"""
                 )
-                assert len(overlaps) == {"market": 0, "stock": 3, "portfolio": 2}[name]
+                assert len(overlaps) == {"market": 0, "stock": 4, "portfolio": 2}[name]
                 assert all(o["legend"] and o["plot"] for o in overlaps), overlaps
                 assert not any(o["overlap"] for o in overlaps), (name, width, overlaps)
     finally:

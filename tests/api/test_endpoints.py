@@ -72,6 +72,9 @@ def test_the_estimate_offers_the_sized_endpoints_in_registry_order() -> None:
         "l3-decomposition",
         "batch/analyze",
         "heatmap",
+        "portfolio/risk",
+        "factor-covariance",
+        "specific-risk",
         "tickers",
     ]
 

@@ -46,6 +46,9 @@ PRICES: dict[str, dict[str, Any]] = {
     "heatmap": {"usd": "0.008"},
     "l3-decomposition": {"usd": "0.01"},
     "batch/analyze": {"usd": "0.002", "per": "ticker", "minimum_usd": "0.005"},
+    "portfolio/risk": {"usd": "0.0003", "per": "position", "minimum_usd": "0.001"},
+    "factor-covariance": {"usd": "0.011"},
+    "specific-risk": {"usd": "0.012"},
     "daily": {"usd": "0.0004"},
     "betas": {"usd": "0.0005"},
     "facts": {"usd": "0.0006"},
@@ -139,6 +142,10 @@ QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     ),
     "/gross": st.fixed_dictionaries({"symbols": SYMBOLS, "start_time": DATES}),
     "/resids": st.fixed_dictionaries({"symbols": SYMBOLS, "start_time": DATES}),
+    "/api/factor-covariance": st.fixed_dictionaries(
+        {}, optional={"date": DATES, "format": FORMATS}
+    ),
+    "/api/specific-risk": st.fixed_dictionaries({}, optional={"date": DATES, "format": FORMATS}),
     "/symbol_list": st.fixed_dictionaries(
         {},
         optional={
@@ -325,7 +332,14 @@ def _spec(path: str) -> Endpoint[Any, Any]:
 def test_every_keyed_route_is_in_the_differential() -> None:
     """A new keyed route needs its case here (its parameters below, or a body above)."""
     keyed = {e.path for e in ENDPOINTS if not e.open}
-    covered = {*QUERIES, METRICS_PATH, "/api/batch/analyze", "/api/estimate", "/api/balance"}
+    covered = {
+        *QUERIES,
+        METRICS_PATH,
+        "/api/batch/analyze",
+        "/api/portfolio/risk",
+        "/api/estimate",
+        "/api/balance",
+    }
     assert keyed == covered
     assert set(PRICES) == {e.price_key for e in ENDPOINTS if not e.open}
 
@@ -395,6 +409,40 @@ def test_a_batch_is_charged_its_plans_price_in_every_accepted_encoding(
         failed = resp.headers["x-failed-tickers"]
         succeeded = len(asked) - (len(failed.split(",")) if failed else 0)
     assert spent == meter.prices["batch/analyze"].cost(succeeded)
+
+
+PORTFOLIO = st.fixed_dictionaries(
+    {
+        "positions": st.dictionaries(
+            spelt(STOCKS + ETFS + UNKNOWN), st.sampled_from([0.5, -0.25, 0.0, 100.0]), min_size=1
+        )
+    },
+    optional={
+        "benchmark": st.sampled_from(["SPY", "nope", {"XLK": 1.0}]),
+        "date": DATES,
+        "level": st.sampled_from(["L1", "L2", "L3", "L4"]),
+        "units": st.sampled_from(["weights", "dollars"]),
+    },
+)
+
+
+@EXAMPLES
+@given(doc=PORTFOLIO)
+def test_a_portfolio_is_charged_per_position_used_as_estimated(
+    meter: Meter, doc: dict[str, Any]
+) -> None:
+    resp, spent = meter.call(
+        "POST", "/api/portfolio/risk", body=_utf8(doc), headers={"content-type": JSON_TYPE}
+    )
+    estimate = meter.estimate("portfolio/risk", doc)
+    assert estimate.status_code == (200 if resp.is_success else resp.status_code), resp.text[:300]
+    if not resp.is_success:
+        assert spent == 0
+        return
+    assert spent == estimate.json()["estimated_tokens"]
+    assert spent == meter.quote(_spec("/api/portfolio/risk"), doc)
+    used = len(resp.json()["portfolio"]["positions"])
+    assert spent == meter.prices["portfolio/risk"].cost(used)
 
 
 @EXAMPLES

@@ -70,7 +70,7 @@ def test_a_merge_keeps_the_recorded_basis_and_refuses_another(tmp_path: Path) ->
     later = _write(frame[frame["date"] == days[60]], tmp_path / "later.csv")
     ingest([first], _master(tmp_path / "m.csv"), home=home, prices_basis="adjusted", max_move=0.3)
     recorded = _meta(home)["basis"]
-    assert recorded == {"prices_basis": "adjusted", "max_move": 0.3,
+    assert recorded == {"prices_basis": "adjusted", "max_move": 0.3, "date_format": None,
                         "keep_split_moves": False, "columns": {}}  # fmt: skip
     before = (store.ingested_dir(home) / "prices.parquet").read_bytes()
 

@@ -256,6 +256,7 @@ def test_crafted_bad_file(tmp_path: Path) -> None:
         "MISSING_PRICES": 1,
         "LARGE_MOVE": 1,
         "PARTIAL_CAPS": 1,  # ZZZ has no cap while AAA has one (issue 12)
+        "LEVEL_MISSING": 1,  # AAA: no XLK in the prices and alone in its sector
     }
     assert _issue(report, "PARTIAL_CAPS")["examples"] == ["ZZZ"]
     for code in ("DUPLICATE_ROW", "NON_NUMERIC_PRICE", "BAD_DATE", "NOT_A_SESSION"):
@@ -532,6 +533,13 @@ DDD,D Inc,Energy,,,-3
         "MASTER_NO_SYMBOL": 1,
         "BAD_SHARES": 2,
         "PARTIAL_CAPS": 2,  # BBB and DDD have no cap while AAA has one (issue 12)
+        "LEVEL_MISSING": 3,  # no sector ETF in the prices, each stock alone in its sector
+    }
+    levels = pd.read_csv(Path(report.report_dir) / "levels.csv")
+    assert dict(zip(levels["symbol"], levels["level"], strict=True)) == {
+        "AAA": "L2+L3",
+        "BBB": "L2+L3",
+        "DDD": "L2+L3",
     }
     assert _issue(report, "PARTIAL_CAPS")["examples"] == ["BBB", "DDD"]
     assert _issue(report, "BAD_ASSET_TYPE")["examples"] == [{"symbol": "BBB", "asset_type": "fund"}]

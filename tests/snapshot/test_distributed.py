@@ -27,6 +27,7 @@ from eqrisk.model.run import (
     run_model,
 )
 from eqrisk.snapshot.distributed import run_model_dask
+from eqrisk.snapshot.risk_store import RISK_FIELDS, factor_covariance_of
 from eqrisk.snapshot.versions import Snapshot, current_version, snapshots_dir
 from helpers import nan_equal
 
@@ -145,6 +146,13 @@ def test_build_dask_local_publishes_the_local_build(demo_home: Path, tmp_path: P
     for name in local.manifest["fields"]:
         assert nan_equal(np.asarray(dask.array(name)), np.asarray(local.array(name))), name
     assert nan_equal(np.asarray(dask.factor_returns), np.asarray(local.factor_returns))
+    # The risk model: every stored field and F of every session, bit for bit.
+    assert dask.manifest["risk"] == local.manifest["risk"]
+    for name in RISK_FIELDS:
+        assert np.asarray(dask.array(name)).tobytes() == np.asarray(local.array(name)).tobytes()
+    for t in range(0, len(local.sessions), 50):
+        f_dask = factor_covariance_of(dask.path, dask.manifest, t).cov
+        assert f_dask.tobytes() == factor_covariance_of(local.path, local.manifest, t).cov.tobytes()
     for table in ("symbols.parquet", "security_history"):  # a file, a dataset of files
         assert pq.read_table(dask.path / table).equals(pq.read_table(local.path / table)), table
 

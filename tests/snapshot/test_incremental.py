@@ -20,7 +20,8 @@ from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import chunks
 from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.incremental import run_tail, tail_offsets
-from eqrisk.snapshot.versions import Snapshot, snapshots_dir
+from eqrisk.snapshot.risk_store import RISK_FIELDS, factor_covariance_of
+from eqrisk.snapshot.versions import Snapshot, list_versions, snapshots_dir
 
 TAIL_DAYS = 6  # sessions held back from the first build
 KEEP = 20
@@ -94,6 +95,15 @@ def _assert_equal_versions(home: Path, got: dict[str, Any], want: dict[str, Any]
     assert long_a.equals(long_b)  # every row, in the same order
     assert got["security_history"] == want["security_history"]
     assert got["arrays"] == want["arrays"]  # the same chunk codes and derived fields
+    # The risk model (F per session, D and the predicted volatilities per stock and session).
+    assert {k: v for k, v in got["risk"].items() if k != "linked_chunks"} == {
+        k: v for k, v in want["risk"].items() if k != "linked_chunks"
+    }
+    for name in RISK_FIELDS:
+        assert np.asarray(a.array(name)).tobytes() == np.asarray(b.array(name)).tobytes(), name
+    for t in range(0, got["sessions"], 97):
+        f_a = factor_covariance_of(a.path, a.manifest, t).cov
+        assert f_a.tobytes() == factor_covariance_of(b.path, b.manifest, t).cov.tobytes()
 
 
 def test_a_tail_run_equals_the_full_run_bitwise(real: dict[str, Any]) -> None:
@@ -144,6 +154,22 @@ def test_appending_day_by_day_then_in_a_block_equals_a_full_rebuild(
     assert block["sessions"] == len(real["dates"])
     again = build_snapshot(home, ModelParams(), keep=KEEP, full=True)
     _assert_equal_versions(home, block, again)
+    # No look-ahead: the forecasts of the first version's sessions are unchanged by the later
+    # sessions (bit for bit), F and D of the last of them included.
+    first = Snapshot.open(snapshots_dir(home) / list_versions(home)[0])
+    later = _open(home, again)
+    width = int(first.manifest["sessions"])
+    assert width == int(again["sessions"]) - TAIL_DAYS
+    for name in RISK_FIELDS:
+        old = np.asarray(first.array(name))
+        assert (
+            old.tobytes()
+            == np.ascontiguousarray(np.asarray(later.array(name))[:, :width]).tobytes()
+        )
+    f_old = factor_covariance_of(first.path, first.manifest, width - 1).cov
+    assert (
+        f_old.tobytes() == factor_covariance_of(later.path, later.manifest, width - 1).cov.tobytes()
+    )
 
 
 def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_one(
@@ -191,6 +217,9 @@ def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_
             f"arrays/_rows/0.{c0}.npy",
             *(f"arrays/{n}/0.{c0}.npy" for n in own),
             f"security_history/monthly-{year}.parquet",
+            *(f"risk/{p}-{c0:05d}.npy" for p in ("cov", "total", "factor", "specific", "d")),
+            "risk/fidx.npy",
+            f"risk/state-{c0 + 1:05d}.npz",
             "factors.npy",
             "manifest.json",
             "sessions.npy",
@@ -199,7 +228,7 @@ def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_
     )
     # (the group's runs index of chunk c0 too where a row's runs changed there)
     assert [p for p in added if p != f"arrays/_rows/0.{c0}.runs.npy"] == expected
-    assert new["storage"]["chunks_written"] == len(expected) - 4
+    assert new["storage"]["chunks_written"] == len(expected) - 11
     for rel in new["security_history"]:
         chunk = _chunk_of(folder / rel)
         if chunk is not None and chunk < c0:

@@ -32,11 +32,12 @@ class Price:
     """The price of one route: per call, or per succeeded ticker (batch), with a minimum."""
 
     tokens: int
-    per: str = "call"  # "call" | "ticker"
+    per: str = "call"  # "call" | "ticker" | "position"
     minimum_tokens: int = 0
 
     def cost(self, units: int = 1) -> int:
-        """Tokens charged for `units` (calls = 1; batch: succeeded tickers). Zero units cost
+        """Tokens charged for `units` (calls = 1; batch: succeeded tickers; a portfolio: the
+        positions used). Zero units cost
         nothing (a batch where every ticker failed is not charged)."""
         if units <= 0:
             return 0
@@ -50,7 +51,7 @@ class Price:
         """The price in words, as the README's price table writes it (a test compares them)."""
         if self.tokens == 0 and self.minimum_tokens == 0:
             return "free"
-        unit = "succeeded ticker" if self.per == "ticker" else "call"
+        unit = {"ticker": "succeeded ticker", "position": "position used"}.get(self.per, "call")
         text = f"{self.usd:g} USD per {unit}"
         if self.minimum_tokens:
             text += f", minimum {tokens_to_usd(self.minimum_tokens):g} USD per call"
@@ -74,6 +75,9 @@ DEFAULT_PRICES: dict[str, Price] = {
     "heatmap": _usd("0.005"),
     "l3-decomposition": _usd("0.01"),
     "batch/analyze": _usd("0.002", per="ticker", minimum="0.01"),
+    "portfolio/risk": _usd("0.0004", per="position", minimum="0.01"),
+    "factor-covariance": _usd("0.005"),
+    "specific-risk": _usd("0.02"),
     "daily": _usd("0"),
     "betas": _usd("0"),
     "facts": _usd("0"),

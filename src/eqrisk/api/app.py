@@ -38,6 +38,7 @@ from eqrisk.api.errors import ApiError, install_error_handlers, problem_body
 from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
 from eqrisk.api.security import SecurityHeaders, docs_pages
+from eqrisk.api.telemetry import Telemetry, metrics_route
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot import row_kernel
 from eqrisk.snapshot.versions import SnapshotStore
@@ -206,7 +207,7 @@ def lower_thread_priority(step: int = RENDER_NICENESS) -> None:
 
 def tune_process() -> None:
     """The serving process's own settings (the allocator; the interpreter's switch interval
-    stays at its default: 0.5 ms measured no better, docs/DECISIONS.md): set by
+    stays at its default: 0.5 ms measured no better, docs/decisions/serving.md): set by
     `serving_app` in every worker process, not by `create_app`, so that a test or a
     notebook that builds an app keeps its process as it was."""
     keep_freed_memory()
@@ -239,7 +240,7 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)
     # Large answers render here, one at a time by default (formats.answer), at a lower CPU
-    # priority than the event loop's (docs/DECISIONS.md, "Issue 9: large answers").
+    # priority than the event loop's (docs/decisions/serving.md).
     writers.warm_up()
     row_kernel.warm_up()  # a ticker's first long read assembles its row with it
     app.state.render_pool = ThreadPoolExecutor(
@@ -265,14 +266,16 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
     register_all(app, [e for e in ENDPOINTS if e.service in services])
     app.state.estimated = {n: e for n, e in ESTIMATED.items() if e.service in services}
     docs_pages(app)
+    if settings.metrics == "public":  # else off, or on a port of its own (`eqrisk serve`)
+        app.add_route("/metrics", metrics_route(settings.snapshots_dir), include_in_schema=False)
     if "risk" in services:
         dashboard.include(app)  # the page at / is a client of Service B
 
     # One charge writer per process; its groups whose COMMIT got no answer and could not be
     # settled at once are recorded under the home (accounts/doubt.py).
     app.state.writer = ChargeWriter(app.state.accounts, journal=settings.home_dir / JOURNAL_DIR)
-    # Starlette runs the last added middleware first: security headers, request id and access
-    # log, then the size limits (nothing below reads the network), then the gate, then routes.
+    # Starlette runs the last added middleware first: security headers, metrics, request id
+    # and access log, then the size limits (nothing below reads the network), then the gate, then routes.
     app.add_middleware(
         Gate,
         accounts=app.state.accounts,
@@ -290,6 +293,8 @@ def create_app(settings: Settings | None = None, services: Sequence[str] | None 
         max_query=settings.max_query_bytes,
     )
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+    if settings.metrics != "off":  # counts what the request id middleware answered too
+        app.add_middleware(Telemetry, routes=app.router.routes)
     app.add_middleware(SecurityHeaders)  # on every response, whoever answered it
     return app
 

@@ -154,7 +154,7 @@ class Endpoint(Generic[P, T]):
         size = ONE_CALL if self.size is None else self.size(plan, params)  # type: ignore[arg-type]
         price = prices[self.price_key]
         tokens = price.cost(size.units)
-        return Quote(size, tokens, price.tokens if price.per == "ticker" else tokens)
+        return Quote(size, tokens, price.tokens if price.per in ("ticker", "position") else tokens)
 
 
 def _meter(request: Request) -> Meter:

@@ -164,6 +164,28 @@ FIELDS: dict[str, FieldSpec] = {
             "L3 hedge quality: variance of l3_rr over variance of the return, trailing window.",
             "share",
         ),
+        # The risk model's forecast (docs/decisions/risk-forecast.md): of session t, from data
+        # up to t-1 (no look-ahead), daily.
+        FieldSpec(
+            "risk_total_vol",
+            "risk_total_vol",
+            "Predicted daily volatility of the session's return (sqrt(h'Fh + D)), forecast "
+            "from data up to the previous session; times sqrt(252) for a yearly figure.",
+            "decimal",
+        ),
+        FieldSpec(
+            "risk_factor_vol",
+            "risk_factor_vol",
+            "Predicted daily volatility from the ETF factors (sqrt(h'Fh)), h the previous "
+            "session's L3 hedge ratios.",
+            "decimal",
+        ),
+        FieldSpec(
+            "risk_specific_vol",
+            "risk_specific_vol",
+            "Predicted daily specific volatility (sqrt(D)): what is left after the L3 hedge.",
+            "decimal",
+        ),
         # Service A (daily stock data, /daily `fields`)
         FieldSpec("open", "open", "Opening price as traded (unadjusted).", "USD"),
         FieldSpec("high", "high", "High price as traded (unadjusted).", "USD"),
@@ -209,13 +231,20 @@ FLOW_FIELDS = ("l1_cfr", "l1_rr", "l2_cfr", "l2_rr", "l3_cfr", "l3_rr")
 # Realised next-day hedged variance over unhedged variance, trailing window (issue 12).
 QUALITY_FIELDS = ("l1_hq", "l2_hq", "l3_hq")
 CASCADE = L3_FIELDS + L1_FIELDS + L2_FIELDS
+RISK_FIELDS = ("risk_total_vol", "risk_factor_vol", "risk_specific_vol")
 
 # What Service B's routes render: output column -> snapshot array, per answer.
 TICKER_RETURNS_COLUMNS = columns(
-    "returns_gross", "returns_log", "price_close", *CASCADE, *FLOW_FIELDS, *QUALITY_FIELDS
+    "returns_gross",
+    "returns_log",
+    "price_close",
+    *CASCADE,
+    *FLOW_FIELDS,
+    *QUALITY_FIELDS,
+    *RISK_FIELDS,
 )
 RETURNS_COLUMNS = columns("returns_gross")
-L3_COLUMNS = columns(*L3_FIELDS)
+L3_COLUMNS = columns(*L3_FIELDS, *RISK_FIELDS)
 HEDGE_RATIO_COLUMNS = columns("l3_mkt_hr", "l3_sec_hr", "l3_sub_hr")
 BETA_FIELDS = ("l1_mkt_beta", "l2_sec_beta", "l3_sub_beta")
 METRICS_FIELDS = columns(
@@ -227,6 +256,7 @@ METRICS_FIELDS = columns(
     *CASCADE,
     *BETA_FIELDS,
     *QUALITY_FIELDS,
+    *RISK_FIELDS,
 )
 # The long names the real Service B's readers need where they take no short ones
 # (/api/l3-decomposition's arrays, the batch long table).

@@ -46,7 +46,7 @@ JSON, CSV, PARQUET = "json", "csv", "parquet"
 JSON_COLUMNS = "json-columns"
 COLUMNS_MEDIA_TYPE = "application/vnd.eqrisk.columns+json"
 # From this many cells (rows x columns, ~1 ms of rendering) an answer renders in the app's
-# render pool, not in the thread that serves it (docs/DECISIONS.md, "Issue 9: large answers").
+# render pool, not in the thread that serves it (docs/decisions/serving.md).
 LARGE_CELLS = 20_000
 MEDIA_TYPES = {
     JSON: "application/json",

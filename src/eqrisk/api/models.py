@@ -305,6 +305,14 @@ class HealthResponse(BaseModel):
     status: str
     model_version: str
     data_as_of: date | None
+    risk_accuracy: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "The risk forecast's out-of-sample accuracy on the snapshot's data (bias statistic "
+            "and rolling 12-month MAD per family of portfolios, next to the baseline), as "
+            "measured by `eqrisk build --accuracy`; null when the snapshot carries none."
+        ),
+    )
 
 
 ERRORS = problem_responses(400, 401, 402, 403, 404, 429, "4XX", 500, 503)

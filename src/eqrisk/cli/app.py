@@ -28,7 +28,7 @@ from eqrisk.cli.output import result as result
 from eqrisk.cli.output import say_error as say_error
 from eqrisk.cli.output import show as show
 from eqrisk.cli.output import stages as stages
-from eqrisk.settings import Settings, get_settings
+from eqrisk.settings import Settings, SettingsError, get_settings
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_ENVIRONMENT = 1, 2, 3
 
@@ -82,6 +82,8 @@ def _operator_error(exc: BaseException) -> tuple[str, int] | None:
     traceback is kept). The single place where environment failures become messages."""
     from eqrisk.snapshot.versions import SnapshotError
 
+    if isinstance(exc, SettingsError):
+        return f"invalid setting: {exc}", EXIT_ENVIRONMENT
     settings = get_settings()
     if isinstance(exc, EnvironmentProblem | SnapshotError):
         return str(exc), EXIT_ENVIRONMENT
@@ -177,6 +179,31 @@ def summary_line(s: dict[str, Any]) -> str:
 
 
 @app.command()
-def config(as_json: JsonOpt = False) -> None:
-    """Print the effective settings (secrets masked)."""
-    print_mapping(get_settings().masked(), as_json, "setting")
+def config(
+    as_json: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Try the database, Redis, the snapshot store and the Dask scheduler: one "
+            "line each, exit 3 when one fails.",
+        ),
+    ] = False,
+) -> None:
+    """Print the effective settings (secrets masked). With --check, test the connections."""
+    if not check:
+        print_mapping(get_settings().masked(), as_json, "setting")
+        return
+    from dataclasses import asdict
+
+    from eqrisk.cli.check import run_checks
+
+    checks = run_checks(get_settings())
+    if as_json:
+        print_json([asdict(c) for c in checks])
+    else:
+        for c in checks:
+            out.print(f"{'ok  ' if c.ok else 'FAIL'} {c.name:<9} {c.detail}", markup=False)
+    failed = [c.name for c in checks if not c.ok]
+    if failed:
+        raise fail(f"{len(failed)} of {len(checks)} checks failed: {', '.join(failed)}", 3)

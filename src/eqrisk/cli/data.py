@@ -82,6 +82,22 @@ ColumnOpt = Annotated[
         help="Map a price column, e.g. symbol=Name (repeatable).",
     ),
 ]
+DateFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The price files' date format, e.g. DD/MM/YYYY, MM/DD/YYYY, DD.MM.YYYY, YYYYMMDD "
+        "or a strptime pattern (default: found from each file's whole date column; a file "
+        "whose dates are ambiguous or mixed is refused).",
+    ),
+]
+MinPriceOpt = Annotated[
+    float | None,
+    typer.Option(help="Reject a price below this (default EQRISK_MIN_PRICE, 1e-4).", min=0),
+]
+MaxPriceOpt = Annotated[
+    float | None,
+    typer.Option(help="Reject a price above this (default EQRISK_MAX_PRICE, 1e7).", min=0),
+]
 PricesArg = Annotated[
     list[Path], typer.Argument(metavar="PRICES", help="Price files: CSV, CSV.gz or Parquet.")
 ]
@@ -103,11 +119,22 @@ def _ingest(
 ) -> IngestReport:
     """Ingest with the stages' progress; a refused ingest is the command's one-line error.
     A first ingest takes the setting's max_move; a merge the data set's (unless given)."""
+    from eqrisk.data.cells import InputLimits
     from eqrisk.data.ingest import ingest as run_ingest
     from eqrisk.data.ingest_report import IngestError
+    from eqrisk.data.master import Mappings
 
     if options.get("max_move") is None and not options.get("merge"):
         options["max_move"] = settings.max_move
+    if settings.min_price >= settings.max_price:
+        raise fail(f"--min-price {settings.min_price:g} is not below --max-price", 2)
+    limits = InputLimits(
+        settings.min_price, settings.max_price, settings.max_line_bytes, settings.max_cell_bytes
+    )
+    try:
+        mappings = Mappings.load(settings.sector_map, settings.subsector_map)
+    except (OSError, ValueError) as exc:
+        raise fail(f"sector/subsector map: {exc}", 2) from exc
     try:
         with stages("ingest") as say:
             return run_ingest(
@@ -116,6 +143,8 @@ def _ingest(
                 home=settings.home_dir,
                 min_coverage=settings.min_coverage,
                 progress=say,
+                limits=limits,
+                mappings=mappings,
                 **options,
             )
     except IngestError as exc:
@@ -150,6 +179,9 @@ def ingest(
         ),
     ] = None,
     column: ColumnOpt = None,
+    date_format: DateFormatOpt = None,
+    min_price: MinPriceOpt = None,
+    max_price: MaxPriceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Validate and ingest daily prices and a security master. Rejected rows go to the report;
@@ -159,7 +191,7 @@ def ingest(
     from eqrisk.data.columns import parse_mapping
     from eqrisk.data.ingest_report import render_report
 
-    settings = effective_settings()
+    settings = effective_settings(min_price=min_price, max_price=max_price)
     given = (master, shares, actions, return_decisions)
     _check_files([*prices, *[p for p in given if p is not None]])
     _check_basis(prices_basis)
@@ -183,6 +215,7 @@ def ingest(
         max_move=max_move,
         rejudge=rejudge,
         partial=partial,
+        date_format=date_format,
     )
     if as_json:
         print_json(report.to_dict())
@@ -217,6 +250,14 @@ def build(
         int | None, typer.Option(min=1, help="Symbols per Dask block (default EQRISK_BLOCK_ROWS).")
     ] = None,
     full: FullOpt = False,
+    accuracy: Annotated[
+        bool,
+        typer.Option(
+            "--accuracy",
+            help="Also measure the risk forecast's accuracy on the whole data set and store it "
+            "(served by /api/health; minutes on a large data set).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build a new snapshot from the ingested data; make it current. The risk model runs on the
@@ -227,7 +268,15 @@ def build(
     settings = effective_settings(
         window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
     )
-    _build(settings, keep=keep, force=force, dask_workers=dask_workers, full=full, as_json=as_json)
+    _build(
+        settings,
+        keep=keep,
+        force=force,
+        dask_workers=dask_workers,
+        full=full,
+        as_json=as_json,
+        accuracy=accuracy,
+    )
 
 
 FullOpt = Annotated[
@@ -243,6 +292,7 @@ def _build(
     dask_workers: int | None,
     full: bool,
     as_json: bool,
+    accuracy: bool = False,
 ) -> None:
     """`eqrisk build` (and the build half of `eqrisk update`)."""
     from eqrisk.model.run import ModelParams
@@ -264,6 +314,7 @@ def _build(
                 dask_workers=dask_workers,
                 block_rows=settings.block_rows,
                 full=full,
+                accuracy=accuracy,
                 progress=say,
                 share_classes=settings.share_classes,
             )
@@ -316,6 +367,9 @@ def update(
     keep_split_moves: KeepMovesOpt = None,
     rejudge: RejudgeOpt = False,
     partial: PartialOpt = False,
+    date_format: DateFormatOpt = None,
+    min_price: MinPriceOpt = None,
+    max_price: MaxPriceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The daily job: merge new price files, then build. The files are merged into the ingested
@@ -328,7 +382,7 @@ def update(
     that changes nothing prints "nothing new" and publishes no version."""
     from eqrisk.data.ingest_report import render_report
 
-    settings = effective_settings()
+    settings = effective_settings(min_price=min_price, max_price=max_price)
     _check_basis(prices_basis)
     prices = list(prices or [])
     if from_provider is not None:
@@ -353,6 +407,7 @@ def update(
         keep_split_moves=keep_split_moves,
         rejudge=rejudge,
         partial=partial,
+        date_format=date_format,
     )
     if not as_json:
         render_report(report, out)

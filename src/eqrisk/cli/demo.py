@@ -83,18 +83,52 @@ def evaluation_key(settings: Settings) -> dict[str, Any] | None:
     return {**doc, "file": str(path)}
 
 
+def _export(folder: Path, seed: int, as_json: bool) -> None:
+    """`--export`: the demo market as files a user ingests; no home is read or written."""
+    from eqrisk.data.demo import export_demo_files, generate_demo
+
+    with stages("demo --export") as say:
+        say("generating the demo market")
+        market = generate_demo(seed=seed)
+        say("writing")
+        try:
+            paths = export_demo_files(market, folder)
+        except OSError as exc:
+            raise fail(f"cannot write the demo's files into {folder}: {exc}") from None
+    files = {name: str(path) for name, path in paths.items()}
+    if as_json:
+        print_json({"seed": seed, "files": files})
+        return
+    for name, path in files.items():
+        result(f"{name}: {path}")
+    note(
+        f"ingest them in a home of your own: eqrisk ingest {paths['prices']} "
+        f"--master {paths['master']}; then eqrisk build; eqrisk update {paths['new_days']}"
+    )
+
+
 @app.command()
 def demo(
     serve: Annotated[bool, typer.Option(help="Serve the demo snapshot once built.")] = True,
     host: HostOpt = None,
     port: PortOpt = None,
     seed: Annotated[int, typer.Option(help="Generator seed (same seed, same market).")] = 7,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            help="Only write the demo market's files into this folder (prices.csv.gz, "
+            "new_days.csv, master.csv: the ingest layouts), then stop.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the synthetic demo market in its own home, then serve it. The demo market is
     generated, ingested and built; a local evaluation account (20 USD of credit, in this home
     only) gets a key, printed and offered by the page; then the services and the page are
     served. What serving needs (the port included) is checked before the build starts."""
+    if export is not None:
+        _export(export, seed, as_json)
+        return
     from eqrisk.data.demo import DATA_SOURCE
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.build import DemoDataInvalid, build_demo

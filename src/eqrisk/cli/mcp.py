@@ -117,7 +117,9 @@ def serving_app() -> Any:
     """What `eqrisk serve` runs in each worker: the API (`eqrisk.api.app.serving_app`), with
     /mcp mounted when the `mcp` package is installed and Service B is served."""
     from eqrisk.api.app import serving_app as api_app
+    from eqrisk.cli.lifeline import follow_parent
 
+    follow_parent()  # a worker of `serve --workers N` ends with the serving process
     api = api_app()
     return with_mcp(api) if mounts_mcp(api.state.settings.services) else api
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -117,11 +119,53 @@ def preflight(
     return version
 
 
+def metrics_folder() -> Path:
+    """prometheus_client's multiprocess folder for this server, set in the environment before
+    anything imports prometheus_client (its value class is chosen at import) and before the
+    workers start (they inherit it): the operator's PROMETHEUS_MULTIPROC_DIR, emptied of a
+    previous run's files, or a new temporary folder (removed when serve ends)."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        folder = Path(given)
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.db"):
+            old.unlink(missing_ok=True)
+        return folder
+    folder = Path(tempfile.mkdtemp(prefix="eqrisk-metrics-"))
+    atexit.register(shutil.rmtree, folder, True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+    return folder
+
+
+def start_metrics_port(settings: Settings, host: str) -> str:
+    """With `metrics` = [HOST:]PORT, serve /metrics there from this process (a thread),
+    adding up every worker's counts; returns the banner's words."""
+    from eqrisk.settings import metrics_address
+
+    address = metrics_address(settings.metrics, host)
+    if address is None:
+        return {"off": "off", "public": "public, at /metrics"}.get(settings.metrics, "off")
+    from prometheus_client import start_http_server
+
+    from eqrisk.api.telemetry import metrics_registry
+
+    try:
+        start_http_server(address[1], address[0], registry=metrics_registry(settings.snapshots_dir))
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot serve metrics on {address[0]}:{address[1]} ({exc.strerror}): stop what "
+            "uses it or choose another EQRISK_METRICS port"
+        ) from None
+    return f"http://{_url_host(address[0])}:{address[1]}/metrics"
+
+
 def run_server(
     settings: Settings, host: str, port: int, workers: int, *, offered: str = ""
 ) -> None:
     """Check what serving needs, say where it serves (stderr), then run uvicorn until stopped.
     `offered`: a line on the keys the page offers besides the demo key (the demo's)."""
+    if settings.metrics != "off":
+        metrics_folder()  # first: before anything imports prometheus_client
     import uvicorn
 
     from eqrisk.api.bounds import head_limit
@@ -143,6 +187,7 @@ def run_server(
     os.environ["EQRISK_ACCESS_LOG"] = json.dumps(settings.access_log)
     version = preflight(settings, host, port)
     raise_file_limit()  # the workers inherit it: it bounds their open connections
+    metrics = start_metrics_port(settings, host)
     base = f"http://{_url_host(host)}:{port}"
     note(
         f"serving snapshot {version} (of {settings.snapshots_dir}) at [bold]{base}[/]\n"
@@ -156,7 +201,8 @@ def run_server(
         f"{offered}"
         f"  workers:   {workers}, rate limits in {limits}, "
         f"access log {'on' if settings.access_log else 'off'}, "
-        f"up to {connection_cap(settings.max_connections)} connections each"
+        f"up to {connection_cap(settings.max_connections)} connections each\n"
+        f"  metrics:   {metrics}"
     )
     # The head of a request (request line and headers) is bounded before the app sees it;
     # the app answers what fits with 414 / 431 / 413 problem+json (eqrisk.api.bounds). Each

@@ -20,6 +20,7 @@ from eqrisk.client.errors import (
     ServiceUnavailable,
 )
 from eqrisk.client.frames import LastCall, Portfolio
+from eqrisk.client.risk import PortfolioRisk
 
 __all__ = [
     "DEFAULT_URL",
@@ -37,6 +38,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "Portfolio",
+    "PortfolioRisk",
     "RateLimited",
     "ServiceUnavailable",
 ]

@@ -13,12 +13,13 @@ from typing import Any, TypeVar
 import httpx
 import pandas as pd
 
-from eqrisk.client import calls
+from eqrisk.client import calls, risk
 from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.client import _Config
 from eqrisk.client.errors import InvalidParameter
 from eqrisk.client.frames import LastCall, Portfolio
+from eqrisk.client.risk import PortfolioRisk
 
 T = TypeVar("T")
 
@@ -176,6 +177,30 @@ class AsyncClient(_Config):
         """Weighted hedge ratios and ETF hedge notionals of a book (ticker -> weight or dollars)
         from one batch call; tickers the batch cannot analyze are listed in `failed`."""
         return await self._run(calls.portfolio(weights, years))
+
+    async def portfolio_risk(
+        self,
+        positions: Mapping[str, float],
+        *,
+        benchmark: str | Mapping[str, float] | None = None,
+        date: str | None = None,
+        level: str | None = None,
+        units: str | None = None,
+    ) -> PortfolioRisk:
+        """POST /api/portfolio/risk (see `Client.portfolio_risk`)."""
+        return await self._run(risk.portfolio_risk(positions, benchmark, date, level, units))
+
+    async def factor_covariance(
+        self, date: str | None = None, *, format: str | None = None
+    ) -> pd.DataFrame:
+        """GET /api/factor-covariance: F of the session."""
+        return await self._run(risk.factor_covariance(date, format))
+
+    async def specific_risk(
+        self, date: str | None = None, *, format: str | None = None
+    ) -> pd.DataFrame:
+        """GET /api/specific-risk: H and D of the session."""
+        return await self._run(risk.specific_risk(date, format))
 
     async def heatmap(self, limit: int | None = None) -> pd.DataFrame:
         """GET /api/heatmap: the largest stocks with their latest return."""

@@ -19,11 +19,12 @@ from typing import Any, TypeVar
 import httpx
 import pandas as pd
 
-from eqrisk.client import calls
+from eqrisk.client import calls, risk
 from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.errors import InvalidParameter
 from eqrisk.client.frames import LastCall, Portfolio
+from eqrisk.client.risk import PortfolioRisk
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEMO_KEY = "eqrisk-demo"
@@ -221,6 +222,29 @@ class Client(_Config):
         """Weighted hedge ratios and ETF hedge notionals of a book (ticker -> weight or dollars)
         from one batch call; tickers the batch cannot analyze are listed in `failed`."""
         return self._run(calls.portfolio(weights, years))
+
+    def portfolio_risk(
+        self,
+        positions: Mapping[str, float],
+        *,
+        benchmark: str | Mapping[str, float] | None = None,
+        date: str | None = None,
+        level: str | None = None,
+        units: str | None = None,
+    ) -> PortfolioRisk:
+        """POST /api/portfolio/risk: predicted vol, tracking error against `benchmark`, Euler
+        contributions per level, factor and position, and the ETF hedge, one frame each."""
+        return self._run(risk.portfolio_risk(positions, benchmark, date, level, units))
+
+    def factor_covariance(
+        self, date: str | None = None, *, format: str | None = None
+    ) -> pd.DataFrame:
+        """GET /api/factor-covariance: F of the session (factors x factors, daily)."""
+        return self._run(risk.factor_covariance(date, format))
+
+    def specific_risk(self, date: str | None = None, *, format: str | None = None) -> pd.DataFrame:
+        """GET /api/specific-risk: each symbol's exposures H and specific variance D."""
+        return self._run(risk.specific_risk(date, format))
 
     def heatmap(self, limit: int | None = None) -> pd.DataFrame:
         """GET /api/heatmap: the largest stocks with their latest return."""

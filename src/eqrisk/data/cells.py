@@ -7,23 +7,35 @@ from __future__ import annotations
 import csv
 import gzip
 import re
-import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from eqrisk.data.dates import parse_date_values
 from eqrisk.data.ingest_report import IngestError
 
 PRICE_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 NA_TOKENS = ["", "na", "n/a", "nan", "null", "none", "#n/a"]
 NUMBER_RE = r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$"
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    """What an input file may hold (the defaults are the settings' defaults): a price outside
+    [min_price, max_price] is no price (the row is rejected); a line or a cell longer than its
+    limit ends the read at once (a file without newlines is never read whole)."""
+
+    min_price: float = 1e-4
+    max_price: float = 1e7
+    max_line_bytes: int = 2**20
+    max_cell_bytes: int = 2**16
 
 
 def fill_null(values: Any, fill: Any) -> pa.Array[Any] | pa.ChunkedArray[Any]:
@@ -48,12 +60,26 @@ def file_kind(path: Path) -> str:
     )
 
 
-def csv_header(path: Path) -> list[str]:
+def _too_long(path: Path, what: str, limit: int, setting: str) -> IngestError:
+    return IngestError(
+        f"{path}: {what} is longer than {limit:,} bytes (setting {setting}): not a table of "
+        "prices; nothing read past it"
+    )
+
+
+def csv_header(path: Path, max_line_bytes: int = InputLimits.max_line_bytes) -> list[str]:
+    """The header of a CSV file, read no further than `max_line_bytes` (IngestError beyond)."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
-            header = next(csv.reader(fh), None)
-    except (OSError, UnicodeDecodeError, csv.Error, EOFError) as exc:
+            line = fh.readline(max_line_bytes + 1)
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise IngestError(f"{path}: cannot be read: {exc}") from exc
+    if len(line.encode("utf-8")) > max_line_bytes:
+        raise _too_long(path, "the header line", max_line_bytes, "max_line_bytes")
+    try:
+        header = next(csv.reader([line]), None)
+    except csv.Error as exc:
         raise IngestError(f"{path}: cannot be read: {exc}") from exc
     if not header or not any(h.strip() for h in header):
         raise IngestError(f"{path}: empty file (no header line)")
@@ -61,11 +87,17 @@ def csv_header(path: Path) -> list[str]:
 
 
 def read_table(
-    path: Path, keep: Callable[[list[str]], list[bool]] | None = None
+    path: Path,
+    keep: Callable[[list[str]], list[bool]] | None = None,
+    limits: InputLimits | None = None,
 ) -> tuple[pa.Table, list[tuple[int | None, str]]]:
     """The file as an arrow table (CSV: every column as text) and its malformed CSV lines.
 
-    `keep(header) -> mask` may leave columns out of a CSV read (they are never parsed)."""
+    `keep(header) -> mask` may leave columns out of a CSV read (they are never parsed). A CSV is
+    read in blocks of `limits.max_line_bytes`: a line longer than that (a file without newlines)
+    is an IngestError as soon as its first block is read; so is a cell longer than
+    `limits.max_cell_bytes`."""
+    limits = limits or InputLimits()
     if not path.exists():
         raise IngestError(f"{path}: no such file")
     if file_kind(path) == "parquet":
@@ -76,7 +108,7 @@ def read_table(
         # a pandas index saved as a column is no data
         keep_cols = [n for n in table.column_names if not str(n).startswith("__index_level_")]
         return table.select(keep_cols), []
-    names = csv_header(path)
+    names = csv_header(path, limits.max_line_bytes)
     # Unique internal names (a header may repeat a name); the real ones are restored below.
     internal = [f"c{i}" for i in range(len(names))]
     mask = keep(names) if keep is not None else [True] * len(names)
@@ -91,7 +123,10 @@ def read_table(
         return pcsv.read_csv(
             path,
             read_options=pcsv.ReadOptions(
-                column_names=internal, skip_rows=1, use_threads=use_threads
+                column_names=internal,
+                skip_rows=1,
+                use_threads=use_threads,
+                block_size=limits.max_line_bytes,
             ),
             parse_options=pcsv.ParseOptions(invalid_row_handler=handler),
             convert_options=pcsv.ConvertOptions(
@@ -107,8 +142,23 @@ def read_table(
             bad_lines.clear()
             table = read(False)
     except (OSError, pa.ArrowException) as exc:
+        if "straddles" in str(exc):  # no line end within one block
+            raise _too_long(path, "a line", limits.max_line_bytes, "max_line_bytes") from None
         raise IngestError(f"{path}: cannot be read as CSV: {exc}") from exc
-    return table.rename_columns([n for n, k in zip(names, mask, strict=True) if k]), bad_lines
+    kept = [n for n, k in zip(names, mask, strict=True) if k]
+    _check_cells(path, table, kept, limits.max_cell_bytes)
+    return table.rename_columns(kept), bad_lines
+
+
+def _check_cells(path: Path, table: pa.Table, names: list[str], limit: int) -> None:
+    """IngestError naming the first cell longer than `limit` bytes (text columns)."""
+    for name, column in zip(names, table.columns, strict=True):
+        if column.num_chunks == 0 or not pa.types.is_string(column.type):
+            continue
+        lengths = fill_null(pc.binary_length(column), 0)
+        if (pc.max(lengths).as_py() or 0) > limit:
+            row = int(np.argmax(lengths.to_numpy() > limit))
+            raise _too_long(path, f"column {name!r}, data row {row + 1}", limit, "max_cell_bytes")
 
 
 def string_like(arr: pa.ChunkedArray[Any]) -> pa.ChunkedArray[Any]:
@@ -152,33 +202,14 @@ def parse_numeric(arr: pa.ChunkedArray[Any]) -> tuple[np.ndarray, np.ndarray, np
     return values, missing, bad
 
 
-def _parse_date_strings(uniq: np.ndarray) -> np.ndarray:
-    """datetime64[ns] (NaT where unparseable or outside 1900-2200) of distinct date strings."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            parsed = pd.to_datetime(pd.Index(uniq), format="ISO8601", errors="coerce")
-            if parsed.tz is not None:
-                parsed = parsed.tz_localize(None)
-            values = list(parsed)
-        except (ValueError, TypeError):
-            values = [pd.NaT] * len(uniq)
-        for i, ts in enumerate(values):
-            if ts is pd.NaT and uniq[i].strip().lower() not in NA_TOKENS:
-                try:  # other spellings: 12/25/2020, Dec 25 2020, mixed time zones
-                    ts = pd.Timestamp(uniq[i])
-                    values[i] = ts.tz_localize(None) if ts.tz is not None else ts
-                except (ValueError, TypeError, OverflowError):
-                    pass
-    out = np.full(len(uniq), np.datetime64("NaT"), dtype="datetime64[ns]")
-    for i, ts in enumerate(values):
-        if ts is not pd.NaT and ts is not None and 1900 <= ts.year <= 2200:
-            out[i] = np.datetime64(ts.normalize().strftime("%Y-%m-%d"), "ns")
-    return out
+def parse_dates(
+    arr: pa.ChunkedArray[Any], date_format: str | None = None, *, source: str = "dates"
+) -> tuple[np.ndarray, np.ndarray]:
+    """(datetime64[ns] dates with NaT where bad, the raw text of each cell) of a date column.
 
-
-def parse_dates(arr: pa.ChunkedArray[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(datetime64[ns] dates with NaT where bad, the raw text of each cell) of a date column."""
+    Text dates are read with one format for the whole column (`dates.parse_date_values`):
+    `date_format`, else the one the column's values admit; DateFormatError when they admit
+    none or several."""
     t = arr.type
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         if pa.types.is_date(t):
@@ -191,5 +222,8 @@ def parse_dates(arr: pa.ChunkedArray[Any]) -> tuple[np.ndarray, np.ndarray]:
     encoded = pc.utf8_trim_whitespace(string_like(arr)).combine_chunks().dictionary_encode()
     indices = fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
     uniq = np.asarray([*encoded.dictionary.to_pylist(), ""], dtype=object)
-    parsed = np.append(_parse_date_strings(uniq[:-1]), np.datetime64("NaT", "ns"))
+    parsed = np.append(
+        parse_date_values(uniq[:-1].tolist(), date_format, source=source),
+        np.datetime64("NaT", "ns"),
+    )
     return parsed[indices], uniq[indices]

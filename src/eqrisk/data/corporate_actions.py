@@ -21,6 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from eqrisk.data.cells import InputLimits, read_table
+from eqrisk.data.dates import parse_date_values
+
 __all__ = [
     "FACTOR_COLUMNS",
     "PRICE_BASES",
@@ -133,14 +136,24 @@ def total_return_close(
     return out
 
 
-def read_actions(path: Path) -> pd.DataFrame:
+def read_actions(
+    path: Path, date_format: str | None = None, limits: InputLimits | None = None
+) -> pd.DataFrame:
     """A corporate-actions file -> `symbol, date, split, dividend, factor` (spin-off values are
-    added to the dividend: value distributed per share). Raises ValueError on unknown layouts."""
+    added to the dividend: value distributed per share). Raises ValueError on unknown layouts.
+    Dates are read with one format for the file (`dates.parse_date_values`); a CSV is read
+    within `limits` (`cells.read_table`)."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{path}: no such corporate-actions file")
     if path.name.lower().endswith((".parquet", ".pq")):
         raw = pd.read_parquet(path)
+    elif path.name.lower().endswith((".csv", ".csv.gz")):
+        table, malformed = read_table(path, limits=limits)
+        if malformed:
+            lines = [n for n, _ in malformed][:5]
+            raise ValueError(f"{path}: lines {lines} have the wrong number of fields")
+        raw = table.to_pandas()
     else:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     names = {c: _ACTION_ALIASES.get(re.sub(r"[\s\-]+", "_", str(c).strip().lower())) for c in raw}
@@ -156,7 +169,7 @@ def read_actions(path: Path) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "symbol": raw[chosen["symbol"]].astype(str).str.strip().str.upper(),
-            "date": pd.to_datetime(raw[chosen["date"]], errors="coerce", format="mixed"),
+            "date": _action_dates(raw[chosen["date"]], date_format, path),
         }
     )
     bad_date = out["date"].isna()
@@ -177,6 +190,18 @@ def read_actions(path: Path) -> pd.DataFrame:
         .agg(split=("split", "prod"), dividend=("dividend", "sum"), factor=("factor", "prod"))
         .sort_values(["symbol", "date"], ignore_index=True)
     )
+
+
+def _action_dates(column: pd.Series, date_format: str | None, path: Path) -> pd.Series:
+    if pd.api.types.is_datetime64_any_dtype(column):
+        dates = pd.to_datetime(column)
+        if dates.dt.tz is not None:
+            dates = dates.dt.tz_localize(None)
+        return dates.dt.normalize()
+    text = column.astype(str).str.strip()
+    uniq = pd.unique(text.to_numpy(dtype=object))
+    parsed = parse_date_values(list(uniq), date_format, source=str(path))
+    return pd.Series(text.map(dict(zip(uniq, parsed, strict=True))).to_numpy("datetime64[ns]"))
 
 
 def apply_actions(prices: pd.DataFrame, actions: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

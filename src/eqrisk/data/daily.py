@@ -13,13 +13,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from eqrisk.data.ingest_report import IngestError
+from eqrisk.data.panel import RAW_MASTER_COLUMNS
 
 # Option name -> (the command line's flag, its default on a first ingest). Every option here is
 # part of the data set's basis: recorded by the first ingest, used by every merge.
@@ -28,6 +31,7 @@ BASIS_OPTIONS: dict[str, tuple[str, Any]] = {
     "max_move": ("--max-move", 0.5),
     "keep_split_moves": ("--keep-split-moves", False),
     "columns": ("--column", {}),
+    "date_format": ("--date-format", None),
 }
 
 
@@ -185,3 +189,27 @@ def kept_breaks(
     reopened = set(zip(rows["symbol"].astype(str), day, strict=True)) | decided
     kept = [[str(s), str(d)] for s, d in stored if (str(s), str(d)) not in reopened]
     return sorted(kept + [[str(s), str(d)] for s, d in breaks])
+
+
+def cap_day(path: Path | None, final: pd.DataFrame, cap_dates: dict[str, str]) -> str | None:
+    """The session whose prices turn a file's market caps into share counts: the one recorded
+    for the file's content (sha256) by the ingest that first read it, else the data's last;
+    recorded in `cap_dates`. A file given again unchanged gives the same share counts."""
+    if path is None or final.empty:
+        return None
+    key = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return cap_dates.setdefault(key, final["date"].max().strftime("%Y-%m-%d"))
+
+
+def same_master(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:
+    """The master to store equals the stored one (rows in symbol order, NaN = NaN)."""
+    if old is None:
+        return new.empty
+    cols = RAW_MASTER_COLUMNS
+
+    def norm(frame: pd.DataFrame) -> pd.DataFrame:
+        out = frame.reindex(columns=cols).sort_values("symbol", ignore_index=True)
+        out["shares"] = pd.to_numeric(out["shares"], errors="coerce").astype(float)
+        return out.astype({c: object for c in cols[:-1]}).where(out.notna(), None)
+
+    return norm(new).equals(norm(old))

@@ -207,7 +207,16 @@ def write_demo_files(market: DemoMarket, folder: Path) -> dict[str, Path]:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    p = market.prices
+    prices_path = folder / "demo_prices.csv.gz"
+    master_path = folder / "demo_master.csv"
+    _write_prices(market.prices, prices_path)
+    market.master[RAW_MASTER_COLUMNS].to_csv(master_path, index=False)
+    return {"prices": prices_path, "master": master_path}
+
+
+def _write_prices(p: pd.DataFrame, path: Path) -> None:
+    """The long vendor layout (VENDOR_COLUMNS; `close` raw, `adjusted_close` adjusted), gzipped
+    without a timestamp when `path` ends in .gz."""
     table = pa.table(
         {
             "date": pa.array(p["date"].to_numpy().astype("datetime64[D]")),  # ISO YYYY-MM-DD
@@ -220,16 +229,40 @@ def write_demo_files(market: DemoMarket, folder: Path) -> dict[str, Path]:
             "volume": pa.array(np.round(p["volume"].to_numpy(float)).astype(np.int64)),
         }
     )
-    prices_path = folder / "demo_prices.csv.gz"
-    master_path = folder / "demo_master.csv"
-    # Arrow's CSV writer is ~10x faster than pandas' and writes the shortest round-trip repr of
-    # each double; gzip level 3 trades a little size for speed.
-    with (
-        prices_path.open("wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=3, mtime=0) as gz,
-    ):
-        gz.write((",".join(VENDOR_COLUMNS) + "\n").encode())
-        sink = cast(IO[bytes], gz)  # a binary file object, which is what Arrow writes to
-        pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, quoting_style="none"))
-    market.master[RAW_MASTER_COLUMNS].to_csv(master_path, index=False)
-    return {"prices": prices_path, "master": master_path}
+    header = (",".join(VENDOR_COLUMNS) + "\n").encode()
+    options = pacsv.WriteOptions(include_header=False, quoting_style="none")
+    with path.open("wb") as raw:
+        if path.suffix != ".gz":
+            raw.write(header)
+            pacsv.write_csv(table, cast(IO[bytes], raw), options)
+            return
+        # Arrow's CSV writer is ~10x faster than pandas' and writes the shortest round-trip
+        # repr of each double; gzip level 3 trades a little size for speed.
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=3, mtime=0) as gz:
+            gz.write(header)
+            pacsv.write_csv(table, cast(IO[bytes], gz), options)
+
+
+EXPORT_NEW_DAYS = 5  # sessions `export_demo_files` holds back for the daily-job example
+EXPORT_FILES = {"prices": "prices.csv.gz", "new_days": "new_days.csv", "master": "master.csv"}
+
+
+def export_demo_files(
+    market: DemoMarket, folder: Path, new_days: int = EXPORT_NEW_DAYS
+) -> dict[str, Path]:
+    """The demo market as a user's own files, in the README's ingest layouts: `prices.csv.gz`
+    (every session but the last `new_days`), `new_days.csv` (those last sessions: the file of a
+    daily update) and `master.csv` (the security master). Ingesting `prices.csv.gz` and
+    `new_days.csv` with `master.csv` gives the demo's data set. Returns {'prices', 'new_days',
+    'master'} -> path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    p = market.prices
+    if not 0 < new_days < p["date"].nunique():
+        raise ValueError(f"new_days must be between 1 and the sessions less one, got {new_days}")
+    cut = np.sort(p["date"].unique())[-new_days]
+    paths = {name: folder / file for name, file in EXPORT_FILES.items()}
+    _write_prices(p[p["date"] < cut], paths["prices"])
+    _write_prices(p[p["date"] >= cut], paths["new_days"])
+    market.master[RAW_MASTER_COLUMNS].to_csv(paths["master"], index=False)
+    return paths

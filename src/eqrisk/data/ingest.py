@@ -12,7 +12,6 @@ reported rather than crashing the read; the two real data files ingest in a few 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,18 +24,20 @@ import pandas as pd
 
 from eqrisk.data import panel
 from eqrisk.data.caps import uncapped_stocks
-from eqrisk.data.cells import PRICE_SUFFIXES
+from eqrisk.data.cells import PRICE_SUFFIXES, InputLimits
 from eqrisk.data.columns import (
     expand_price_paths,
 )
 from eqrisk.data.corporate_actions import apply_actions, read_actions
 from eqrisk.data.daily import (
     basis_for,
+    cap_day,
     coverage,
     coverage_refusal,
     fresh_rows,
     kept_breaks,
     merged_meta,
+    same_master,
 )
 from eqrisk.data.ingest_report import (
     MAX_EXAMPLES,
@@ -47,7 +48,8 @@ from eqrisk.data.ingest_report import (
     IngestReport,
     Issues,
 )
-from eqrisk.data.master import etf_registry
+from eqrisk.data.levels import level_issue, missing_levels
+from eqrisk.data.master import Mappings, etf_registry
 from eqrisk.data.master_files import (
     apply_shares,
     last_prices,
@@ -139,6 +141,9 @@ def ingest(
     rejudge: bool = False,
     partial: bool = False,
     min_coverage: float = 0.5,
+    date_format: str | None = None,
+    limits: InputLimits | None = None,
+    mappings: Mappings | None = None,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -152,10 +157,16 @@ def ingest(
     that cannot be read or whose columns are not recognised (before anything is written), and
     IngestRefused (after writing the report, leaving the data set as it was) for an ingest
     without `merge` that would replace the data set with a much smaller one or whose rows are
-    mostly rejected, unless `replace=True`.
+    mostly rejected, unless `replace=True`. Dates are read with one format per file:
+    `date_format` (`dates.DATE_FORMATS` or a strptime pattern), else the one each file's date
+    column admits (IngestError, naming the formats seen, for an ambiguous or mixed column).
+    `limits` (settings `min_price`, `max_price`, `max_line_bytes`, `max_cell_bytes`): a price
+    outside the bounds rejects its row (PRICE_OUT_OF_RANGE); a longer line or cell is an
+    IngestError at once. Every stock that will lack a sector or subsector level under
+    `mappings` (default: the project's tables) is listed in `levels.csv` with why.
 
     The basis options (`daily.BASIS_OPTIONS`: `prices_basis`, `max_move`, `keep_split_moves`,
-    `columns`; None = not stated) are recorded with the data set; a merge runs with the
+    `columns`, `date_format`; None = not stated) are recorded with the data set; a merge runs with the
     recorded ones and raises `daily.BasisConflict` (nothing read, nothing written) for a stated
     one that differs. A merge judges returns (the cleaning stage) only on the (symbol, date)
     pairs it adds or changes, keeping the stored verdicts on the others, unless `rejudge`. It
@@ -172,7 +183,7 @@ def ingest(
     if not price_paths and not merge:
         raise IngestError("no price file given")
     old_meta = _stored_meta(home) if merge else None
-    given = {"prices_basis": prices_basis, "max_move": max_move,
+    given = {"prices_basis": prices_basis, "max_move": max_move, "date_format": date_format,
              "keep_split_moves": keep_split_moves, "columns": columns}  # fmt: skip
     basis = basis_for(given, old_meta, merge=merge)
     max_move = float(basis["max_move"])
@@ -180,12 +191,18 @@ def ingest(
         raise IngestError(f"--max-move must be > 0, got {max_move:g}")
     issues = Issues()
     decisions = _read_decisions(return_decisions)
+    limits = limits or InputLimits()
     inputs = _read_inputs(
-        price_paths, master, shares, actions, basis["prices_basis"], basis["columns"] or None,
-        issues, say,
-    )  # fmt: skip
+        price_paths,
+        master,
+        shares,
+        actions,
+        (basis["prices_basis"], basis["columns"] or None, basis["date_format"], limits),
+        issues,
+        say,
+    )
     say("validating")
-    checked = _check_rows(inputs, issues)
+    checked = _check_rows(inputs, issues, limits)
     final, old_master, old_days = _combine(checked, inputs, home, merge, master is not None, issues)
     judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
     cleaned = _clean(
@@ -197,20 +214,23 @@ def ingest(
     fresh = bool(final["_fresh"].any())
     final = final.drop(columns=["_new", "_fresh"])
     cap_dates = dict(old_meta.get("cap_dates", {})) if old_meta is not None else {}
-    days = (_cap_day(master, final, cap_dates), _cap_day(shares, final, cap_dates))
+    days = (cap_day(master, final, cap_dates), cap_day(shares, final, cap_dates))
     out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues, days)
     unchanged = (
         old_meta is not None
         and not fresh
         and not decisions
         and inputs.shares is None
-        and _same_master(out_master, old_master)
+        and same_master(out_master, old_master)
     )
     sessions = coverage(final, old_days) if old_meta is not None else []
+    levels = missing_levels(out_master, set(final["symbol"]), mappings or Mappings.load())
+    issues.add("LEVEL_MISSING", *level_issue(levels))
 
     say("writing")
     report_dir = _make_report_dir(home, started)
     _write_tables(report_dir, checked, inputs, flagged, cleaned.table)
+    levels.to_csv(report_dir / "levels.csv", index=False)
     if final.empty:
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
@@ -254,35 +274,38 @@ def _read_inputs(
     master: Path | None,
     shares: Path | None,
     actions: Path | None,
-    basis: str,
-    columns: dict[str, str] | None,
+    how: tuple[str, dict[str, str] | None, str | None, InputLimits],
     issues: Issues,
     say: Callable[[str], None],
 ) -> _Inputs:
-    """Every given file read (nothing validated yet); IngestError for one that cannot be."""
+    """Every given file read (nothing validated yet); IngestError for one that cannot be.
+    `how`: the price basis, the column mapping, the price files' date format, the limits."""
+    basis, columns, date_format, limits = how
     action_table = None
     if actions is not None:
         try:
-            action_table = read_actions(actions)
+            action_table = read_actions(actions, limits=limits)  # its own date format
         except ValueError as exc:
             raise IngestError(str(exc)) from exc
     inputs = _Inputs(price_paths, [], [], action_table, None, None)
     for path in price_paths:
         say(f"reading {path.name}")
-        frame = read_prices(path, basis=basis, columns=columns)
+        frame = read_prices(
+            path, basis=basis, columns=columns, date_format=date_format, limits=limits
+        )
         inputs.malformed += [(path.name, n, text) for n, text in frame.attrs.get("malformed", [])]
         inputs.frames.append(frame)
     if master is not None:
         say(f"reading master {Path(master).name}")
-        inputs.master = read_master_checked(Path(master), issues)
+        inputs.master = read_master_checked(Path(master), issues, limits)
     if shares is not None:
         say(f"reading share counts {Path(shares).name}")
         inputs.shares_path = Path(shares)
-        inputs.shares = read_shares_checked(inputs.shares_path, issues)
+        inputs.shares = read_shares_checked(inputs.shares_path, issues, limits)
     return inputs
 
 
-def _check_rows(inputs: _Inputs, issues: Issues) -> _Checked:
+def _check_rows(inputs: _Inputs, issues: Issues, limits: InputLimits) -> _Checked:
     """All new rows in one frame, validated; each rejection reason and each file that kept no
     row becomes an issue."""
     nonempty = [f for f in inputs.frames if len(f)]
@@ -291,7 +314,7 @@ def _check_rows(inputs: _Inputs, issues: Issues) -> _Checked:
     else:
         new = empty_prices()
     new.attrs = {}
-    flags, dup_of = validate_rows(new)
+    flags, dup_of = validate_rows(new, (limits.min_price, limits.max_price))
     issues.add(
         "MALFORMED_ROW",
         len(inputs.malformed),
@@ -299,8 +322,16 @@ def _check_rows(inputs: _Inputs, issues: Issues) -> _Checked:
     )
     for code in ROW_CODES:
         rows = np.flatnonzero(flags & ROW_BIT[code])
-        detail = code in ("NON_NUMERIC_PRICE", "NON_POSITIVE_PRICE")
-        issues.add(code, len(rows), row_examples(new, rows, detail=detail))
+        detail = code in ("NON_NUMERIC_PRICE", "NON_POSITIVE_PRICE", "PRICE_OUT_OF_RANGE")
+        message = None
+        if code == "PRICE_OUT_OF_RANGE":
+            message = (
+                f"price outside [{limits.min_price:g}, {limits.max_price:g}] (settings "
+                "min_price, max_price; --min-price, --max-price): row rejected"
+            )
+        bounds = (limits.min_price, limits.max_price)
+        examples = row_examples(new, rows, detail=detail, bounds=bounds)
+        issues.add(code, len(rows), examples, message=message)
     kept = flags == 0
     offset = 0
     for path, frame in zip(inputs.paths, inputs.frames, strict=True):
@@ -503,30 +534,6 @@ def _stored_meta(home: Path) -> dict[str, Any] | None:
         return None
     meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
     return meta
-
-
-def _cap_day(path: Path | None, final: pd.DataFrame, cap_dates: dict[str, str]) -> str | None:
-    """The session whose prices turn a file's market caps into share counts: the one recorded
-    for the file's content (sha256) by the ingest that first read it, else the data's last;
-    recorded in `cap_dates`. A file given again unchanged gives the same share counts."""
-    if path is None or final.empty:
-        return None
-    key = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return cap_dates.setdefault(key, final["date"].max().strftime("%Y-%m-%d"))
-
-
-def _same_master(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:
-    """The master to store equals the stored one (rows in symbol order, NaN = NaN)."""
-    if old is None:
-        return new.empty
-    cols = panel.RAW_MASTER_COLUMNS
-
-    def norm(frame: pd.DataFrame) -> pd.DataFrame:
-        out = frame.reindex(columns=cols).sort_values("symbol", ignore_index=True)
-        out["shares"] = pd.to_numeric(out["shares"], errors="coerce").astype(float)
-        return out.astype({c: object for c in cols[:-1]}).where(out.notna(), None)
-
-    return norm(new).equals(norm(old))
 
 
 def _read_decisions(path: Path | None) -> list[Decision]:

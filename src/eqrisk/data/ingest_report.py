@@ -76,6 +76,10 @@ _CODES: dict[str, tuple[str, str]] = {
     ),
     "MISSING_PRICE": ("error", "long-format row without a close: row rejected"),
     "NON_POSITIVE_PRICE": ("error", "price, shares or market cap <= 0, or volume < 0: rejected"),
+    "PRICE_OUT_OF_RANGE": (
+        "error",
+        "price outside [min_price, max_price] (no price can be): row rejected",
+    ),
     "DUPLICATE_ROW": ("error", "duplicate (symbol, date): the first is kept, the others rejected"),
     "EMPTY": ("error", "file has no usable rows"),
     "NO_DATA": ("error", "no usable price rows at all: the ingested data set was left unchanged"),
@@ -91,6 +95,16 @@ _CODES: dict[str, tuple[str, str]] = {
         "portfolios by the median cap of its group that day",
     ),
     "UNKNOWN_SECTOR": ("warning", "GICS sector not in the reference table: no sector ETF/factor"),
+    "GICS_RENAMED": (
+        "info",
+        "retired GICS sector or sub-industry name read as its current name (reference table "
+        "gics_renames.csv): the stock keeps its levels",
+    ),
+    "LEVEL_MISSING": (
+        "warning",
+        "stock without a sector (L2) or subsector (L3) level, with why: every one is listed in "
+        "levels.csv",
+    ),
     "DUPLICATE_MASTER_ROW": ("warning", "symbol repeated in the master: the first row is kept"),
     "MASTER_NO_SYMBOL": ("warning", "master row without a symbol: skipped"),
     "BAD_SHARES": ("warning", "master shares/market cap not a positive number: left empty"),
@@ -141,6 +155,7 @@ ROW_CODES = (
     "NON_NUMERIC_PRICE",
     "MISSING_PRICE",
     "NON_POSITIVE_PRICE",
+    "PRICE_OUT_OF_RANGE",
     "DUPLICATE_ROW",
 )
 ROW_BIT = {code: np.uint16(1 << i) for i, code in enumerate(ROW_CODES)}

@@ -3,7 +3,9 @@
 The reference tables (`reference/*.csv`) are data the project owns: GICS sector -> SPDR sector ETF
 (with the GICS 2-digit code and the Service A factor name), GICS sub-industry -> subsector ETF, and
 a registry of known ETFs that classify themselves. A user overrides either mapping with a CSV of
-the same columns (settings `sector_map` / `subsector_map`).
+the same columns (settings `sector_map` / `subsector_map`). `gics_renames.csv` maps the GICS names
+retired since 2016 (the 2018 Communication Services change, the 2023 sub-industry changes) to
+their current names, so that an older master keeps its sector and subsector levels.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import pandas as pd
 
 MAG7: tuple[str, ...] = ("AAPL", "MSFT", "GOOGL", "AMZN", "NVDA", "META", "TSLA")
@@ -51,6 +54,48 @@ def sector_table() -> pd.DataFrame:
     table = _read_reference("sectors.csv")
     table["sector_code"] = table["sector_code"].astype(str)
     return table
+
+
+@lru_cache(maxsize=1)
+def gics_renames() -> dict[tuple[str, str], str]:
+    """(level `sector`|`sub_industry`, retired name lower-cased) -> current GICS name."""
+    table = _read_reference("gics_renames.csv")
+    return {
+        (level, old.strip().lower()): new.strip()
+        for level, old, new in zip(
+            table["level"], table["old_name"], table["current_name"], strict=True
+        )
+    }
+
+
+def current_gics(level: str, name: str) -> str:
+    """A sector or sub-industry name as GICS names it today (unchanged when not retired)."""
+    return gics_renames().get((level, name.strip().lower()), name)
+
+
+def group_keys(info: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Which group portfolio each row of a classified master joins where its ETF is not in the
+    data: groups are per ETF, so that two names mapping to one ETF share one group. Sector: the
+    sector ETF, else (no mapping) the sector name; subsector: the subsector ETF, else none (no
+    subsector level). None where the row has no such level."""
+    sectors = info["gics_sector"].to_numpy(dtype=object)
+    sector_etfs = info["sector_etf"].to_numpy(dtype=object)
+    sub_etfs = info["subsector_etf"].to_numpy(dtype=object)
+    sector_key = np.array(
+        [
+            e if isinstance(e, str) and e else (s if isinstance(s, str) and s else None)
+            for s, e in zip(sectors, sector_etfs, strict=True)
+        ],
+        dtype=object,
+    )
+    sub_key = np.array(
+        [
+            e if isinstance(e, str) and e and k is not None else None
+            for e, k in zip(sub_etfs, sector_key, strict=True)
+        ],
+        dtype=object,
+    )
+    return sector_key, sub_key
 
 
 @dataclass(frozen=True)
@@ -100,8 +145,8 @@ def classify(master: pd.DataFrame, mappings: Mappings, *, market_etf: str = "SPY
         symbol = _text(rec.get("symbol")).upper()
         name = _text(rec.get("name"))
         asset_type = _text(rec.get("asset_type")).lower() or "stock"
-        sector = _text(rec.get("gics_sector"))
-        sub = _text(rec.get("gics_sub_industry"))
+        sector = current_gics("sector", _text(rec.get("gics_sector")))
+        sub = current_gics("sub_industry", _text(rec.get("gics_sub_industry")))
         if symbol in registry.index:
             reg = registry.loc[symbol]
             asset_type = "etf"

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from eqrisk.data import panel
 from eqrisk.data.cells import (
+    InputLimits,
     file_kind,
     fill_null,
     norm_name,
@@ -23,7 +24,7 @@ from eqrisk.data.columns import (
     MASTER_ALIASES,
 )
 from eqrisk.data.ingest_report import MAX_EXAMPLES, IngestError, Issues
-from eqrisk.data.master import ASSET_TYPES, etf_registry, sector_table
+from eqrisk.data.master import ASSET_TYPES, current_gics, etf_registry, sector_table
 
 ACCEPTED_MASTER_COLUMNS = (
     "`symbol` (or `ticker`, `Symbol`), optional `name` (or `Security`), `asset_type` (or `kind`: "
@@ -77,9 +78,11 @@ def read_master(path: Path) -> pd.DataFrame:
     return read_master_checked(Path(path), Issues())
 
 
-def read_master_checked(path: Path, issues: Issues) -> pd.DataFrame:
+def read_master_checked(
+    path: Path, issues: Issues, limits: InputLimits | None = None
+) -> pd.DataFrame:
     """`read_master`, its problems added to `issues`."""
-    table, _ = read_table(path)
+    table, _ = read_table(path, limits=limits)
     names = [str(n) for n in table.column_names]
     chosen: dict[str, int] = {}
     for i, name in enumerate(names):
@@ -181,6 +184,7 @@ def _check_types(frame: pd.DataFrame, issues: Issues) -> pd.DataFrame:
         )
         frame.loc[bad_type, "asset_type"] = "stock"
 
+    _rename_retired(frame, issues)
     known = {s.lower(): s for s in sector_table()["gics_sector"]}
     sectors = frame["gics_sector"].map(lambda s: known.get(s.lower(), s))
     frame["gics_sector"] = sectors
@@ -195,6 +199,22 @@ def _check_types(frame: pd.DataFrame, issues: Issues) -> pd.DataFrame:
             ],
         )
     return frame
+
+
+def _rename_retired(frame: pd.DataFrame, issues: Issues) -> None:
+    """GICS names retired since 2016 replaced by their current names (`gics_renames.csv`), each
+    renamed symbol reported (GICS_RENAMED)."""
+    examples: list[dict[str, str]] = []
+    renamed = np.zeros(len(frame), dtype=bool)
+    for column, level in (("gics_sector", "sector"), ("gics_sub_industry", "sub_industry")):
+        old = frame[column].to_numpy(dtype=object)
+        new = np.array([current_gics(level, str(v)) for v in old], dtype=object)
+        hit = new != old
+        for symbol, was, now in zip(frame["symbol"][hit], old[hit], new[hit], strict=True):
+            examples.append({"symbol": symbol, "was": was, "now": now})
+        renamed |= hit
+        frame[column] = new
+    issues.add("GICS_RENAMED", int(renamed.sum()), examples)
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,8 +247,10 @@ def read_shares(path: Path) -> pd.DataFrame:
     return read_shares_checked(Path(path), Issues())
 
 
-def read_shares_checked(path: Path, issues: Issues) -> pd.DataFrame:
-    table, _ = read_table(path)
+def read_shares_checked(
+    path: Path, issues: Issues, limits: InputLimits | None = None
+) -> pd.DataFrame:
+    table, _ = read_table(path, limits=limits)
     chosen: dict[str, int] = {}
     for i, name in enumerate(table.column_names):
         canon = _SHARES_ALIASES.get(norm_name(str(name)))

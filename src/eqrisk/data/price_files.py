@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from eqrisk.data import panel
 from eqrisk.data.cells import (
+    InputLimits,
     file_kind,
     fill_null,
     norm_name,
@@ -81,7 +82,12 @@ def data_source_name(path: Path) -> str:
 
 
 def read_prices(
-    path: Path, *, basis: str = "auto", columns: dict[str, str] | None = None
+    path: Path,
+    *,
+    basis: str = "auto",
+    columns: dict[str, str] | None = None,
+    date_format: str | None = None,
+    limits: InputLimits | None = None,
 ) -> pd.DataFrame:
     """Any supported price file -> the canonical long frame.
 
@@ -95,12 +101,16 @@ def read_prices(
     `basis` says what the closes are (`corporate_actions.PRICE_BASES`); `frame.attrs["basis"]`
     says how they were read: `adjusted`, `total_return` (raw closes and the file's split and
     dividend factors) or `unknown` (closes that may be raw: ingest looks for unadjusted splits).
+
+    Text dates are read with one format for the whole file (`date_format`, else the one its
+    values admit; `dates.DateFormatError` for an ambiguous or mixed column). `limits` bound
+    the length of a line and of a cell (`cells.read_table`).
     """
     if basis not in PRICE_BASES:
         raise IngestError(f"price basis {basis!r} is not one of {', '.join(PRICE_BASES)}")
     path = Path(path)
     table, malformed = read_table(
-        path, lambda header: _long_columns_only(canonical_header(header, columns))
+        path, lambda header: _long_columns_only(canonical_header(header, columns)), limits
     )
     names = canonical_header([str(n) for n in table.column_names], columns)
     norm = [norm_name(n) for n in names]
@@ -118,13 +128,13 @@ def read_prices(
         )
     first_line = 2 if file_kind(path) == "csv" else 1
     if "symbol" in norm or "ticker" in norm:
-        frame = _read_long(path, table, names, norm, basis)
+        frame = _read_long(path, table, names, norm, basis, date_format)
     else:
         if len(names) < 2:
             raise IngestError(
                 f"{path}: a `date` column but no symbol columns; accepted: {ACCEPTED_PRICE_COLUMNS}"
             )
-        frame = _read_wide(table, names, norm)
+        frame = _read_wide(path, table, names, norm, date_format)
         frame.attrs["basis"] = "adjusted" if basis == "adjusted" else "unknown"
     frame["row"] = _line_numbers(frame.pop("_pos").to_numpy(), malformed, first_line)
     frame.insert(len(panel.PRICE_COLUMNS), "file", path.name)
@@ -204,13 +214,18 @@ def _long_layout(
 
 
 def _read_long(
-    path: Path, table: pa.Table, names: list[str], norm: list[str], basis: str = "auto"
+    path: Path,
+    table: pa.Table,
+    names: list[str],
+    norm: list[str],
+    basis: str = "auto",
+    date_format: str | None = None,
 ) -> pd.DataFrame:
     found, sources, factors, read_basis = _long_layout(path, names, norm, basis)
     n = table.num_rows
     out: dict[str, Any] = {}
     bad: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    dates, date_text = parse_dates(table.column(found["date"]))
+    dates, date_text = parse_dates(table.column(found["date"]), date_format, source=str(path))
     out["date"] = dates
     bad_date = np.isnat(dates)
     if bad_date.any():
@@ -256,12 +271,14 @@ def _read_long(
     return frame
 
 
-def _read_wide(table: pa.Table, names: list[str], norm: list[str]) -> pd.DataFrame:
+def _read_wide(
+    path: Path, table: pa.Table, names: list[str], norm: list[str], date_format: str | None
+) -> pd.DataFrame:
     date_i = norm.index("date")
     value_idx = [i for i in range(len(names)) if i != date_i]
     symbols = _symbols(np.asarray([names[i] for i in value_idx], dtype=object))
     n_rows = table.num_rows
-    dates, date_text = parse_dates(table.column(date_i))
+    dates, date_text = parse_dates(table.column(date_i), date_format, source=str(path))
     columns = [table.column(i) for i in value_idx]
     if len({c.type for c in columns}) == 1:
         # One column-major array: every cell parsed in one pass.

@@ -17,8 +17,14 @@ def date_str(values: np.ndarray) -> np.ndarray:
     return np.datetime_as_string(values.astype("datetime64[D]"), unit="D")
 
 
+_PRICES = ("close", "open", "high", "low", "close_raw")
+
+
 def row_examples(
-    frame: pd.DataFrame, rows: np.ndarray, detail: bool = False
+    frame: pd.DataFrame,
+    rows: np.ndarray,
+    detail: bool = False,
+    bounds: tuple[float, float] = (0.0, np.inf),
 ) -> list[dict[str, Any]]:
     out = []
     for r in rows[:MAX_EXAMPLES]:
@@ -32,15 +38,23 @@ def row_examples(
                 ex["value"] = ", ".join(
                     f"{c}={rec[c]:g}"
                     for c in panel.PRICE_COLUMNS[2:]
-                    if pd.notna(rec[c]) and (rec[c] <= 0 if c != "volume" else rec[c] < 0)
+                    if pd.notna(rec[c])
+                    and (
+                        rec[c] < 0
+                        if c == "volume"
+                        else rec[c] <= 0 or (c in _PRICES and not bounds[0] <= rec[c] <= bounds[1])
+                    )
                 )
         out.append(ex)
     return out
 
 
-def validate_rows(frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, int]]:
+def validate_rows(
+    frame: pd.DataFrame, bounds: tuple[float, float] = (0.0, np.inf)
+) -> tuple[np.ndarray, dict[int, int]]:
     """Rejection flags (bit per code of ROW_CODES) of each row of the new price rows, and for
-    each duplicate row the position of the row that is kept in its place."""
+    each duplicate row the position of the row that is kept in its place. A positive price
+    outside `bounds` (min, max) is PRICE_OUT_OF_RANGE."""
     n = len(frame)
     flags = np.zeros(n, dtype=np.uint16)
     flags[(frame["symbol"] == "").to_numpy()] |= ROW_BIT["MISSING_SYMBOL"]
@@ -66,6 +80,12 @@ def validate_rows(frame: pd.DataFrame) -> tuple[np.ndarray, dict[int, int]]:
             non_pos |= frame[col].to_numpy() <= 0
         non_pos |= frame["volume"].to_numpy() < 0
     flags[non_pos] |= ROW_BIT["NON_POSITIVE_PRICE"]
+    with np.errstate(invalid="ignore"):
+        outside = np.zeros(n, dtype=bool)
+        for col in _PRICES:
+            values = frame[col].to_numpy()
+            outside |= (values > 0) & ((values < bounds[0]) | (values > bounds[1]))
+    flags[outside] |= ROW_BIT["PRICE_OUT_OF_RANGE"]
     # Duplicates among the otherwise good rows: the first one (file order) is kept.
     good = np.flatnonzero(flags == 0)
     if len(good):

@@ -259,3 +259,69 @@ class CostEstimate(BaseModel):
     def of(cls, answer: Mapping[str, Any], charge: Charge) -> CostEstimate:
         fields = {k: answer.get(k) for k in cls.model_fields if k != "charge"}
         return cls(**fields, charge=charge)
+
+
+class RiskContribution(BaseModel):
+    name: str = Field(description="A level, an ETF factor or a ticker.")
+    contribution: float = Field(description="Its Euler contribution to the daily volatility.")
+    share: float = Field(description="contribution / volatility (they sum to 1).")
+
+
+class HedgeTrade(BaseModel):
+    etf: str
+    notional: float = Field(description="To buy (+) or sell (-), in the positions' units.")
+    tradable: bool
+
+
+class PortfolioRiskResult(BaseModel):
+    """A book's predicted risk, where it comes from, and what the ETF hedge leaves."""
+
+    date: str = Field(description="The session of the forecast (data up to the one before).")
+    vol_daily: float = Field(description="Predicted daily volatility, positions' units.")
+    vol_annual: float
+    factor_vol_daily: float
+    specific_vol_daily: float
+    tracking_error_daily: float | None = Field(
+        description="Predicted daily volatility of the book less the benchmark, if given."
+    )
+    by_level: list[RiskContribution]
+    by_factor: list[RiskContribution]
+    by_position: list[RiskContribution]
+    hedge: list[HedgeTrade]
+    vol_after_hedge_daily: float
+    unused: dict[str, str] = Field(description="Tickers the model could not use, and why.")
+    charge: Charge
+
+    @classmethod
+    def of(cls, doc: dict[str, Any], charge: Charge) -> PortfolioRiskResult:
+        p = doc["portfolio"]
+        te = doc.get("tracking_error")
+        return cls(
+            date=doc["date"],
+            vol_daily=p["vol_daily"],
+            vol_annual=p["vol_annual"],
+            factor_vol_daily=p["factor_vol_daily"],
+            specific_vol_daily=p["specific_vol_daily"],
+            tracking_error_daily=None if te is None else te["vol_daily"],
+            by_level=[
+                RiskContribution(
+                    name=k, contribution=v, share=v / p["vol_daily"] if p["vol_daily"] else 0.0
+                )
+                for k, v in p["by_level"].items()
+            ],
+            by_factor=[
+                RiskContribution(name=f["factor"], contribution=f["contribution"], share=f["share"])
+                for f in p["factors"]
+            ],
+            by_position=[
+                RiskContribution(name=x["ticker"], contribution=x["contribution"], share=x["share"])
+                for x in p["positions"]
+            ],
+            hedge=[
+                HedgeTrade(etf=leg["etf"], notional=leg["notional"], tradable=leg["tradable"])
+                for leg in doc["hedge"]["legs"]
+            ],
+            vol_after_hedge_daily=doc["hedge"]["vol_after_daily"],
+            unused={u["ticker"]: u["reason"] for u in doc["unused"]},
+            charge=charge,
+        )

@@ -87,15 +87,21 @@ def build(connect: Connect) -> EqriskMCP:
         LINEAGE_URI,
         name="lineage",
         title="The served model version",
-        description="The current snapshot's version, data date, source, universe and method.",
+        description="The current snapshot's version, data date, source, universe and method, "
+        "and the risk forecast's measured accuracy (bias statistics) where the build measured it.",
         mime_type="application/json",
     )
     async def lineage() -> str:
         # A static resource gets no request context: the configured key (mounted: the demo
         # key) asks the free estimate, whose answer carries the lineage as every answer does.
+        # The risk forecast's accuracy on the snapshot's data (when it was measured) comes with
+        # the version from the free /api/health.
         async with connect(None) as client:
             answer = await client.estimate("tickers")
-        return json.dumps(answer.get("_metadata") or {}, indent=2)
+            health = await client.health()
+        lineage = dict(answer.get("_metadata") or {})
+        lineage["risk_accuracy"] = health.get("risk_accuracy")
+        return json.dumps(lineage, indent=2)
 
     return server
 

@@ -204,3 +204,38 @@ async def estimate_cost(
         answer = await calls.client.estimate(endpoint, params)
         calls.note()
         return results.CostEstimate.of(answer, calls.charge())
+
+
+@tool
+async def portfolio_risk(
+    positions: Annotated[
+        dict[str, float],
+        Field(
+            description="The book: ticker -> weight or dollars (negative for short), e.g. "
+            '{"NVDA": 600000, "AAPL": -150000}.',
+            min_length=1,
+        ),
+    ],
+    ctx: Context,
+    benchmark: Annotated[
+        str | None,
+        Field(description="A ticker to measure the tracking error against, e.g. SPY."),
+    ] = None,
+    date: Annotated[
+        str | None, Field(description="The session (YYYY-MM-DD); default the latest.")
+    ] = None,
+    level: Annotated[
+        Literal["L1", "L2", "L3"],
+        Field(description="Hedge level: L1 market, L2 also sectors, L3 also subsectors."),
+    ] = "L3",
+) -> results.PortfolioRiskResult:
+    """A book's predicted volatility from eqrisk's factor risk model, its tracking error, the
+    contribution of each level, ETF factor and position (they add up to the volatility), the
+    ETF hedge and the volatility left after it (POST /api/portfolio/risk: 0.0004 USD per
+    position used, 0.01 USD at least)."""
+    async with api(ctx) as calls:
+        answer = await calls.client.portfolio_risk(
+            positions, benchmark=benchmark, date=date, level=level
+        )
+        calls.note()
+        return results.PortfolioRiskResult.of(answer.raw, calls.charge())

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from eqrisk.data.master import group_keys
 from eqrisk.data.panel import Panel
 from eqrisk.model.returns import GroupPortfolio, group_portfolio
 
@@ -66,12 +67,19 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
     market_idx = factor(_first_valid(info["market_etf"]) or "SPY", "market", "all", stock_rows)
 
     found: dict[tuple[str, str], np.ndarray] = {}
+    sector_keys, sub_keys = group_keys(info)
 
-    def members(level: str, names: np.ndarray, name: str) -> np.ndarray:
-        """The stocks of a sector or subsector, found once per group (not once per row)."""
-        if (level, name) not in found:
-            found[(level, name)] = stock_rows[names[stock_rows] == name]
-        return found[(level, name)]
+    def members(level: str, keys: np.ndarray, key: str) -> np.ndarray:
+        """The stocks of a sector or subsector group (per ETF: `master.group_keys`), found once
+        per group (not once per row)."""
+        if (level, key) not in found:
+            found[(level, key)] = stock_rows[keys[stock_rows] == key]
+        return found[(level, key)]
+
+    def label(names: np.ndarray, rows: np.ndarray, key: str) -> str:
+        """A group's name: its members' one GICS name, else (several names, one ETF) the ETF."""
+        distinct = {str(v) for v in names[rows]}
+        return distinct.pop() if len(distinct) == 1 else key
 
     fidx = np.full((n, 3), -1, dtype=np.int64)
     # Every row, the market's own included, has the market as its first level (the market's own
@@ -81,9 +89,10 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
         sec = sectors[i] if isinstance(sectors[i], str) else None
         if not is_stock[i] or sec is None:
             continue
-        sec_members = members("sector", sectors, sec)
+        sec_key = sector_keys[i]
+        sec_members = members("sector", sector_keys, sec_key)
         # A group of one is the stock itself: without it nothing is left, so no level.
-        s_group = sec if len(sec_members) >= 2 else None
+        s_group = label(sectors, sec_members, sec_key) if len(sec_members) >= 2 else None
         s_idx = factor(sector_etfs[i], "sector", s_group, sec_members)
         if s_idx < 0:
             continue
@@ -92,8 +101,9 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
         sub_etf = subsector_etfs[i]
         if sub is None or not isinstance(sub_etf, str):
             continue  # no subsector ETF: the stock stops at L2
-        sub_members = members("subsector", subs, sub)
-        u_idx = factor(sub_etf, "subsector", sub if len(sub_members) >= 3 else None, sub_members)
+        sub_members = members("subsector", sub_keys, sub_etf)
+        u_group = label(subs, sub_members, sub_etf) if len(sub_members) >= 3 else None
+        u_idx = factor(sub_etf, "subsector", u_group, sub_members)
         if u_idx >= 0:
             fidx[i, 2] = u_idx
     factors = np.vstack(rows) if rows else np.empty((0, n_t))

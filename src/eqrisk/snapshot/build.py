@@ -3,7 +3,9 @@ the three; the model itself does no I/O); and the demo pipeline (generate -> ing
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,6 +19,7 @@ from eqrisk.data.ingest import ingest
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
 from eqrisk.data.share_classes import read_share_classes
+from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
@@ -27,7 +30,10 @@ from eqrisk.model.run import (
     run_block,
 )
 from eqrisk.snapshot import incremental
+from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import CHUNK_SESSIONS, open_arrays
+from eqrisk.snapshot.risk_evaluation import risk_accuracy
+from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import (
     Snapshot,
@@ -76,6 +82,7 @@ def build_snapshot(
     dask_workers: int | None = None,
     block_rows: int = 1024,
     full: bool = False,
+    accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
     share_classes: Path | None = None,
 ) -> dict[str, Any]:
@@ -91,9 +98,15 @@ def build_snapshot(
     changed one are linked unread and only the sessions from there on are computed. `full`
     forces a full build. The manifest's `build` block (and the progress) says which and why.
 
+    `accuracy` measures the risk forecast out of sample on the whole data set
+    (`risk_evaluation.risk_accuracy`: bias statistics and rolling MAD per family of portfolios)
+    and stores the record in the manifest (`risk_accuracy`); without it an incremental build
+    carries the previous version's record forward (its `period` says what it covers).
+
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
     say = progress or (lambda _msg: None)
+    started = time.perf_counter()  # the build's duration, for the servers' metrics
     say("reading ingested data")
     prices, raw_master, meta = read_ingested(home)
     present = pd.Index(prices["symbol"].unique())
@@ -113,7 +126,7 @@ def build_snapshot(
         _check_universe(home, panel.shape)
     say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
-    return publish_panel(
+    manifest = publish_panel(
         home,
         panel,
         master,
@@ -125,8 +138,12 @@ def build_snapshot(
         dask_workers=dask_workers,
         block_rows=block_rows,
         full=full,
+        accuracy=accuracy,
         progress=say,
     )
+    seconds = time.perf_counter() - started
+    record_build(snapshots_dir(home), build_mode(manifest, dask), seconds)
+    return manifest
 
 
 def publish_panel(
@@ -142,6 +159,7 @@ def publish_panel(
     dask_workers: int | None = None,
     block_rows: int = 1024,
     full: bool = False,
+    accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The model on a panel (and its classified master) published as a new version: the half
@@ -153,6 +171,19 @@ def publish_panel(
     digests = incremental.input_digests(plan, panel, master, breaks)
     reuse: SnapshotContent | None = None
     build: dict[str, Any]
+
+    def _accuracy(result: ModelResult) -> dict[str, Any]:
+        say("measuring the risk forecast's accuracy on the whole data set")
+        needed = ("return", "vol_23d", *HEDGE_FIELDS)
+        dense = {name: np.asarray(result.metrics[name], dtype=np.float64) for name in needed}
+        return risk_accuracy(
+            panel,
+            master,
+            params,
+            RiskParams(),
+            exclude=breaks,
+            result=replace(result, metrics=dense),
+        )
 
     def publish(
         result: ModelResult, *, staged: Staged | None = None, reuse: Reuse | None = None
@@ -170,6 +201,8 @@ def publish_panel(
             inputs=digests,
             build=build,
             staged=staged,
+            risk=RiskInputs.of(plan),
+            risk_accuracy=_accuracy(result) if accuracy else _carried(reuse),
         )
         return write_snapshot(home, content, keep=keep, progress=say)
 
@@ -192,11 +225,19 @@ def publish_panel(
     return publish(result)
 
 
+def _carried(reuse: Reuse | None) -> dict[str, Any] | None:
+    """The previous version's accuracy record, carried by an incremental build."""
+    if reuse is None:
+        return None
+    record = reuse.manifest.get("risk_accuracy")
+    return dict(record) if isinstance(record, dict) else None
+
+
 def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
     if result.notes.get("caps_imputed"):
         say(
             f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
-            "cap of their group (see docs/DECISIONS.md, caps)"
+            "cap of their group (see docs/decisions/model.md, missing caps)"
         )
 
 

@@ -13,7 +13,7 @@ sessions [c*L, (c+1)*L), into files:
 with fixed boundaries at multiples of S and L, so that a new session changes only the last
 time chunk of each block (the last chunk holds only the sessions that exist: it grows), and a
 worker that computed one symbol block writes that block's files alone. Why these choices, and
-the measurements behind them, are in docs/DECISIONS.md ("Issue 10: versions that share history").
+the measurements behind them, are in docs/decisions/snapshots.md.
 
 - A chunk whose values are all NaN is not stored (the manifest says so; it reads back as NaN),
   nor is the run of a row that is all NaN within a group file (its runs index says -1).
@@ -707,7 +707,7 @@ class ChunkStore:
         The cache is small on purpose (ROW_CACHE_BYTES, a few rows): a row is assembled into
         the memory of the one evicted, and a small cache's is still in the CPU's cache where a
         large one's is not (64 MB measured 1.4x slower a read than 8 MB on the real data set,
-        docs/DECISIONS.md, issue 10, "Reading a row"). Whole answers are cached elsewhere (the
+        docs/decisions/snapshots.md, "Reading a row"). Whole answers are cached elsewhere (the
         render cache, the gate's replays)."""
         row = self._rows.get(r)  # a dict read is atomic: no lock on the hit path
         if row is None:
@@ -724,7 +724,7 @@ class ChunkStore:
         """Keep an evicted row's memory for the next assembly when nothing else holds it (no
         view of it is alive: a view holds a reference to it): a fresh (fields x T) array is
         a fresh mapping whose every page faults on first write, which costs as much as the
-        assembly (on this machine more: freed memory goes back to the host, docs/DECISIONS.md).
+        assembly (on this machine more: freed memory goes back to the host, docs/BENCHMARKS.md).
         As many as the cache holds are kept (after `forget`, a whole pass's worth), so memory
         stays within twice the cache's budget. Called under the lock."""
         if sys.getrefcount(row) <= 2 and len(self._spare) < self._keep:  # this frame + the call's

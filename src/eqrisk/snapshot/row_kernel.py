@@ -8,7 +8,7 @@ fields computed from the assembled ones. The whole row is one call without the G
 Per chunk, the row's piece of the group file is first copied into a small scratch (`stage`,
 in the CPU's cache), then each field's part is copied from there into its row of `out`.
 Copying straight from the file into `out` interleaves loads that come from memory with 1 KB
-stores into every field's row, and ran twice as slow (measured, docs/DECISIONS.md, issue 10,
+stores into every field's row, and ran twice as slow (measured, docs/decisions/snapshots.md,
 "Reading a row"): the stores wait on the loads and the loads stop running ahead.
 
 Loops copy element by element over slices indexed from 0: numba compiles them to vector moves

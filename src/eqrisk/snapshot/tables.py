@@ -106,6 +106,8 @@ class SnapshotContent:
     inputs: dict[str, Any] | None = None  # digests of the model's inputs (`incremental`)
     build: dict[str, Any] | None = None  # how it was built and why (full / incremental)
     staged: Staged | None = None  # arrays the workers of a Dask build wrote already
+    risk: Any = None  # `risk_store.RiskInputs`: the risk model is computed and stored
+    risk_accuracy: dict[str, Any] | None = None  # `risk_evaluation.accuracy_record`
 
 
 def write_content(
@@ -167,6 +169,22 @@ def write_content(
         previous_files=reuse.manifest["security_history"] if reuse is not None else None,
     )
 
+    risk = None
+    if content.risk is not None:
+        from eqrisk.snapshot.risk_store import write_risk
+
+        say("writing the risk model (F, D, predicted volatility)")
+        risk = write_risk(
+            folder,
+            result,
+            fields,
+            content.risk,
+            grid,
+            previous=reuse.previous if reuse is not None else None,
+            previous_manifest=reuse.manifest if reuse is not None else None,
+            reuse=reuse.chunks if reuse is not None else 0,
+        )
+
     sessions = panel.sessions
     stocks = int((symbols["asset_type"] == "stock").sum())
     manifest = {
@@ -198,6 +216,10 @@ def write_content(
         "inputs": content.inputs,
         "build": content.build or {"mode": "full"},
     }
+    if risk is not None:
+        manifest["risk"] = risk
+    if content.risk_accuracy is not None:
+        manifest["risk_accuracy"] = content.risk_accuracy
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return manifest
 

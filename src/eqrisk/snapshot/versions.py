@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 from eqrisk.settings import get_settings
 from eqrisk.snapshot import chunks, tables
 from eqrisk.snapshot.index import SymbolIndex
+from eqrisk.snapshot.risk_store import open_risk_arrays
 
 VERSION_RE = re.compile(r"^v(\d+)-(\d{8}T\d{6}Z)$")
 CURRENT = "CURRENT"
@@ -372,7 +373,8 @@ class Snapshot:
     @cached_property
     def _arrays(self) -> dict[str, chunks.FieldArray]:
         if self.chunked:
-            return chunks.open_arrays(self.path, self.manifest["arrays"])
+            arrays = chunks.open_arrays(self.path, self.manifest["arrays"])
+            return {**arrays, **open_risk_arrays(self.path, self.manifest)}
         return {
             name: np.load(self.path / "arrays" / f"{name}.npy", mmap_mode="r")
             for name in self.manifest["fields"]

@@ -32,8 +32,8 @@ class EstimateRequest(BodyParams):
         max_length=200,
         description=(
             "The endpoint to price: ticker-returns, returns, etf-returns, metrics (or "
-            "metrics/{ticker}), l3-decomposition, batch/analyze, heatmap, tickers; with or "
-            "without the /api/ prefix."
+            "metrics/{ticker}), l3-decomposition, batch/analyze, heatmap, portfolio/risk, "
+            "factor-covariance, specific-risk, tickers; with or without the /api/ prefix."
         ),
         examples=["ticker-returns"],
     )
@@ -108,8 +108,9 @@ def estimate(
     parsed = validate_params(spec.params, params)
     quote = spec.quote(spec.plan(snap, parsed), parsed, prices)
     price = prices[spec.price_key]
-    if price.per == "ticker":
-        model = f"per_ticker (minimum {tokens_to_usd(price.minimum_tokens):g} USD per call)"
+    if price.per in ("ticker", "position"):
+        minimum = tokens_to_usd(price.minimum_tokens)
+        model = f"per_{price.per} (minimum {minimum:g} USD per call)"
     else:
         model = "per_call"
     size = quote.size

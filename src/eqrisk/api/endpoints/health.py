@@ -15,7 +15,12 @@ from eqrisk.api.models import ERRORS, HealthResponse
 
 async def health(snap: SnapshotDep) -> Response:
     return json_response(
-        {"status": "ok", "model_version": snap.version, "data_as_of": snap.manifest["data_as_of"]},
+        {
+            "status": "ok",
+            "model_version": snap.version,
+            "data_as_of": snap.manifest["data_as_of"],
+            "risk_accuracy": snap.manifest.get("risk_accuracy"),
+        },
         headers=snap_headers(snap),
     )
 

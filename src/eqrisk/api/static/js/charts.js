@@ -271,3 +271,23 @@ export function portfolioHedge(div, hedges) {
   const layers = Object.keys(LAYERS).filter((layer) => hedges.some((h) => h.layer === layer));
   return layers.map((layer) => ({ name: LAYERS[layer].label, color: LAYERS[layer].color }));
 }
+
+// The risk model's predicted volatility of each session (forecast the session before) next to
+// the realised one (21 sessions of returns), both annualised.
+export function predictedVol(div, rows) {
+  const x = series(rows, "date");
+  const r = series(rows, "returns_gross");
+  const realised = r.map((_, i) => {
+    const w = r.slice(Math.max(0, i - 20), i + 1).filter((v) => v !== null && v !== undefined);
+    if (w.length < 15) return null;
+    const m = w.reduce((s, v) => s + v, 0) / w.length;
+    return Math.sqrt((w.reduce((s, v) => s + (v - m) ** 2, 0) / (w.length - 1)) * 252);
+  });
+  const predicted = series(rows, "risk_total_vol").map((v) => (v === null || v === undefined ? null : v * Math.sqrt(252)));
+  const traces = [
+    { type: "scatter", mode: "lines", name: "Predicted", x, y: predicted, line: { width: 1.6, color: STOCK_COLOR }, hovertemplate: "%{y:.1%}" },
+    { type: "scatter", mode: "lines", name: "Realised (21 sessions)", x, y: realised, line: { width: 1.2, color: LAYERS.residual.color }, hovertemplate: "%{y:.1%}" },
+  ];
+  Plotly.react(div, traces, baseLayout({ yaxis: { tickformat: ".0%", rangemode: "tozero" } }), CONFIG);
+  return legendOf(traces, ["Predicted", "Realised (21 sessions)"]);
+}

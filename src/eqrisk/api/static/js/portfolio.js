@@ -149,7 +149,62 @@ function positionsSection(book) {
   };
 }
 
-export const SECTIONS = [hedgeSection, chartsSection, positionsSection];
+// The book's predicted risk (/api/portfolio/risk, asked with the button: it is priced per
+// position): volatility before and after the L3 hedge, tracking error against a benchmark,
+// and the Euler contributions by level and by position (they add up to the volatility).
+function riskSection(book) {
+  const bench = el("input", { id: "risk-benchmark", value: "SPY", size: 6, "aria-label": "Benchmark ticker" });
+  const out = el("div", { id: "portfolio-risk" });
+  const ask = async () => {
+    out.replaceChildren(el("p", { class: "muted" }, "Computing the predicted risk\u2026"));
+    const positions = Object.fromEntries(book.positions.filter((p) => p.dollars).map((p) => [p.ticker, p.dollars]));
+    const body = { positions, units: "dollars", level: "L3" };
+    if (bench.value.trim()) body.benchmark = bench.value.trim().toUpperCase();
+    try {
+      const doc = await state.client.post("/api/portfolio/risk", body);
+      out.replaceChildren(...riskTables(book, doc));
+    } catch (err) {
+      showProblem(out, err, ask);
+    }
+  };
+  return {
+    node: el("div", { class: "risk" },
+      el("div", { class: "controls" },
+        el("label", {}, "Benchmark ", bench),
+        button("Predicted risk", ask, { id: "predict-risk" })),
+      out),
+  };
+}
+
+function riskTables(book, doc) {
+  const p = doc.portfolio;
+  const annual = Math.sqrt(252);
+  const pct = (usd) => (book.basis ? fmtPct(usd / book.basis) : "");
+  const stat = (label, usd, name) => el("div", { class: "stat", dataset: { metric: name, value: String(usd) } },
+    el("span", { class: "muted" }, label), el("b", {}, `${fmtUsd(usd)} ${pct(usd)}`));
+  const te = doc.tracking_error;
+  const stats = el("div", { class: "stats", id: "risk-stats" },
+    stat("Predicted volatility (1 year)", p.vol_annual, "vol_annual"),
+    stat("After the L3 hedge", doc.hedge.vol_after_annual, "vol_after_annual"),
+    te ? stat("Tracking error (1 year)", te.vol_annual, "tracking_error_annual") : null);
+  const rows = (items, name) => items.map((x) => el("tr", { dataset: { name: x[name], contribution: String(x.contribution) } },
+    el("th", { scope: "row" }, x[name]), el("td", {}, fmtUsd(x.contribution * annual)), el("td", {}, fmtPct(x.share))));
+  const levels = Object.entries(p.by_level).map(([level, c]) => ({ level, contribution: c, share: p.vol_daily ? c / p.vol_daily : 0 }));
+  const table = (id, caption, head, body) => el("table", { class: "grid", id },
+    el("caption", {}, caption),
+    el("thead", {}, el("tr", {}, [head, "Contribution (1 year)", "Share"].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, body));
+  const unused = doc.unused.length
+    ? el("p", { class: "note" }, `Not used: ${doc.unused.map((u) => `${u.ticker} (${u.reason})`).join(", ")}.`)
+    : null;
+  return [stats,
+    el("div", { class: "tables" },
+      table("risk-by-level", "Risk by level", "Level", rows(levels, "level")),
+      table("risk-by-position", "Risk by position", "Ticker", rows(p.positions, "ticker"))),
+    unused].filter(Boolean);
+}
+
+export const SECTIONS = [hedgeSection, riskSection, chartsSection, positionsSection];
 
 function renderBook(out, book) {
   const parts = SECTIONS.map((section) => section(book));

@@ -94,6 +94,7 @@ export function stockPage(view, ticker, params) {
       cards.shares.draw(charts.riskShares, rows, level);
       cards.hedges.draw(charts.hedgeRatios, rows, level, etfs);
       cards.returns.draw(charts.hedgedReturn, rows, level, ticker);
+      cards.vol.draw(charts.predictedVol, rows);
     } catch (err) {
       showProblem(chartsArea, err, fetchIt);
     }
@@ -107,6 +108,7 @@ function chartCards(area, level, years) {
     shares: chartCard("chart-shares", "Explained risk", `share of variance by layer (${span})`),
     hedges: chartCard("chart-hedges", "Hedge ratios", `ETF dollars per $1 of stock (${span})`),
     returns: chartCard("chart-returns", "Cumulative return", `stock vs hedged residual (${span})`),
+    vol: chartCard("chart-vol", "Volatility", "predicted by the risk model vs realised, annualised"),
   };
   area.append(...Object.values(cards).map((c) => c.figure));
   return cards;

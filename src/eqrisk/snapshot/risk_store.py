@@ -1,0 +1,346 @@
+"""The risk model in a snapshot: per session the factor covariance F (K x K, the ETF / group
+factors), per stock and session the specific variance D and the predicted total, factor and
+specific volatility (daily), written by every build and read by the routes.
+
+Layout, under `<version>/risk/`, per time chunk c of the version's chunk grid (sessions
+[c L, (c + 1) L)):
+
+- `cov-<c>.npy` (sessions, K, K): F of each session of the chunk;
+- `<field>-<c>.npy` (n, sessions) for each of `RISK_FIELDS`;
+- `state-<c>.npz`: the model's resumable state before the chunk's first session (c >= 1);
+- `fidx.npy` (n, 3): each row's market, sector and subsector factor (-1 = none).
+
+The manifest's `risk` block names the factors (keys and levels), the settings and the files.
+The build runs the model chunk by chunk, each run resumed from the state the previous one
+left (`risk_model(..., state=)`, bit for bit one run over every session), so an incremental
+build links the chunks before its first new one and resumes from the stored state there: its
+values are a full build's, bit for bit. No look-ahead: F and D of session t use data up to t-1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eqrisk.model.covariance import CovarianceState
+from eqrisk.model.risk_model import (
+    LEVEL_NAMES,
+    RiskModelDay,
+    RiskParams,
+    RiskState,
+    factor_levels,
+    hedge_exposures,
+    risk_model,
+)
+from eqrisk.model.run import LEVEL_HR, ModelPlan, ModelResult
+from eqrisk.model.specific import SpecificState
+from eqrisk.snapshot import chunks
+
+RISK_DIR = "risk"
+RISK_LAYOUT = "risk-1"
+# Stored per stock and session: array name -> file prefix.
+RISK_FIELDS: dict[str, str] = {
+    "risk_total_vol": "total",
+    "risk_factor_vol": "factor",
+    "risk_specific_vol": "specific",
+    "risk_specific_var": "d",
+}
+HEDGE_FIELDS = tuple(dict.fromkeys(name for lev in (1, 2, 3) for name in LEVEL_HR[lev]))
+
+
+@dataclass(frozen=True)
+class RiskInputs:
+    """What the risk model needs beyond the model's arrays: the published factor rows."""
+
+    factors: np.ndarray  # (K, T) factor returns
+    keys: list[str]
+    fidx: np.ndarray  # (n, 3)
+    params: RiskParams
+
+    @classmethod
+    def of(cls, plan: ModelPlan, params: RiskParams | None = None) -> RiskInputs:
+        layout = plan.layout
+        return cls(layout.factors, list(layout.keys), layout.fidx, params or RiskParams())
+
+
+def state_to_npz(path: Path, state: RiskState) -> None:
+    parts = {f"cov_{k}": v for k, v in state.covariance.to_arrays().items()}
+    parts.update({f"spec_{k}": v for k, v in state.specific.to_arrays().items()})
+    with path.open("wb") as fh:
+        np.savez(fh, **parts)  # type: ignore[arg-type]
+
+
+def state_from_npz(path: Path) -> RiskState:
+    with np.load(path) as z:
+        cov = {k[4:]: z[k] for k in z.files if k.startswith("cov_")}
+        spec = {k[5:]: z[k] for k in z.files if k.startswith("spec_")}
+    return RiskState(CovarianceState.from_arrays(cov), SpecificState.from_arrays(spec))
+
+
+def _rel(name: str, c: int, ext: str = "npy") -> Path:
+    return Path(RISK_DIR) / f"{name}-{c:05d}.{ext}"
+
+
+def _dense(arr: Any, start: int, n: int, t: int) -> np.ndarray:
+    """An (n, t) float64 array holding `arr`'s sessions >= `start` (NaN before): a resumed run
+    reads nothing before its first session less one."""
+    out = np.full((n, t), np.nan)
+    if start < t:
+        out[:, start:] = np.asarray(arr[:, start:t], dtype=np.float64)
+    return out
+
+
+def _reusable(previous: Mapping[str, Any] | None, block: dict[str, Any], reuse: int) -> int:
+    """How many leading chunks of the previous version's risk files this build may link."""
+    if not previous or reuse <= 0:
+        return 0
+    old = previous.get("risk")
+    if not isinstance(old, dict):
+        return 0
+    same = all(old.get(k) == block[k] for k in ("layout", "keys", "params"))
+    return reuse if same and int(old.get("chunks", 0)) >= reuse else 0
+
+
+def write_risk(
+    folder: Path,
+    result: ModelResult,
+    fields: Mapping[str, Any],
+    inputs: RiskInputs,
+    grid: chunks.ChunkGrid,
+    *,
+    previous: Path | None = None,
+    previous_manifest: Mapping[str, Any] | None = None,
+    reuse: int = 0,
+) -> dict[str, Any]:
+    """Compute and write the risk model of every session; return the manifest's `risk` block.
+    With `reuse` = c0 (an incremental build whose inputs before chunk c0 are proved unchanged)
+    the files of chunks < c0 are linked from `previous` and the run resumes at chunk c0.
+    `fields`: the version's arrays as written (a Dask build's live in the version folder by
+    now, no longer where `result`'s were opened)."""
+    n, n_t = grid.n, grid.t
+    params = inputs.params
+    block: dict[str, Any] = {
+        "layout": RISK_LAYOUT,
+        "keys": inputs.keys,
+        "levels": [
+            LEVEL_NAMES[lv - 1] if lv > 0 else None
+            for lv in factor_levels(inputs.fidx, len(inputs.keys)).tolist()
+        ],
+        "params": {**params.describe(), "level": params.level},
+        "fields": list(RISK_FIELDS),
+        "chunks": grid.chunks,
+    }
+    c0 = _reusable(previous_manifest, block, reuse) if previous is not None else 0
+    (folder / RISK_DIR).mkdir(parents=True, exist_ok=True)
+    np.save(folder / RISK_DIR / "fidx.npy", np.asarray(inputs.fidx, dtype=np.int64))
+    state: RiskState | None = None
+    if c0 > 0:
+        assert previous is not None
+        for c in range(c0):
+            for prefix in ("cov", *RISK_FIELDS.values()):
+                chunks.link_unread(folder, _rel(prefix, c), previous)
+            if c >= 1:
+                chunks.link_unread(folder, _rel("state", c, "npz"), previous)
+        chunks.link_unread(folder, _rel("state", c0, "npz"), previous)
+        state = state_from_npz(folder / _rel("state", c0, "npz"))
+    first = max(grid.cols(c0)[0] - 1, 0)
+    m = fields
+    returns = _dense(m["return"], first, n, n_t)
+    hedge = {name: _dense(m[name], first, n, n_t) for name in HEDGE_FIELDS}
+    factors = np.asarray(inputs.factors, dtype=np.float64)
+    symbols = np.asarray(result.symbols)
+    for c in range(c0, grid.chunks):
+        hi = grid.cols(c)[1]
+        model = risk_model(
+            returns[:, :hi],
+            factors[:, :hi],
+            inputs.fidx,
+            inputs.keys,
+            symbols,
+            {name: arr[:, :hi] for name, arr in hedge.items()},
+            params,
+            state=state,
+        )
+        np.save(folder / _rel("cov", c), model.factor_cov.cov)
+        predicted = dict(model.predicted)
+        predicted["risk_specific_var"] = model.specific.var
+        for name, prefix in RISK_FIELDS.items():
+            np.save(folder / _rel(prefix, c), np.ascontiguousarray(predicted[name]))
+        state = model.state
+        # The state after the chunk (the next chunk's start; after the last one, where the
+        # next build's first new chunk starts when this version ends on a chunk boundary).
+        state_to_npz(folder / _rel("state", c + 1, "npz"), state)
+    block["linked_chunks"] = c0
+    return block
+
+
+class RiskArray:
+    """An (n x T) stored risk field, sliced like the snapshot's arrays (`[row, lo:hi]`,
+    `[rows, t]`) over its memory-mapped chunk files."""
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, folder: Path, prefix: str, grid: chunks.ChunkGrid) -> None:
+        self.folder, self.prefix, self.grid = folder, prefix, grid
+        self.shape = (grid.n, grid.t)
+        self._maps: dict[int, np.ndarray] = {}
+
+    def chunk(self, c: int) -> np.ndarray:
+        if c not in self._maps:
+            self._maps[c] = np.load(self.folder / _rel(self.prefix, c), mmap_mode="r")
+        return self._maps[c]
+
+    def __getitem__(self, key: Any) -> Any:
+        rows, cols = key
+        size = self.grid.chunk
+        if isinstance(cols, (int, np.integer)):
+            t = int(cols) % self.shape[1]
+            return self.chunk(t // size)[rows, t % size]
+        if not isinstance(cols, slice):  # session indexes: gathered chunk by chunk
+            idx = np.asarray(cols, dtype=np.int64) % self.shape[1]
+            parts = [
+                np.asarray(self.chunk(int(c))[rows, idx[idx // size == c] - c * size])
+                for c in np.unique(idx // size).tolist()
+            ]
+            if not parts:
+                return np.asarray(self.chunk(0)[rows, 0:0])
+            # The parts hold the indexes chunk by chunk, each chunk's in the order asked.
+            back = np.argsort(np.argsort(idx // size, kind="stable"), kind="stable")
+            return np.concatenate(parts, axis=-1)[..., back]
+        lo, hi, step = cols.indices(self.shape[1])
+        if step != 1:
+            raise IndexError("a risk array takes unit-step slices")
+        parts = [
+            self.chunk(c)[rows, max(lo, c * size) - c * size : min(hi, (c + 1) * size) - c * size]
+            for c in range(lo // size, -(-hi // size))
+        ]
+        if not parts:
+            probe = self.chunk(0)[rows, 0:0]
+            return np.asarray(probe)
+        return np.concatenate(parts, axis=-1)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.asarray(self[:, 0 : self.shape[1]], dtype=np.float64)
+        return whole if dtype is None else whole.astype(dtype)
+
+
+def risk_grid(manifest: Mapping[str, Any]) -> chunks.ChunkGrid | None:
+    if "risk" not in manifest or "arrays" not in manifest:
+        return None
+    return chunks.ChunkGrid.of(manifest["arrays"]["grid"])
+
+
+class MissingArray:
+    """A risk field of a version written before the risk model was stored: all NaN, so that
+    the routes answer null columns until the next build."""
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, shape: tuple[int, int]) -> None:
+        self.shape = shape
+
+    def __getitem__(self, key: Any) -> Any:
+        probe = np.broadcast_to(np.float64(np.nan), self.shape)[key]
+        return np.full(np.shape(probe), np.nan) if np.ndim(probe) else np.float64(np.nan)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.full(self.shape, np.nan, dtype=dtype or np.float64)
+
+
+def open_risk_arrays(
+    folder: Path, manifest: Mapping[str, Any]
+) -> dict[str, RiskArray | MissingArray]:
+    """The stored risk fields of a version (all-NaN ones for a version written before them)."""
+    grid = risk_grid(manifest)
+    if grid is None:
+        if "arrays" not in manifest:
+            return {}
+        old = chunks.ChunkGrid.of(manifest["arrays"]["grid"])
+        return {name: MissingArray((old.n, old.t)) for name in RISK_FIELDS}
+    return {name: RiskArray(folder, prefix, grid) for name, prefix in RISK_FIELDS.items()}
+
+
+@dataclass(frozen=True)
+class FactorCovarianceDay:
+    """F of one session: the factors' keys and levels and the K x K matrix (NaN rows and
+    columns for a factor with too few returns yet)."""
+
+    session: int
+    keys: list[str]
+    levels: list[str | None]
+    cov: np.ndarray
+
+
+def factor_covariance_of(folder: Path, manifest: Mapping[str, Any], t: int) -> FactorCovarianceDay:
+    grid = risk_grid(manifest)
+    if grid is None:
+        raise KeyError("this version holds no risk model")
+    c, k = divmod(t, grid.chunk)
+    cov = np.array(np.load(folder / _rel("cov", c), mmap_mode="r")[k])
+    block = manifest["risk"]
+    return FactorCovarianceDay(t, list(block["keys"]), list(block["levels"]), cov)
+
+
+def model_day(
+    folder: Path,
+    manifest: Mapping[str, Any],
+    arrays: Mapping[str, Any],
+    t: int,
+    *,
+    level: int | None = None,
+) -> RiskModelDay:
+    """The risk model of session t as a portfolio's risk needs it: F and D as stored, the
+    exposures rebuilt from the hedge ratios published on t-1 exactly as the build did
+    (`hedge_exposures`; those of `level` where given, the model's otherwise). `arrays`: the
+    version's fields (`Snapshot.array`)."""
+    f = factor_covariance_of(folder, manifest, t)
+    block = manifest["risk"]
+    fidx = np.load(folder / RISK_DIR / "fidx.npy")
+    keys = f.keys
+    grid = risk_grid(manifest)
+    assert grid is not None
+    symbols = np.asarray(_symbol_names(folder, grid.n), dtype=object)
+    own = np.array([keys.index(s) if s in keys else -1 for s in symbols.tolist()], dtype=np.int64)
+    lo = max(t - 1, 0)
+    hedge = {
+        name: np.asarray(arrays[name][:, lo : t + 1], dtype=np.float64) for name in HEDGE_FIELDS
+    }
+    if t == 0:  # no previous session: nothing published
+        hedge = {name: np.column_stack([np.full(grid.n, np.nan), v]) for name, v in hedge.items()}
+    exp = hedge_exposures(hedge, fidx, own, level or int(block["params"]["level"]), start=1)
+    lev = exp.level[:, 0]
+    index = np.where(lev[:, None] > np.arange(3)[None, :], exp.index, -1)
+    d = np.asarray(arrays["risk_specific_var"][:, t], dtype=np.float64)
+    return RiskModelDay(
+        session=t,
+        symbols=symbols,
+        factor_keys=keys,
+        factor_level=factor_levels(fidx, len(keys)),
+        cov=f.cov,
+        index=index,
+        values=np.where(index >= 0, exp.values[:, :, 0].T, 0.0),
+        level=lev,
+        specific_var=d,
+    )
+
+
+def _symbol_names(folder: Path, n: int) -> list[str]:
+    import pyarrow.parquet as pq
+
+    frame = pq.read_table(folder / "symbols.parquet", columns=["ticker", "row"]).to_pandas()
+    names = [""] * n
+    for ticker, row in zip(frame["ticker"], frame["row"], strict=True):
+        names[int(row)] = str(ticker)
+    return names

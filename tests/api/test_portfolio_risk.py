@@ -1,0 +1,181 @@
+"""`POST /api/portfolio/risk`, `GET /api/factor-covariance` and `GET /api/specific-risk` on the
+demo snapshot: Euler contributions add up to the volatility, a one-stock portfolio is that
+stock's predicted volatility, the hedge leaves no exposure at its level, the route's volatility
+and tracking error equal a dense sqrt(w' Sigma w) built from the served F, H and D, F is PSD,
+and the charge equals /api/estimate and the ledger."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from fastapi.testclient import TestClient
+
+from eqrisk.accounts.book import Accounts
+from eqrisk.accounts.db import make_engine
+from eqrisk.accounts.pricing import PriceTable
+from eqrisk.api.app import create_app
+from eqrisk.settings import Settings
+from helpers import TEST_KEY
+
+AUTH = {"Authorization": f"Bearer {TEST_KEY}"}
+BOOK = {"NVDA": 0.3, "AAPL": 0.25, "MSFT": 0.2, "CRVR": 0.15, "DST": -0.1, "XLK": 0.1}
+
+
+@pytest.fixture(scope="module")
+def client(demo_settings: Settings) -> TestClient:
+    return TestClient(create_app(demo_settings))
+
+
+def _post(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    resp = client.post("/api/portfolio/risk", json=body, headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    doc: dict[str, Any] = resp.json()
+    return doc
+
+
+def _sigma(client: TestClient, date: str) -> tuple[list[str], np.ndarray]:
+    """The dense covariance H F H' + D of every symbol, from the served F, H and D only."""
+    f = client.get("/api/factor-covariance", params={"date": date}, headers=AUTH).json()
+    keys = f["factors"]
+    cov = np.array([[np.nan if v is None else v for v in row] for row in f["matrix"]])
+    rows = client.get("/api/specific-risk", params={"date": date}, headers=AUTH).json()["data"]
+    tickers = [r["ticker"] for r in rows]
+    h = np.zeros((len(rows), len(keys)))
+    d = np.zeros(len(rows))
+    for i, r in enumerate(rows):
+        for slot in ("market", "sector", "subsector"):
+            if r[f"{slot}_factor"] is not None:
+                h[i, keys.index(r[f"{slot}_factor"])] += r[f"{slot}_exposure"]
+        d[i] = np.nan if r["specific_var"] is None else r["specific_var"]
+    used = np.flatnonzero((np.abs(h) > 0).any(axis=0))
+    sub = cov[np.ix_(used, used)]
+    sigma = h[:, used] @ np.nan_to_num(sub) @ h[:, used].T + np.diag(np.nan_to_num(d))
+    return tickers, sigma
+
+
+def _dense_vol(tickers: list[str], sigma: np.ndarray, book: dict[str, float]) -> float:
+    w = np.zeros(len(tickers))
+    for t, x in book.items():
+        w[tickers.index(t)] += x
+    return float(np.sqrt(w @ sigma @ w))
+
+
+def test_contributions_add_up_and_the_vol_is_the_dense_one(client: TestClient) -> None:
+    doc = _post(client, {"positions": BOOK, "benchmark": "SPY"})
+    p = doc["portfolio"]
+    vol = p["vol_daily"]
+    assert vol > 0 and doc["unused"] == []
+    assert abs(sum(x["contribution"] for x in p["positions"]) - vol) <= 1e-12 * vol
+    assert abs(sum(p["by_level"].values()) - vol) <= 1e-12 * vol
+    by_factor = sum(x["contribution"] for x in p["factors"]) + p["by_level"]["specific"]
+    assert abs(by_factor - vol) <= 1e-12 * vol
+    assert abs(sum(x["share"] for x in p["positions"]) - 1.0) <= 1e-12
+    assert p["vol_annual"] == pytest.approx(vol * np.sqrt(252), rel=1e-15)
+    assert p["factor_vol_daily"] ** 2 + p["specific_vol_daily"] ** 2 == pytest.approx(vol**2)
+    tickers, sigma = _sigma(client, doc["date"])
+    assert vol == pytest.approx(_dense_vol(tickers, sigma, BOOK), rel=1e-12)
+    # Tracking error against SPY held for the net value of the positions.
+    active = dict(BOOK)
+    active["SPY"] = active.get("SPY", 0.0) - sum(BOOK.values())
+    te = doc["tracking_error"]["vol_daily"]
+    assert te == pytest.approx(_dense_vol(tickers, sigma, active), rel=1e-12)
+    # Marginals: the dense gradient Sigma w / vol.
+    w = np.zeros(len(tickers))
+    for t, x in BOOK.items():
+        w[tickers.index(t)] = x
+    grad = sigma @ w / np.sqrt(w @ sigma @ w)
+    for row in p["positions"]:
+        assert row["marginal"] == pytest.approx(grad[tickers.index(row["ticker"])], rel=1e-10)
+
+
+def test_on_a_past_date_and_in_dollars(client: TestClient) -> None:
+    dollars = {k: v * 1_000_000 for k, v in BOOK.items()}
+    a = _post(client, {"positions": BOOK, "date": "2022-03-15"})
+    b = _post(client, {"positions": dollars, "units": "dollars", "date": "2022-03-15"})
+    assert a["date"] == b["date"] <= "2022-03-15"
+    assert b["portfolio"]["vol_daily"] == pytest.approx(a["portfolio"]["vol_daily"] * 1e6)
+    tickers, sigma = _sigma(client, a["date"])
+    assert a["portfolio"]["vol_daily"] == pytest.approx(_dense_vol(tickers, sigma, BOOK), rel=1e-12)
+
+
+def test_one_stock_is_its_predicted_vol(client: TestClient) -> None:
+    for ticker in ("NVDA", "AAPL", "XLK"):
+        doc = _post(client, {"positions": {ticker: 1.0}})
+        rows = client.get("/api/ticker-returns", params={"ticker": ticker}, headers=AUTH).json()
+        last = rows["data"][-1]
+        assert last["date"] == doc["date"]
+        assert doc["portfolio"]["vol_daily"] == pytest.approx(last["risk_total_vol"], rel=1e-12)
+        assert doc["portfolio"]["specific_vol_daily"] == pytest.approx(
+            last["risk_specific_vol"], rel=1e-12, abs=1e-15
+        )
+
+
+@pytest.mark.parametrize("level", ["L1", "L2", "L3"])
+def test_the_hedge_leaves_no_exposure_at_its_level(client: TestClient, level: str) -> None:
+    doc = _post(client, {"positions": BOOK, "level": level})
+    legs = doc["hedge"]["legs"]
+    assert legs and all(leg["tradable"] for leg in legs)  # the demo's factors are ETFs
+    assert [leg["exposure_after"] for leg in legs] == [0.0] * len(legs)
+    # The hedged book's vol, from the served F, H and D.
+    hedged = dict(BOOK)
+    for leg in legs:
+        hedged[leg["etf"]] = hedged.get(leg["etf"], 0.0) + leg["notional"]
+    tickers, sigma = _sigma(client, doc["date"])
+    after = doc["hedge"]["vol_after_daily"]
+    assert after == pytest.approx(_dense_vol(tickers, sigma, hedged), rel=1e-10)
+    assert after < doc["portfolio"]["vol_daily"]
+    if level == "L3":  # the model's level: what is left is the specific risk
+        assert after == pytest.approx(doc["portfolio"]["specific_vol_daily"], rel=1e-12)
+
+
+def test_unused_tickers_say_why(client: TestClient) -> None:
+    doc = _post(client, {"positions": {"NVDA": 1.0, "NOPE": 1.0, "AAPL": 0.0}})
+    reasons = {u["ticker"]: u["reason"] for u in doc["unused"]}
+    assert reasons == {"NOPE": "not in the model's universe", "AAPL": "position is zero"}
+    resp = client.post("/api/portfolio/risk", json={"positions": {"NOPE": 1.0}}, headers=AUTH)
+    assert resp.status_code == 404 and resp.json()["error"] == "NO_DATA"
+
+
+def test_f_is_psd_and_served_alike_in_every_format(client: TestClient) -> None:
+    f = client.get("/api/factor-covariance", headers=AUTH).json()
+    cov = np.array([[np.nan if v is None else v for v in row] for row in f["matrix"]])
+    ok = np.isfinite(np.diag(cov))
+    sub = cov[np.ix_(ok, ok)]
+    assert np.allclose(sub, sub.T) and np.linalg.eigvalsh(sub).min() > -1e-15
+    resp = client.get("/api/factor-covariance", params={"format": "parquet"}, headers=AUTH)
+    table = pq.read_table(io.BytesIO(resp.content)).to_pandas()
+    assert table["factor"].tolist() == f["factors"]
+    np.testing.assert_array_equal(table[f["factors"]].to_numpy(), cov)
+    rows = client.get("/api/specific-risk", headers=AUTH).json()["data"]
+    resp = client.get("/api/specific-risk", params={"format": "csv"}, headers=AUTH)
+    csv = pd.read_csv(io.StringIO(resp.text))
+    assert csv["ticker"].tolist() == [r["ticker"] for r in rows]
+    want = np.array([np.nan if r["specific_var"] is None else r["specific_var"] for r in rows])
+    np.testing.assert_array_equal(csv["specific_var"].to_numpy(), want)
+
+
+def test_the_charge_is_the_estimate_and_the_ledger(
+    client: TestClient, demo_settings: Settings
+) -> None:
+    body = {"positions": {**BOOK, "NOPE": 1.0}, "benchmark": "SPY"}
+    est = client.post(
+        "/api/estimate", json={"endpoint": "portfolio/risk", "params": body}, headers=AUTH
+    ).json()
+    accounts = Accounts(make_engine(Path(demo_settings.home)))
+    record = accounts.authenticate(TEST_KEY)
+    assert record is not None
+    before = accounts.balance(record.account_id)
+    resp = client.post("/api/portfolio/risk", json=body, headers=AUTH)
+    charged = int(resp.headers["x-tokens-consumed"])
+    price = PriceTable.load()["portfolio/risk"]
+    assert charged == est["estimated_tokens"] == price.cost(len(BOOK))  # NOPE is not charged
+    assert est["pricing_model"].startswith("per_position")
+    assert before - accounts.balance(record.account_id) == charged
+    last = [e for e in accounts.ledger(record.account_id) if e["kind"] == "charge"][-1]
+    assert last["route"] == "portfolio/risk" and -last["tokens"] == charged
