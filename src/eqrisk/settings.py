@@ -104,6 +104,18 @@ class Settings(BaseSettings):
     max_move: float = Field(
         default=0.5, gt=0, description="Ingest flags one-day |simple return| above this."
     )
+    min_coverage: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="A merge whose new session prices fewer than this share of the symbols "
+        "of the session before it is refused unless `--partial`.",
+    )
+    share_classes: Path | None = Field(
+        default=None,
+        description="CSV (company,symbol) of share classes that share one company market cap; "
+        "default: the project's data/reference/share_classes.csv.",
+    )
     min_price: float = Field(
         default=1e-4, gt=0, description="Ingest rejects a price below this (no price can be)."
     )

@@ -122,14 +122,16 @@ def test_build_without_data_says_how_to_get_some(tmp_path: Path) -> None:
 def test_update_merges_and_builds_incrementally_and_build_full_rebuilds(
     demo_cli_home, tmp_path: Path
 ) -> None:
-    """`eqrisk update FILE` = ingest --merge + build: the last day's rows again change no
-    history, so the build reuses every full chunk; `build --full` says it was forced."""
+    """`eqrisk update FILE` = ingest --merge + build: the last day's rows again, one close
+    revised, change no history, so the build reuses every full chunk; `build --full` says it
+    was forced."""
     import pandas as pd
 
     home, _ = demo_cli_home
     assert run(home, "build", "--json").returncode == 0  # default settings as the baseline
     prices = pd.read_csv(home / "demo" / "demo_prices.csv.gz")
-    day = prices[prices["date"] == prices["date"].max()]
+    day = prices[prices["date"] == prices["date"].max()].copy()
+    day.loc[day.index[0], "close"] *= 1.001
     path = tmp_path / "day.csv"
     day.to_csv(path, index=False)
     proc = run(home, "update", str(path), "--json")

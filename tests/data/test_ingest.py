@@ -482,7 +482,8 @@ CCC,New C,stock,Financials,,300
     assert sorted(master.index) == ["AAA", "BBB", "CCC"]
     assert master.loc["AAA", "name"] == "New A" and master.loc["AAA", "shares"] == 150
     assert master.loc["BBB", "name"] == "Old B"
-    assert meta["data_source"] == "second"
+    assert meta["data_source"] == "first"  # the data set keeps its source's name
+    assert meta["merged_files"] == [str(second), str(master2)]
 
     # merge without a master keeps the merged one; a jump across old and new data is flagged
     jump = _write(tmp_path / "jump.csv", "date,symbol,close\n2021-01-07,BBB,40\n")

@@ -17,6 +17,7 @@ from eqrisk.accounts.db import make_engine
 from eqrisk.api.app import create_app
 from eqrisk.data.ingest import ingest
 from eqrisk.data.master_files import read_shares
+from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
 from eqrisk.snapshot.build import build_snapshot
@@ -127,11 +128,28 @@ def test_the_share_file_gives_caps_equal_to_price_times_shares(with_caps):
     price = snap.array("price_close")
     caps = [row["market_cap"] for row in doc["data"]]
     assert caps == sorted(caps, reverse=True)
+    classes = read_share_classes()
+
+    def cap(ticker: str, t: int) -> float:
+        r = int(snap.symbols.loc[ticker, "row"])
+        return float(price[r, t] * counts.loc[ticker, "shares"])
+
     for row in doc["data"]:
-        r = int(snap.symbols.loc[row["ticker"], "row"])
         t = int(np.flatnonzero(snap.sessions == np.datetime64(row["teo"]))[0])
-        expected = price[r, t] * counts.loc[row["ticker"], "shares"]
+        # Share classes of one company (GOOG, GOOGL: each given Alphabet's cap by the file)
+        # carry the mean of their caps split between them: the company counts once.
+        twins = [s for s, c in classes.items() if c == classes.get(row["ticker"])]
+        twins = [s for s in twins if s in snap.symbols.index and s in counts.index]
+        if len(twins) > 1:
+            expected = sum(cap(s, t) for s in twins) / len(twins) ** 2
+        else:
+            expected = cap(row["ticker"], t)
         assert row["market_cap"] == pytest.approx(expected, rel=1e-12), row["ticker"]
+    tickers = [row["ticker"] for row in doc["data"]]
+    assert "GOOG" in tickers and "GOOGL" in tickers
+    alphabet = sum(row["market_cap"] for row in doc["data"] if row["ticker"] in ("GOOG", "GOOGL"))
+    t = int(np.flatnonzero(snap.sessions == np.datetime64(doc["data"][0]["teo"]))[0])
+    assert alphabet == pytest.approx((cap("GOOG", t) + cap("GOOGL", t)) / 2, rel=1e-12)
 
     listed = client.get("/symbol_list", params={"top_n": 20}, headers=APIKEY)
     assert listed.status_code == 200

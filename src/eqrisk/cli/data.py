@@ -39,11 +39,36 @@ SharesOpt = Annotated[
     ),
 ]
 PricesBasisOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--prices",
-        help="What the closes are: auto, adjusted, or raw (total returns from split and "
-        "dividend factors; without factors, unadjusted splits are looked for).",
+        help="What the closes are: auto (default), adjusted, or raw (total returns from split "
+        "and dividend factors; without factors, unadjusted splits are looked for). A merge "
+        "uses the data set's.",
+    ),
+]
+KeepMovesOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--keep-split-moves/--no-keep-split-moves",
+        help="Keep the returns the cleaning stage would leave out (splits, spin-offs, "
+        "prints that reverse): still reported. A merge uses the data set's.",
+    ),
+]
+RejudgeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rejudge",
+        help="On a merge, run the return-cleaning stage over the whole history again (default: "
+        "only the new or changed rows are judged).",
+    ),
+]
+PartialOpt = Annotated[
+    bool,
+    typer.Option(
+        "--partial",
+        help="Merge new sessions that price far fewer symbols than the session before them "
+        "(EQRISK_MIN_COVERAGE).",
     ),
 ]
 ActionsOpt = Annotated[
@@ -78,6 +103,11 @@ PricesArg = Annotated[
 ]
 
 
+def _check_basis(prices_basis: str | None) -> None:
+    if prices_basis not in (None, "auto", "adjusted", "raw"):
+        raise fail(f"--prices {prices_basis!r}: accepted are auto, adjusted, raw", 2)
+
+
 def _check_files(paths: list[Path]) -> None:
     for path in paths:
         if not path.exists():
@@ -87,12 +117,15 @@ def _check_files(paths: list[Path]) -> None:
 def _ingest(
     settings: Settings, prices: list[Path], master: Path | None, **options: Any
 ) -> IngestReport:
-    """Ingest with the stages' progress; a refused ingest is the command's one-line error."""
+    """Ingest with the stages' progress; a refused ingest is the command's one-line error.
+    A first ingest takes the setting's max_move; a merge the data set's (unless given)."""
     from eqrisk.data.cells import InputLimits
     from eqrisk.data.ingest import ingest as run_ingest
     from eqrisk.data.ingest_report import IngestError
     from eqrisk.data.master import Mappings
 
+    if options.get("max_move") is None and not options.get("merge"):
+        options["max_move"] = settings.max_move
     if settings.min_price >= settings.max_price:
         raise fail(f"--min-price {settings.min_price:g} is not below --max-price", 2)
     limits = InputLimits(
@@ -108,7 +141,7 @@ def _ingest(
                 prices,
                 master,
                 home=settings.home_dir,
-                max_move=settings.max_move,
+                min_coverage=settings.min_coverage,
                 progress=say,
                 limits=limits,
                 mappings=mappings,
@@ -133,16 +166,11 @@ def ingest(
         float | None, typer.Option(help="Flag one-day |return| above this.")
     ] = None,
     shares: SharesOpt = None,
-    prices_basis: PricesBasisOpt = "auto",
+    prices_basis: PricesBasisOpt = None,
     actions: ActionsOpt = None,
-    keep_split_moves: Annotated[
-        bool,
-        typer.Option(
-            "--keep-split-moves",
-            help="Keep the returns the cleaning stage would leave out (splits, spin-offs, "
-            "prints that reverse): still reported.",
-        ),
-    ] = False,
+    keep_split_moves: KeepMovesOpt = None,
+    rejudge: RejudgeOpt = False,
+    partial: PartialOpt = False,
     return_decisions: Annotated[
         Path | None,
         typer.Option(
@@ -163,13 +191,12 @@ def ingest(
     from eqrisk.data.columns import parse_mapping
     from eqrisk.data.ingest_report import render_report
 
-    settings = effective_settings(max_move=max_move, min_price=min_price, max_price=max_price)
+    settings = effective_settings(min_price=min_price, max_price=max_price)
     given = (master, shares, actions, return_decisions)
     _check_files([*prices, *[p for p in given if p is not None]])
-    if prices_basis not in ("auto", "adjusted", "raw"):
-        raise fail(f"--prices {prices_basis!r}: accepted are auto, adjusted, raw", 2)
+    _check_basis(prices_basis)
     try:
-        columns = parse_mapping(column)
+        columns = parse_mapping(column) if column else None
     except ValueError as exc:
         raise fail(str(exc), 2) from exc
     report = _ingest(
@@ -185,6 +212,9 @@ def ingest(
         return_decisions=return_decisions,
         columns=columns,
         shares=shares,
+        max_move=max_move,
+        rejudge=rejudge,
+        partial=partial,
         date_format=date_format,
     )
     if as_json:
@@ -290,6 +320,7 @@ def _build(
                 accuracy=accuracy,
                 progress=say,
                 store=VersionStore.from_settings(settings),
+                share_classes=settings.share_classes,
             )
     except DaskUnavailable as exc:
         raise fail(str(exc), EXIT_ENVIRONMENT) from None
@@ -336,6 +367,10 @@ def update(
         str | None,
         typer.Option(help="With --from: first session to fetch (default: after the last one)."),
     ] = None,
+    prices_basis: PricesBasisOpt = None,
+    keep_split_moves: KeepMovesOpt = None,
+    rejudge: RejudgeOpt = False,
+    partial: PartialOpt = False,
     date_format: DateFormatOpt = None,
     min_price: MinPriceOpt = None,
     max_price: MaxPriceOpt = None,
@@ -344,10 +379,15 @@ def update(
     """The daily job: merge new price files, then build. The files are merged into the ingested
     data set (`ingest --merge`), then the build runs (incremental when the history is
     unchanged). Exit 1, without building, when the ingest rejected rows. `--from PROVIDER`
-    fetches the new sessions first (`eqrisk fetch`)."""
+    fetches the new sessions first (`eqrisk fetch`). The merge keeps the data set's basis (the
+    options of its first ingest: a different --prices or --max-move is refused), judges only
+    the new rows' returns, and is refused when a new session prices less than
+    EQRISK_MIN_COVERAGE of the symbols of the session before it (unless --partial). An update
+    that changes nothing prints "nothing new" and publishes no version."""
     from eqrisk.data.ingest_report import render_report
 
-    settings = effective_settings(max_move=max_move, min_price=min_price, max_price=max_price)
+    settings = effective_settings(min_price=min_price, max_price=max_price)
+    _check_basis(prices_basis)
     prices = list(prices or [])
     if from_provider is not None:
         from eqrisk.cli.feeds import fetch_file
@@ -361,7 +401,17 @@ def update(
         raise fail("give the new price files, or --from PROVIDER to fetch them", 2)
     _check_files([*prices, *([master] if master is not None else [])])
     report = _ingest(
-        settings, prices, master, merge=True, data_source=source, date_format=date_format
+        settings,
+        prices,
+        master,
+        merge=True,
+        data_source=source,
+        max_move=max_move,
+        prices_basis=prices_basis,
+        keep_split_moves=keep_split_moves,
+        rejudge=rejudge,
+        partial=partial,
+        date_format=date_format,
     )
     if not as_json:
         render_report(report, out)
@@ -369,4 +419,10 @@ def update(
         if as_json:
             print_json({"ingest": report.to_dict()})
         raise typer.Exit(1)
+    if report.nothing_new:
+        if as_json:
+            print_json({"ingest": report.to_dict(), "build": None, "nothing_new": True})
+        else:
+            result("nothing new: the data set and the snapshot are unchanged")
+        return
     _build(settings, keep=keep, force=False, dask_workers=None, full=full, as_json=as_json)

@@ -29,6 +29,16 @@ from eqrisk.data.columns import (
     expand_price_paths,
 )
 from eqrisk.data.corporate_actions import apply_actions, read_actions
+from eqrisk.data.daily import (
+    basis_for,
+    cap_day,
+    coverage,
+    coverage_refusal,
+    fresh_rows,
+    kept_breaks,
+    merged_meta,
+    same_master,
+)
 from eqrisk.data.ingest_report import (
     MAX_EXAMPLES,
     ROW_BIT,
@@ -117,17 +127,20 @@ def ingest(
     master: Path | None,
     *,
     home: Path,
-    max_move: float = 0.5,
+    max_move: float | None = None,
     merge: bool = False,
     replace: bool = False,
-    prices_basis: str = "auto",
+    prices_basis: str | None = None,
     actions: Path | None = None,
-    keep_split_moves: bool = False,
+    keep_split_moves: bool | None = None,
     columns: dict[str, str] | None = None,
     data_source: str | None = None,
     progress: Callable[[str], None] | None = None,
     shares: Path | None = None,
     return_decisions: Path | None = None,
+    rejudge: bool = False,
+    partial: bool = False,
+    min_coverage: float = 0.5,
     date_format: str | None = None,
     limits: InputLimits | None = None,
     mappings: Mappings | None = None,
@@ -151,15 +164,31 @@ def ingest(
     outside the bounds rejects its row (PRICE_OUT_OF_RANGE); a longer line or cell is an
     IngestError at once. Every stock that will lack a sector or subsector level under
     `mappings` (default: the project's tables) is listed in `levels.csv` with why.
+
+    The basis options (`daily.BASIS_OPTIONS`: `prices_basis`, `max_move`, `keep_split_moves`,
+    `columns`, `date_format`; None = not stated) are recorded with the data set; a merge runs with the
+    recorded ones and raises `daily.BasisConflict` (nothing read, nothing written) for a stated
+    one that differs. A merge judges returns (the cleaning stage) only on the (symbol, date)
+    pairs it adds or changes, keeping the stored verdicts on the others, unless `rejudge`. It
+    keeps the data set's name (`merged_files` lists what was merged), writes nothing when it
+    changes nothing (`report.nothing_new`), and raises IngestRefused (report written) when a
+    new session has prices for less than `min_coverage` of the symbols of the session before
+    it, unless `partial`.
     """
     say = progress or (lambda _message: None)
-    if not max_move > 0:
-        raise ValueError(f"max_move must be > 0, got {max_move}")
     started = _utc_now()
     home = Path(home).expanduser()
+    panel.recover_ingested(home)
     price_paths = expand_price_paths([Path(p) for p in prices], PRICE_SUFFIXES)
     if not price_paths and not merge:
         raise IngestError("no price file given")
+    old_meta = _stored_meta(home) if merge else None
+    given = {"prices_basis": prices_basis, "max_move": max_move, "date_format": date_format,
+             "keep_split_moves": keep_split_moves, "columns": columns}  # fmt: skip
+    basis = basis_for(given, old_meta, merge=merge)
+    max_move = float(basis["max_move"])
+    if not max_move > 0:
+        raise IngestError(f"--max-move must be > 0, got {max_move:g}")
     issues = Issues()
     decisions = _read_decisions(return_decisions)
     limits = limits or InputLimits()
@@ -168,18 +197,33 @@ def ingest(
         master,
         shares,
         actions,
-        (prices_basis, columns, date_format, limits),
+        (basis["prices_basis"], basis["columns"] or None, basis["date_format"], limits),
         issues,
         say,
     )
     say("validating")
     checked = _check_rows(inputs, issues, limits)
-    final, old_master = _combine(checked, inputs, home, merge, master is not None, issues)
-    cleaned = _clean(final, inputs, old_master, home, merge, decisions, keep_split_moves, issues)
+    final, old_master, old_days = _combine(checked, inputs, home, merge, master is not None, issues)
+    judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
+    cleaned = _clean(
+        final, inputs, old_master, home, old_meta, decisions, basis["keep_split_moves"], judged,
+        issues,
+    )  # fmt: skip
     final = cleaned.final
     flagged = _flag_moves(final, max_move, issues)
-    final = final.drop(columns="_new")
-    out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues)
+    fresh = bool(final["_fresh"].any())
+    final = final.drop(columns=["_new", "_fresh"])
+    cap_dates = dict(old_meta.get("cap_dates", {})) if old_meta is not None else {}
+    days = (cap_day(master, final, cap_dates), cap_day(shares, final, cap_dates))
+    out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues, days)
+    unchanged = (
+        old_meta is not None
+        and not fresh
+        and not decisions
+        and inputs.shares is None
+        and same_master(out_master, old_master)
+    )
+    sessions = coverage(final, old_days) if old_meta is not None else []
     levels = missing_levels(out_master, set(final["symbol"]), mappings or Mappings.load())
     issues.add("LEVEL_MISSING", *level_issue(levels))
 
@@ -191,22 +235,30 @@ def ingest(
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
     files += [str(shares)] if shares is not None else []
-    source = data_source or (data_source_name(price_paths[0]) if price_paths else "merge")
+    first = data_source_name(price_paths[0]) if price_paths else "merge"
+    source, merged_files = merged_meta(old_meta, files, data_source, first)
     report = _report(started, files, source, checked, inputs, final, len(flagged), report_dir)
     report.shares = shares_summary
+    report.coverage = [c.to_dict() for c in sessions]
+    report.nothing_new = unchanged
     refusal = None if merge or replace or final.empty else _refusal(home, report)
+    if refusal is None and not partial and not unchanged:
+        refusal = coverage_refusal(sessions, min_coverage)
     if refusal is not None:
         _write_report(report, issues, {"ok": False, "refused": refusal})
         raise IngestRefused(f"{refusal}; nothing changed (report: {report_dir})")
-    if not final.empty:
+    if not final.empty and not unchanged:
         meta = {
             "data_source": source,
-            "files": files,
+            "files": files if old_meta is None else old_meta.get("files", files),
+            "merged_files": merged_files,
             "ingested_at": _utc_now().isoformat(),
             "report_dir": str(report_dir),
             "merge": merge,
+            "basis": basis,
+            "cap_dates": cap_dates,
             "max_move": max_move,
-            "prices_basis": prices_basis,
+            "prices_basis": basis["prices_basis"],
             "actions": str(actions) if actions is not None else None,
             "return_breaks": cleaned.breaks,
             "return_decisions": [d.to_dict() for d in cleaned.decisions],
@@ -297,16 +349,18 @@ def _combine(
     merge: bool,
     master_given: bool,
     issues: Issues,
-) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+) -> tuple[pd.DataFrame, pd.DataFrame | None, set[str]]:
     """The kept rows, split-adjusted by the action table, merged over the ingested data set
-    (`merge`) and sorted by (symbol, date); column `_new` marks the rows of this ingest. Also
-    the previously ingested master where it is kept or merged."""
+    (`merge`) and sorted by (symbol, date); column `_new` marks the rows of this ingest and
+    `_fresh` those of them that add a (symbol, date) or change its values. Also the previously
+    ingested master where it is kept or merged, and the stored data set's sessions."""
     kept = checked.new.loc[checked.kept, panel.PRICE_COLUMNS]
     if inputs.actions is not None:
         kept, adjusted = apply_actions(kept, inputs.actions)
         issues.add("ACTIONS_APPLIED", len(adjusted), adjusted)
-    final = kept.assign(_new=np.ones(len(kept), dtype=bool))
+    final = kept.assign(_new=np.ones(len(kept), dtype=bool), _fresh=np.ones(len(kept), dtype=bool))
     old_master = None
+    old_days: set[str] = set()
     if merge:
         try:
             old_prices, old_master, _ = panel.read_ingested(home)
@@ -316,16 +370,19 @@ def _combine(
             old = old_prices.reindex(columns=panel.PRICE_COLUMNS)
             old["date"] = pd.to_datetime(old["date"]).astype("datetime64[ns]")
             old["symbol"] = old["symbol"].astype(object)
-            final = pd.concat([final, old.assign(_new=False)], ignore_index=True)
+            old_days = set(np.unique(old["date"].to_numpy().astype("datetime64[D]")).astype(str))
+            final = final.assign(_fresh=fresh_rows(final, old, panel.PRICE_COLUMNS))
+            final = pd.concat([final, old.assign(_new=False, _fresh=False)], ignore_index=True)
             final = final[~final.duplicated(["symbol", "date"], keep="first")]
     elif not master_given:
         old_master = _previous_master(home)
-    return _sort_prices(final), old_master
+    return _sort_prices(final), old_master, old_days
 
 
 def _flag_moves(final: pd.DataFrame, max_move: float, issues: Issues) -> pd.DataFrame:
-    """One-day moves above `max_move` that involve a new row: kept, listed as LARGE_MOVE."""
-    flagged = large_moves(final, final["_new"].to_numpy(dtype=bool), max_move)
+    """One-day moves above `max_move` that involve a new or changed row: kept, listed as
+    LARGE_MOVE (rows a merge gives again unchanged are not flagged again)."""
+    flagged = large_moves(final, final["_fresh"].to_numpy(dtype=bool), max_move)
     if len(flagged):
         top = flagged.reindex(flagged["return"].abs().sort_values(ascending=False).index)
         issues.add(
@@ -343,9 +400,12 @@ def _master_out(
     merge: bool,
     final: pd.DataFrame,
     issues: Issues,
+    days: tuple[str | None, str | None] = (None, None),
 ) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     """The master to store: the new one (merged over the old one), else the old one, else
-    empty; share counts applied; and the summary of the share counts (None without)."""
+    empty; share counts applied; and the summary of the share counts (None without). Market
+    caps without a price become share counts at the master's and the share file's price day
+    (`days`, see `_cap_day`)."""
     master_frame = inputs.master
     if master_frame is not None:
         out_master = master_frame
@@ -355,7 +415,7 @@ def _master_out(
             out_master = out_master.drop_duplicates("symbol", keep="first")
         need = out_master["shares"].isna() & out_master["market_cap"].notna()
         if need.any():
-            base = out_master.loc[need, "symbol"].map(last_prices(final))
+            base = out_master.loc[need, "symbol"].map(last_prices(final, days[0]))
             out_master.loc[need, "shares"] = out_master.loc[need, "market_cap"] / base
         out_master = out_master[panel.RAW_MASTER_COLUMNS].reset_index(drop=True)
         price_symbols = set(final["symbol"].unique())
@@ -371,7 +431,7 @@ def _master_out(
     summary = None
     if inputs.shares is not None and inputs.shares_path is not None:
         out_master, summary = apply_shares(
-            out_master, inputs.shares, final, inputs.shares_path, issues
+            out_master, inputs.shares, final, inputs.shares_path, issues, days[1]
         )
     uncapped = uncapped_stocks(final, out_master, set(etf_registry()["symbol"]))
     issues.add("PARTIAL_CAPS", len(uncapped), uncapped)
@@ -467,6 +527,15 @@ def _refusal(home: Path, report: IngestReport) -> str | None:
     )
 
 
+def _stored_meta(home: Path) -> dict[str, Any] | None:
+    """The stored data set's meta.json, or None when there is no data set."""
+    folder = panel.ingested_dir(home)
+    if not (folder / "prices.parquet").exists():
+        return None
+    meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
+    return meta
+
+
 def _read_decisions(path: Path | None) -> list[Decision]:
     if path is None:
         return []
@@ -481,17 +550,19 @@ def _clean(
     inputs: _Inputs,
     old_master: pd.DataFrame | None,
     home: Path,
-    merge: bool,
+    old_meta: dict[str, Any] | None,
     decisions: list[Decision],
     keep: bool,
+    judged: np.ndarray | None,
     issues: Issues,
 ) -> Cleaned:
     """The return-cleaning stage (`return_cleaning.clean_returns`) on the combined rows, each
     stock grouped with its GICS sector; on a merge the decisions stored with the data set stay
-    in force under the new ones."""
+    in force under the new ones, and only the `judged` rows are judged (the stored verdicts
+    stand on the others)."""
     masters = [m for m in (inputs.master, old_master) if m is not None]
-    if not masters and (stored := _previous_master(home)) is not None:
-        masters.append(stored)
+    if not masters and (previous := _previous_master(home)) is not None:
+        masters.append(previous)
     groups: dict[str, str] = {}
     for m in reversed(masters):
         stocks = m[m["asset_type"].fillna("stock").astype(str) == "stock"]
@@ -499,12 +570,17 @@ def _clean(
         groups.update(
             zip(sectors["symbol"].astype(str), sectors["gics_sector"].astype(str), strict=True)
         )
-    meta_file = panel.ingested_dir(home) / "meta.json"
     applied: list[Decision] = []
-    if merge and meta_file.exists():
-        applied = decisions_from_meta(json.loads(meta_file.read_text()).get("return_decisions"))
+    stored: list[list[str]] | None = None
+    if old_meta is not None:
+        applied = decisions_from_meta(old_meta.get("return_decisions"))
+        stored = old_meta.get("return_breaks", []) if judged is not None else None
     cleaned = clean_returns(
-        final, groups, decisions=merged(applied, decisions), applied=applied, keep_detected=keep
-    )
+        final, groups, decisions=merged(applied, decisions), applied=applied, keep_detected=keep,
+        judged=judged,
+    )  # fmt: skip
+    if stored is not None and judged is not None:
+        decided = {(d.symbol, d.date) for d in cleaned.decisions}
+        cleaned.breaks = kept_breaks(cleaned.breaks, stored, cleaned.final, judged, decided)
     report_cleaning(cleaned, keep, issues)
     return cleaned

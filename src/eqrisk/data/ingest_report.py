@@ -46,6 +46,10 @@ class IngestReport:
     report_dir: str = ""
     # --shares: {file, rows, symbols_with_shares, unmatched}; None without a share file
     shares: dict[str, Any] | None = None
+    # A merge: per new session {date, symbols, previous, share} (priced symbols against the
+    # session before it); and whether it changed nothing (then nothing was written).
+    coverage: list[dict[str, Any]] = field(default_factory=list)
+    nothing_new: bool = False
 
     @property
     def ok(self) -> bool:
@@ -257,6 +261,14 @@ def render_report(report: IngestReport, console: Console) -> None:
             f"{Path(report.shares['file']).name} ({report.shares['rows']:,} rows, "
             f"{report.shares['unmatched']:,} not in the master)",
         )
+    for day in report.coverage:
+        summary.add_row(
+            "session",
+            f"{day['date']}: {day['symbols']:,} symbols priced of the {day['previous']:,} the "
+            f"session before had ({day['share']:.0%})",
+        )
+    if report.nothing_new:
+        summary.add_row("merge", "nothing new: every row equals the stored one")
     console.print(summary)
     if report.issues:
         table = Table(title="Issues", show_lines=False, expand=False)

@@ -289,14 +289,20 @@ def read_shares_checked(
 
 
 def apply_shares(
-    master: pd.DataFrame, counts: pd.DataFrame, prices: pd.DataFrame, path: Path, issues: Issues
+    master: pd.DataFrame,
+    counts: pd.DataFrame,
+    prices: pd.DataFrame,
+    path: Path,
+    issues: Issues,
+    on: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The master with the file's share counts (they win over the master's own)."""
+    """The master with the file's share counts (they win over the master's own); a market cap
+    without a price is divided by the price on session `on` (default: the latest)."""
     out = master.copy()
     shares = counts.set_index("symbol")["shares"].copy()
     need = shares.isna()
-    if need.any():  # market cap without a price: divide by the latest price
-        last = last_prices(prices)
+    if need.any():  # market cap without a price: divide by the price on `on`
+        last = last_prices(prices, on)
         caps = counts.set_index("symbol")["market_cap"]
         shares[need] = caps[need] / last.reindex(shares.index[need]).to_numpy(dtype=float)
     shares = shares[np.isfinite(shares.to_numpy(dtype=float))]
@@ -315,8 +321,11 @@ def apply_shares(
     return out, summary
 
 
-def last_prices(final: pd.DataFrame) -> pd.Series:
-    """Latest price per symbol of a frame sorted by (symbol, date): raw close, else close."""
+def last_prices(final: pd.DataFrame, on: str | None = None) -> pd.Series:
+    """Latest price per symbol of a frame sorted by (symbol, date), on or before session `on`
+    (ISO day; default: the last): raw close, else close."""
+    if on is not None:
+        final = final[final["date"] <= pd.Timestamp(on)]
     if final.empty:
         return pd.Series(dtype=float)
     last = final.drop_duplicates("symbol", keep="last")

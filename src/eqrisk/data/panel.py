@@ -1,7 +1,10 @@
 """The ingested data set on disk, and the dense panel (symbols x sessions) the model reads.
 
-`eqrisk ingest` writes `<home>/ingested/{prices.parquet, master.parquet, meta.json}` atomically
-(a new folder renamed into place); `eqrisk build` reads it back as a `Panel`.
+`eqrisk ingest` writes `<home>/ingested/{prices.parquet, master.parquet, meta.json}` as a new
+folder (`.ingest-new-<pid>-*`) swapped into place by two renames (the old one to
+`.ingest-old-<pid>`, the new one to `ingested`); a writer killed between them leaves the old set
+beside, and the next reader or writer (`recover_ingested`) puts it back. `eqrisk build` reads
+the data set back as a `Panel`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eqrisk.data.calendar import sessions_between
+from eqrisk.data.share_classes import company_caps, read_share_classes
 
 PRICE_COLUMNS = [
     "date",
@@ -66,8 +70,44 @@ def shrink_reason(
     return f"{' and '.join(parts)} (less than {limit:.0%} of the existing)"
 
 
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _writer_pid(folder: Path) -> int | None:
+    parts = folder.name.split("-")
+    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+
+
+def recover_ingested(home: Path) -> None:
+    """Finish what a writer killed in the middle left (a running writer's folders are left
+    alone): a set moved aside (`.ingest-old-<pid>`) goes back to `ingested/` when there is no
+    `ingested/`, else it is removed; a half-written new set (`.ingest-new-<pid>-*`) is removed."""
+    home = Path(home)
+    if not home.is_dir():
+        return
+    target = ingested_dir(home)
+    for folder in sorted(home.glob(".ingest-*")):
+        pid = _writer_pid(folder)
+        if pid is None or _alive(pid) or not folder.is_dir():
+            continue
+        if folder.name.startswith(".ingest-old-") and not target.exists():
+            folder.rename(target)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def ingested_counts(home: Path) -> tuple[int, int] | None:
     """(symbols, sessions) of the ingested data set, or None when there is none."""
+    recover_ingested(home)
     folder = ingested_dir(home)
     if not (folder / "prices.parquet").exists():
         return None
@@ -80,6 +120,7 @@ def ingested_counts(home: Path) -> tuple[int, int] | None:
 
 def ingested_source(home: Path) -> str | None:
     """The `data_source` of the ingested data set, or None when there is none."""
+    recover_ingested(home)
     meta = ingested_dir(home) / "meta.json"
     if not meta.exists():
         return None
@@ -89,10 +130,12 @@ def ingested_source(home: Path) -> str | None:
 def write_ingested(
     home: Path, prices: pd.DataFrame, master: pd.DataFrame, meta: dict[str, Any]
 ) -> Path:
-    """Replace the ingested data set atomically: readers see the old one or the new one, whole."""
+    """Replace the ingested data set: readers see the old one or the new one, whole; a kill at
+    any point leaves one of them (`recover_ingested` restores a set left aside)."""
     target = ingested_dir(home)
     home.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".ingest-", dir=home))
+    recover_ingested(home)
+    tmp = Path(tempfile.mkdtemp(prefix=f".ingest-new-{os.getpid()}-", dir=home))
     try:
         frame = prices.reindex(columns=PRICE_COLUMNS).sort_values(["symbol", "date"])
         frame["date"] = pd.to_datetime(frame["date"]).dt.date
@@ -119,6 +162,7 @@ def write_ingested(
 
 def read_ingested(home: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """(prices long frame, raw master, meta) of the ingested data set."""
+    recover_ingested(home)
     folder = ingested_dir(home)
     if not (folder / "prices.parquet").exists():
         raise FileNotFoundError(
@@ -153,13 +197,19 @@ class Panel:
         return {s: i for i, s in enumerate(self.symbols.tolist())}
 
 
-def to_panel(prices: pd.DataFrame, master: pd.DataFrame | None = None) -> Panel:
+def to_panel(
+    prices: pd.DataFrame,
+    master: pd.DataFrame | None = None,
+    share_classes: dict[str, str] | None = None,
+) -> Panel:
     """Pivot a long price frame onto the NYSE sessions between its first and last date.
 
     Market cap: the row's `market_cap` where given, else shares (from the master) x adjusted
     close. A master's share count is one number, today's; the adjusted close is today's price
     scaled back through splits, so their product is the cap history without split jumps (raw
-    close x today's shares would overstate every pre-split cap by the split ratio).
+    close x today's shares would overstate every pre-split cap by the split ratio). Share
+    classes of one company (`share_classes`, symbol -> company; None: the project's map) count
+    the company's cap once (`share_classes.company_caps`).
     """
     frame = prices.copy()
     frame["date"] = pd.to_datetime(frame["date"]).dt.normalize()
@@ -189,6 +239,8 @@ def to_panel(prices: pd.DataFrame, master: pd.DataFrame | None = None) -> Panel:
         arrays["market_cap"] = np.where(
             np.isnan(arrays["market_cap"]), implied, arrays["market_cap"]
         )
+    classes = read_share_classes() if share_classes is None else share_classes
+    arrays["market_cap"] = company_caps(arrays["market_cap"], symbols, classes)
     return Panel(
         symbols=symbols,
         sessions=sessions.to_numpy().astype("datetime64[D]"),

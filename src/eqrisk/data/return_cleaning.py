@@ -167,10 +167,13 @@ class _Series:
     dollars: np.ndarray  # volume x traded close
 
 
-def detect_events(rows: PriceRows, rule: CleaningRule | None = None) -> pd.DataFrame:
+def detect_events(
+    rows: PriceRows, rule: CleaningRule | None = None, only: np.ndarray | None = None
+) -> pd.DataFrame:
     """Every examined move with its evidence, kind and action (`EVENT_COLUMNS`): `drop` for
     the kinds of DROPPED_KINDS (a print drops each of its returns: one row per return), `keep`
-    for a `move`. Moves kept are listed when their excess is at least `dist_floor`."""
+    for a `move`. Moves kept are listed when their excess is at least `dist_floor`. `only`
+    (a row mask): examine the moves into those rows only (all rows still give the context)."""
     rule = rule or CleaningRule()
     if len(rows.close) < 2:
         return pd.DataFrame(columns=EVENT_COLUMNS)
@@ -178,6 +181,8 @@ def detect_events(rows: PriceRows, rule: CleaningRule | None = None) -> pd.DataF
     ratios = np.array(sorted({*SPLIT_RATIOS, *(1.0 / np.array(SPLIT_RATIOS))}))
     absx = np.abs(s.x)
     candidates = np.flatnonzero(np.abs(s.e) >= rule.floor)
+    if only is not None:
+        candidates = candidates[np.asarray(only, dtype=bool)[candidates]]
     out: list[dict[str, object]] = []
     consumed: set[int] = set()
     for j in candidates.tolist():
@@ -505,11 +510,15 @@ def clean_returns(
     applied: list[Decision],
     keep_detected: bool = False,
     rule: CleaningRule | None = None,
+    judged: np.ndarray | None = None,
 ) -> Cleaned:
     """The cleaning stage on the ingest's rows (sorted by symbol, date; `_new` marks this
     ingest's rows): the user's adjustments applied (`applied`: those the stored rows already
     carry), every large move examined, and the user's keep/drop/adjust winning over what the
-    stage found (`keep_detected`: keep every return the stage would leave out)."""
+    stage found (`keep_detected`: keep every return the stage would leave out).
+
+    `judged` (a row mask; a merge's new or changed rows): only the moves into those rows are
+    examined (`daily.kept_breaks` keeps the stored verdicts on the others)."""
     if len(final):
         factors = price_factors(
             final["symbol"].to_numpy(dtype=object),
@@ -520,7 +529,7 @@ def clean_returns(
         )
         if (factors != 1.0).any():
             final = final.assign(close=final["close"].to_numpy() * factors)
-    events = detect_events(PriceRows.of(final, groups), rule)
+    events = detect_events(PriceRows.of(final, groups), rule, judged)
     events["detected"] = events["action"]
     if keep_detected:
         events["action"] = "keep"

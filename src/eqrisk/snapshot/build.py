@@ -18,6 +18,7 @@ from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
+from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import (
     ModelParams,
@@ -79,6 +80,7 @@ def build_snapshot(
     store: VersionStore | None = None,
     block_symbols: int = BLOCK_SYMBOLS,
     dask_min_cells: int = DASK_MIN_CELLS,
+    share_classes: Path | None = None,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot of `store`
     (the CLI passes the configured one; default: the home's, `versions.store_of`).
@@ -121,7 +123,7 @@ def build_snapshot(
     raw_master = raw_master[raw_master["symbol"].isin(present)]
     master = classify(raw_master, Mappings.load(sector_map, subsector_map), market_etf=market_etf)
     say(f"building the panel ({len(present)} symbols)")
-    panel = to_panel(prices, raw_master)
+    panel = to_panel(prices, raw_master, read_share_classes(share_classes))
     previous = store.previous()  # opened once for the whole build
     if not force:
         _check_universe(previous, panel.shape)
@@ -315,7 +317,7 @@ def _publish_dask(
         return publish(result, staged=staged)
 
 
-ingest_keys = ("data_source", "files", "ingested_at", "report_dir")
+ingest_keys = ("data_source", "files", "merged_files", "ingested_at", "report_dir")
 
 
 def _incremental(

@@ -1,0 +1,77 @@
+"""`eqrisk update` as the daily job runs it: nothing new publishes nothing, the data set's basis
+is kept, a partial session is refused (real processes on a demo home)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from eqrisk.data.calendar import sessions_between
+from eqrisk.data.panel import ingested_counts, read_ingested
+from eqrisk.snapshot.versions import list_versions
+
+from .test_cli import demo_in, run
+
+
+@pytest.fixture(scope="module")
+def daily_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home, _ = demo_in(tmp_path_factory.mktemp("daily-home"))
+    return home
+
+
+def _last_day(home: Path) -> pd.DataFrame:
+    prices = pd.read_csv(home / "demo" / "demo_prices.csv.gz")
+    return prices[prices["date"] == prices["date"].max()]
+
+
+def test_an_update_that_changes_nothing_publishes_nothing(daily_home: Path, tmp_path: Path) -> None:
+    home = daily_home
+    versions = list_versions(home)
+    meta = read_ingested(home)[2]
+    path = tmp_path / "same.csv"
+    _last_day(home).to_csv(path, index=False)
+    proc = run(home, "update", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing new" in proc.stdout
+    assert list_versions(home) == versions
+    assert read_ingested(home)[2] == meta
+    as_json = run(home, "update", str(path), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["nothing_new"] is True and doc["build"] is None
+    assert list_versions(home) == versions
+
+
+def test_an_update_with_another_basis_is_refused_in_one_line(
+    daily_home: Path, tmp_path: Path
+) -> None:
+    home = daily_home
+    path = tmp_path / "same.csv"
+    _last_day(home).to_csv(path, index=False)
+    proc = run(home, "update", str(path), "--prices", "raw")
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "ingested with --prices auto; this merge gives --prices raw" in lines[0]
+    assert "eqrisk ingest FILES --prices raw --replace" in lines[0]
+
+
+def test_a_partial_session_is_refused_unless_partial(daily_home: Path, tmp_path: Path) -> None:
+    home = daily_home
+    before = ingested_counts(home)
+    assert before is not None
+    last = _last_day(home)
+    start = pd.Timestamp(last["date"].iloc[0])
+    following = sessions_between(start, start + pd.Timedelta(days=10))[1]
+    thin = last.head(5).assign(date=following.strftime("%Y-%m-%d"))
+    path = tmp_path / "thin.csv"
+    thin.to_csv(path, index=False)
+    proc = run(home, "update", str(path))
+    assert proc.returncode == 1
+    symbols = last["symbol"].nunique()
+    assert f"has prices for 5 of the {symbols} symbols the session before it had" in proc.stderr
+    assert "--partial" in proc.stderr
+    assert ingested_counts(home) == before
