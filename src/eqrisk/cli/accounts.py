@@ -51,7 +51,7 @@ def accounts_create(
 ) -> None:
     """Create an account. Its state is `created`: no credit until its card is verified."""
     acc = _account_op(lambda: _accounts().create_account(name, email))
-    show(acc, as_json, f"account {acc['account_id']} created ({acc['state']})")
+    show(acc, as_json, f"account {acc['account_id']} created, state {acc['state']}")
 
 
 @accounts_app.command("verify")
