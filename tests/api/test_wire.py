@@ -235,8 +235,17 @@ def test_l3_csv_and_parquet_stay_row_tables(client, snap):
     table = pq.read_table(
         io.BytesIO(get(client, "/api/l3-decomposition", ticker="NVDA", format="parquet").content)
     )
-    assert table.column_names == ["date", *L3_LONG.values()]
+    risk_and_vol = [
+        "risk_total_vol",
+        "risk_factor_vol",
+        "risk_specific_vol",
+        "vol_23d",
+        "vol_252d_ann",
+    ]
+    assert table.column_names == ["date", *L3_LONG.values(), *risk_and_vol]
     assert table.column("l3_mkt_hr").to_pylist() == doc["l3_market_hr"]
+    for name in risk_and_vol:  # the JSON answer's rows carry them under the same names
+        assert table.column(name).to_pylist() == [row[name] for row in doc["data"]], name
     assert table.schema.metadata[b"model_version"].decode() == snap.version
 
 
