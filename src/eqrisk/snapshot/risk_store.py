@@ -19,7 +19,7 @@ values are a full build's, bit for bit. No look-ahead: F and D of session t use 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,10 +68,54 @@ class RiskInputs:
 
 
 def state_to_npz(path: Path, state: RiskState) -> None:
-    parts = {f"cov_{k}": v for k, v in state.covariance.to_arrays().items()}
-    parts.update({f"spec_{k}": v for k, v in state.specific.to_arrays().items()})
+    parts = _state_parts(state)
     with path.open("wb") as fh:
         np.savez(fh, **parts)  # type: ignore[arg-type]
+
+
+def _state_parts(state: RiskState) -> dict[str, np.ndarray]:
+    parts = {f"cov_{k}": v for k, v in state.covariance.to_arrays().items()}
+    parts.update({f"spec_{k}": v for k, v in state.specific.to_arrays().items()})
+    return parts
+
+
+def _same_npy(values: np.ndarray) -> Callable[[Path], bool]:
+    def same(old: Path) -> bool:
+        try:
+            return chunks.same_bits(np.asarray(np.load(old, mmap_mode="r")), values)
+        except (ValueError, OSError):
+            return False  # damaged or unreadable: never linked
+
+    return same
+
+
+def _same_state(parts: Mapping[str, np.ndarray]) -> Callable[[Path], bool]:
+    def same(old: Path) -> bool:
+        try:
+            with np.load(old) as z:
+                return set(z.files) == set(parts) and all(
+                    chunks.same_bits(np.asarray(z[k]), np.asarray(v)) for k, v in parts.items()
+                )
+        except (ValueError, OSError):
+            return False
+
+    return same
+
+
+def _save(folder: Path, rel: Path, values: np.ndarray, previous: Path | None) -> None:
+    """Write `values` as `folder/rel`, or link the previous version's file when it holds the
+    same bits (a rebuild's recomputed tail chunk shares its files like the arrays' do)."""
+    values = np.ascontiguousarray(values)
+    chunks.share_or_write(
+        folder, rel, previous, _same_npy(values), lambda target: np.save(target, values)
+    )
+
+
+def _save_state(folder: Path, rel: Path, state: RiskState, previous: Path | None) -> None:
+    parts = _state_parts(state)
+    chunks.share_or_write(
+        folder, rel, previous, _same_state(parts), lambda target: state_to_npz(target, state)
+    )
 
 
 def state_from_npz(path: Path) -> RiskState:
@@ -136,7 +180,7 @@ def write_risk(
     }
     c0 = _reusable(previous_manifest, block, reuse) if previous is not None else 0
     (folder / RISK_DIR).mkdir(parents=True, exist_ok=True)
-    np.save(folder / RISK_DIR / "fidx.npy", np.asarray(inputs.fidx, dtype=np.int64))
+    _save(folder, Path(RISK_DIR) / "fidx.npy", np.asarray(inputs.fidx, dtype=np.int64), previous)
     state: RiskState | None = None
     if c0 > 0:
         assert previous is not None
@@ -165,15 +209,15 @@ def write_risk(
             params,
             state=state,
         )
-        np.save(folder / _rel("cov", c), model.factor_cov.cov)
+        _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
         predicted["risk_specific_var"] = model.specific.var
         for name, prefix in RISK_FIELDS.items():
-            np.save(folder / _rel(prefix, c), np.ascontiguousarray(predicted[name]))
+            _save(folder, _rel(prefix, c), predicted[name], previous)
         state = model.state
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).
-        state_to_npz(folder / _rel("state", c + 1, "npz"), state)
+        _save_state(folder, _rel("state", c + 1, "npz"), state, previous)
     block["linked_chunks"] = c0
     return block
 
