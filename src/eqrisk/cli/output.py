@@ -88,17 +88,8 @@ def say_error(message: str) -> None:
 
 @contextmanager
 def stages(title: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr showing the current stage and the elapsed time; without a terminal
-    (a log file, a pipe), one line per stage instead, so a long build is never silent."""
+    """A spinner on stderr showing the current stage and the elapsed time."""
     start = time.perf_counter()
-    if not err.is_terminal:
-
-        def line(message: str) -> None:
-            err.print(f"{title}: {message} ({time.perf_counter() - start:.1f}s)", highlight=False)
-
-        yield line
-        err.print(f"done {title} in {time.perf_counter() - start:.1f}s", highlight=False)
-        return
     with err.status(title) as status:
 
         def say(message: str) -> None:
