@@ -131,3 +131,17 @@ def test_verify_names_a_damaged_shared_file_with_every_version(tmp_path: Path) -
     text = _verify(store.root)
     assert text.returncode == 1
     assert f"damaged: {rel}" in text.stdout and f"{first}, {second}" in text.stdout
+
+
+def test_a_version_is_named_by_its_full_name_or_its_ascii_number(shared: VersionStore) -> None:
+    """`2`, `v2` and the full name resolve; digits of other scripts ('¹', '٢'), which
+    str.isdigit() accepts and int() refuses, are an unknown version (a 404), never a crash
+    (schemathesis sent `version=¹8` to /daily)."""
+    from eqrisk.snapshot.version import UnknownVersion
+
+    second = shared.versions()[-1]
+    number = second.split("-")[0][1:]
+    assert shared.resolve(number) == shared.resolve(f"v{number}") == shared.resolve(second)
+    for name in ("¹8", "v¹", "٢", f"v{number}x"):
+        with pytest.raises(UnknownVersion, match="kept: "):
+            shared.resolve(name)

@@ -86,7 +86,8 @@ class Damage:
 
 def _number(version: str) -> tuple[int, str]:
     head = version.split("-")[0]
-    return (int(head[1:]) if head[1:].isdigit() else 0, version)
+    digits = head[1:]
+    return (int(digits) if digits.isascii() and digits.isdigit() else 0, version)
 
 
 @dataclass

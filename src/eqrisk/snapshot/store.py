@@ -175,7 +175,9 @@ class VersionStore:
         if name in versions:
             return name
         number = name[1:] if name.startswith("v") else name
-        found = [v for v in versions if number.isdigit() and v.split("-")[0] == f"v{int(number)}"]
+        # ASCII digits only: str.isdigit() also accepts '¹' or '٣', which int() refuses
+        ascii_number = number.isascii() and number.isdigit()
+        found = [v for v in versions if ascii_number and v.split("-")[0] == f"v{int(number)}"]
         if len(found) == 1:
             return found[0]
         kept = ", ".join(versions) or "none"
