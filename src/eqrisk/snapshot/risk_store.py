@@ -79,16 +79,6 @@ def _state_parts(state: RiskState) -> dict[str, np.ndarray]:
     return parts
 
 
-def _same_npy(values: np.ndarray) -> Callable[[Path], bool]:
-    def same(old: Path) -> bool:
-        try:
-            return chunks.same_bits(np.asarray(np.load(old, mmap_mode="r")), values)
-        except (ValueError, OSError):
-            return False  # damaged or unreadable: never linked
-
-    return same
-
-
 def _same_state(parts: Mapping[str, np.ndarray]) -> Callable[[Path], bool]:
     def same(old: Path) -> bool:
         try:
@@ -107,7 +97,7 @@ def _save(folder: Path, rel: Path, values: np.ndarray, previous: Path | None) ->
     same bits (a rebuild's recomputed tail chunk shares its files like the arrays' do)."""
     values = np.ascontiguousarray(values)
     chunks.share_or_write(
-        folder, rel, previous, _same_npy(values), lambda target: np.save(target, values)
+        folder, rel, previous, chunks.chunk_equals(values), lambda target: np.save(target, values)
     )
 
 

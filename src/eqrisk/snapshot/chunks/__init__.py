@@ -73,6 +73,7 @@ from eqrisk.snapshot.chunks.layout import (
 from eqrisk.snapshot.chunks.reader import ROW_CACHE_BYTES, ChunkStore, open_arrays
 from eqrisk.snapshot.chunks.writer import (
     WriteStats,
+    chunk_equals,
     link_unread,
     share_or_write,
     write_arrays,
@@ -102,6 +103,7 @@ __all__ = [
     "FieldIndexing",
     "Sliceable",
     "WriteStats",
+    "chunk_equals",
     "chunk_path",
     "derivable",
     "derivable_from",

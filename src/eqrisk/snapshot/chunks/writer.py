@@ -85,7 +85,7 @@ def link_unread(folder: Path, rel: Path, previous: Path) -> None:
         shutil.copyfile(previous / rel, target)
 
 
-def _chunk_equals(stored: np.ndarray) -> Callable[[Path], bool]:
+def chunk_equals(stored: np.ndarray) -> Callable[[Path], bool]:
     def same(old: Path) -> bool:
         try:
             previous = np.load(old, mmap_mode="r")
@@ -171,7 +171,7 @@ def write_block(
 def _store(
     folder: Path, rel: Path, stored: np.ndarray, previous: Path | None, stats: WriteStats
 ) -> None:
-    if share_or_write(folder, rel, previous, _chunk_equals(stored), _saver(stored)):
+    if share_or_write(folder, rel, previous, chunk_equals(stored), _saver(stored)):
         stats.shared += 1
     else:
         stats.written += 1
@@ -190,7 +190,7 @@ def _store_group(
 ) -> None:
     """A group file and its runs index: one chunk in the stats (written when either file is)."""
     linked = [
-        share_or_write(folder, rel, previous, _chunk_equals(values), _saver(values))
+        share_or_write(folder, rel, previous, chunk_equals(values), _saver(values))
         for rel, values in ((group_path(b, c), data), (runs_path(b, c), index))
     ]
     if all(linked):
