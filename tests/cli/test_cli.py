@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eqrisk.data.panel import read_ingested
+from eqrisk.data.ingested import read_ingested
 from helpers import free_port
 
 

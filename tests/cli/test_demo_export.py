@@ -14,7 +14,7 @@ import pytest
 
 from eqrisk.data.demo import EXPORT_NEW_DAYS, generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
-from eqrisk.data.panel import read_ingested
+from eqrisk.data.ingested import read_ingested
 
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ from eqrisk.api.app import create_app
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingest_report import IngestRefused
-from eqrisk.data.panel import ingested_dir, read_ingested
+from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
 from eqrisk.snapshot.build import UniverseShrank, build_snapshot

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from eqrisk.data.calendar import sessions_between
-from eqrisk.data.panel import ingested_counts, read_ingested
+from eqrisk.data.ingested import ingested_counts, read_ingested
 from eqrisk.snapshot.versions import list_versions
 
 from .test_cli import demo_in, run

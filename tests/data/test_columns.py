@@ -11,8 +11,8 @@ import pytest
 
 from eqrisk.data.columns import parse_mapping, symbol_from_file_name
 from eqrisk.data.ingest import ingest
+from eqrisk.data.ingested import read_ingested
 from eqrisk.data.master_files import read_master
-from eqrisk.data.panel import read_ingested
 from helpers import shared_file
 
 SYMBOLS = ["AAPL", "MSFT", "JPM"]

@@ -13,7 +13,7 @@ import statsmodels.api as sm
 
 from eqrisk.data.corporate_actions import parse_split_ratio
 from eqrisk.data.ingest import ingest
-from eqrisk.data.panel import read_ingested
+from eqrisk.data.ingested import read_ingested
 from eqrisk.data.return_cleaning import PriceRows, detect_events
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot.build import build_snapshot

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from eqrisk.data import panel as store
+from eqrisk.data import ingested as store
 from eqrisk.data.corporate_actions import read_actions
 from eqrisk.data.dates import DateFormatError, parse_date_values
 from eqrisk.data.ingest import ingest

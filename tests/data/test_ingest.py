@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from eqrisk.data import panel as store
+from eqrisk.data import ingested as store
+from eqrisk.data import panel
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingest_report import IngestError, IngestReport, render_report
 from eqrisk.data.master import etf_registry
@@ -205,7 +206,7 @@ def test_small_universe_master_shares_from_market_cap(tmp_path: Path) -> None:
 @needs_data
 def test_read_master_formats() -> None:
     gics = read_master(GICS)
-    assert list(gics.columns[:6]) == store.RAW_MASTER_COLUMNS
+    assert list(gics.columns[:6]) == panel.RAW_MASTER_COLUMNS
     assert gics.set_index("symbol").loc["BRK.B", "gics_sub_industry"] == ("Multi-Sector Holdings")
     assert set(gics["asset_type"]) == {"stock"}
     assert gics["shares"].isna().all()
@@ -337,7 +338,7 @@ date,AAA,brk.b , CCC
 """,
     )
     frame = read_prices(path)
-    assert list(frame.columns[:9]) == store.PRICE_COLUMNS
+    assert list(frame.columns[:9]) == panel.PRICE_COLUMNS
     assert len(frame) == 8  # empty and NA cells are no rows
     report = ingest([path], None, home=tmp_path / "home")
     assert not report.ok
@@ -351,7 +352,7 @@ date,AAA,brk.b , CCC
     assert set(prices["symbol"]) == {"AAA", "BRK.B", "CCC"}
     assert _price(prices, "BRK.B", "2021-01-06") == 202
     assert _price(prices, "CCC", "2021-01-07") == 5.5
-    assert master.empty and list(master.columns) == store.RAW_MASTER_COLUMNS
+    assert master.empty and list(master.columns) == panel.RAW_MASTER_COLUMNS
     assert _issue(report, "MISSING_FROM_MASTER") is None  # no master given: no such warning
 
 
@@ -384,7 +385,7 @@ def test_parquet_equals_csv(tmp_path: Path) -> None:
     text = pd.read_csv(csv_path, dtype=str)
     text_pq = tmp_path / "text.parquet"  # every column as text, bad cells included
     text.to_parquet(text_pq)
-    cols = [*store.PRICE_COLUMNS, "bad_cells"]
+    cols = [*panel.PRICE_COLUMNS, "bad_cells"]
     base = read_prices(csv_path)
     pd.testing.assert_frame_equal(read_prices(gz_path)[cols], base[cols])
     pd.testing.assert_frame_equal(read_prices(text_pq)[cols], base[cols])
@@ -424,7 +425,7 @@ def test_wide_parquet_equals_wide_csv(tmp_path: Path) -> None:
     frame.to_csv(csv_path, index=False)
     pq_path = tmp_path / "w.parquet"
     frame.assign(date=pd.to_datetime(frame["date"])).to_parquet(pq_path)
-    cols = store.PRICE_COLUMNS
+    cols = panel.PRICE_COLUMNS
     a, b = read_prices(csv_path), read_prices(pq_path)
     assert len(a) == 5
     pd.testing.assert_frame_equal(a[cols], b[cols])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from eqrisk.data import panel as store
+from eqrisk.data import ingested as store
 from eqrisk.data.cells import InputLimits
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingest_report import IngestError, IngestReport

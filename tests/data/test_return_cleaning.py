@@ -17,7 +17,7 @@ import pytest
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingest_report import IngestError
-from eqrisk.data.panel import ingested_dir, read_ingested
+from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.data.return_decisions import read_decisions
 from helpers import shared_file
 

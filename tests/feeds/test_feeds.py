@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eqrisk.data.panel import read_ingested
+from eqrisk.data.ingested import read_ingested
 from eqrisk.data.providers.feed import FEED_COLUMNS
 from eqrisk.snapshot.versions import Snapshot, current_version, snapshots_dir
 from helpers import nan_equal

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eqrisk.data import panel as store
+from eqrisk.data import ingested as store
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 

@@ -16,8 +16,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import Panel, ingested_dir, read_ingested, to_panel
+from eqrisk.data.panel import Panel, to_panel
 from eqrisk.model.run import (
     ModelParams,
     ModelResult,

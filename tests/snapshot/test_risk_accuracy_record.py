@@ -11,8 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from eqrisk.api.app import create_app
+from eqrisk.data.ingested import read_ingested
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import read_ingested, to_panel
+from eqrisk.data.panel import to_panel
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings

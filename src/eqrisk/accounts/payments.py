@@ -73,9 +73,7 @@ def verify(
     fields = dict(part.strip().split("=", 1) for part in header.split(",") if "=" in part)
     stamp, given = fields.get("t", ""), fields.get("v1", "")
     if not _TIMESTAMP.fullmatch(stamp) or not _HEX_SHA256.fullmatch(given):
-        raise WebhookError(
-            "signature header must be 't=<unix seconds>,v1=<64 hex digits>'"
-        )
+        raise WebhookError("signature header must be 't=<unix seconds>,v1=<64 hex digits>'")
     timestamp = int(stamp)
     expected = sign(secret, body, timestamp).split("v1=", 1)[1]
     if not hmac.compare_digest(given.lower().encode("ascii"), expected.encode("ascii")):

@@ -25,6 +25,7 @@ STATIC_PREFIX = "/static"
 DEMO_KEY_MARK = "{{DEMO_KEY}}"
 EVALUATION_KEY_MARK = "{{EVALUATION_KEY}}"
 
+
 def plotly_bundle() -> Path:
     """plotly.js as shipped inside the installed `plotly` package (found without importing it)."""
     spec = importlib.util.find_spec("plotly")

@@ -26,6 +26,7 @@ from eqrisk.snapshot.versions import SnapshotError, SnapshotStore
 
 log = logging.getLogger("eqrisk.api")
 
+
 def unavailable(exc: BackendUnavailable, request_id: str | None) -> ApiError:
     """The 503 for a backend that cannot answer, logged as one line (no traceback)."""
     log.warning(

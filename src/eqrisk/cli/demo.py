@@ -22,7 +22,7 @@ EVALUATION_KEY_FILE = Path("demo") / "evaluation-key"  # under the demo's home, 
 
 def _demo_may_write(home: Path, demo_source: str) -> None:
     """Refuse to let the demo overwrite someone's own data set or current snapshot."""
-    from eqrisk.data.panel import ingested_source
+    from eqrisk.data.ingested import ingested_source
     from eqrisk.snapshot.versions import store_of
 
     found = []

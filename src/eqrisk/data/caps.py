@@ -7,28 +7,28 @@ group that day (`eqrisk.model.returns.group_portfolio`); ingest names those stoc
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 
-def uncapped_stocks(prices: pd.DataFrame, master: pd.DataFrame, etfs: set[str]) -> list[str]:
+def uncapped_stocks(symbols: pd.DataFrame, master: pd.DataFrame, etfs: set[str]) -> list[str]:
     """Priced stocks with no market cap at all (no `market_cap` cell, no master share count),
     in a data set where some other stock has one; empty when no stock has a cap (equal
-    weights throughout) or every stock has one."""
-    if prices.empty:
+    weights throughout) or every stock has one. `symbols`: per priced symbol (`symbol`) its
+    count of rows with a market cap (`capped`)."""
+    if symbols.empty:
         return []
     shares = pd.to_numeric(master.set_index("symbol")["shares"], errors="coerce")
     shares = shares[~shares.index.duplicated()]
-    capped_rows = prices.loc[np.isfinite(prices["market_cap"].to_numpy(float)), "symbol"]
+    capped_rows = symbols.loc[symbols["capped"].to_numpy() > 0, "symbol"]
     kinds = master.drop_duplicates("symbol").set_index("symbol")["asset_type"]
-    symbols = pd.Index(prices["symbol"].unique())
-    kind = kinds.reindex(symbols)
+    names = pd.Index(symbols["symbol"].astype(str))
+    kind = kinds.reindex(names)
     # A stock: so said by the master, or no master row and no known ETF (unclassified stock).
     is_stock = kind.eq("stock").fillna(False).to_numpy(bool) | (
-        kind.isna().to_numpy() & ~symbols.isin(etfs)
+        kind.isna().to_numpy() & ~names.isin(etfs)
     )
-    stocks = symbols[is_stock]
-    has_cap = stocks.isin(capped_rows.unique()) | (shares.reindex(stocks).to_numpy() > 0)
+    stocks = names[is_stock]
+    has_cap = stocks.isin(capped_rows) | (shares.reindex(stocks).to_numpy() > 0)
     if not has_cap.any() or has_cap.all():
         return []
     return sorted(str(s) for s in stocks[~has_cap])

@@ -127,16 +127,17 @@ class SessionCoverage:
                 "share": round(self.share, 4)}  # fmt: skip
 
 
-def coverage(final: pd.DataFrame, old_dates: set[str]) -> list[SessionCoverage]:
-    """Per session of `final` that the stored data set did not have: how many symbols have a
-    price, against the session before it in `final` (a first session counts against itself)."""
-    days = final["date"].to_numpy().astype("datetime64[D]")
-    sessions, counts = np.unique(days, return_counts=True)
+def coverage(counts: pd.Series, old_days: set[str]) -> list[SessionCoverage]:
+    """Per session of the data set (`counts`: rows per session, sorted) that the stored data
+    set did not have: how many symbols have a price, against the session before it (a first
+    session counts against itself)."""
+    days = np.asarray(counts.index.values).astype("datetime64[D]").astype(str)
+    values = counts.to_numpy(dtype=np.int64)
     out = []
-    for k, (day, n) in enumerate(zip(sessions, counts, strict=True)):
-        if str(day) in old_dates:
+    for k, (day, n) in enumerate(zip(days, values, strict=True)):
+        if day in old_days:
             continue
-        previous = int(counts[k - 1]) if k else int(n)
+        previous = int(values[k - 1]) if k else int(n)
         out.append(SessionCoverage(str(day), int(n), previous))
     return out
 
@@ -191,14 +192,15 @@ def kept_breaks(
     return sorted(kept + [[str(s), str(d)] for s, d in breaks])
 
 
-def cap_day(path: Path | None, final: pd.DataFrame, cap_dates: dict[str, str]) -> str | None:
+def cap_day(path: Path | None, last: str | None, cap_dates: dict[str, str]) -> str | None:
     """The session whose prices turn a file's market caps into share counts: the one recorded
-    for the file's content (sha256) by the ingest that first read it, else the data's last;
-    recorded in `cap_dates`. A file given again unchanged gives the same share counts."""
-    if path is None or final.empty:
+    for the file's content (sha256) by the ingest that first read it, else the data's last
+    (`last`); recorded in `cap_dates`. A file given again unchanged gives the same share
+    counts."""
+    if path is None or last is None:
         return None
     key = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return cap_dates.setdefault(key, final["date"].max().strftime("%Y-%m-%d"))
+    return cap_dates.setdefault(key, last)
 
 
 def same_master(new: pd.DataFrame, old: pd.DataFrame | None) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eqrisk.data import panel
+from eqrisk.data import ingested, panel
 from eqrisk.data.caps import uncapped_stocks
 from eqrisk.data.cells import PRICE_SUFFIXES, InputLimits
 from eqrisk.data.columns import (
@@ -34,7 +34,6 @@ from eqrisk.data.daily import (
     cap_day,
     coverage,
     coverage_refusal,
-    fresh_rows,
     kept_breaks,
     merged_meta,
     same_master,
@@ -56,6 +55,7 @@ from eqrisk.data.master_files import (
     read_master_checked,
     read_shares_checked,
 )
+from eqrisk.data.merge_rows import Combined, combine, previous_master, whole_reasons
 from eqrisk.data.price_files import data_source_name, empty_prices, read_prices
 from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
 from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
@@ -85,18 +85,6 @@ def _make_report_dir(home: Path, now: datetime) -> Path:
 
 def _empty_master() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in panel.RAW_MASTER_COLUMNS})
-
-
-def _previous_master(home: Path) -> pd.DataFrame | None:
-    path = panel.ingested_dir(home) / "master.parquet"
-    return pd.read_parquet(path) if path.exists() else None
-
-
-def _sort_prices(frame: pd.DataFrame) -> pd.DataFrame:
-    codes, _ = pd.factorize(frame["symbol"], sort=True)
-    day = frame["date"].to_numpy().astype("datetime64[D]").astype(np.int64)
-    order = np.lexsort((day, codes))
-    return frame.iloc[order].reset_index(drop=True)
 
 
 @dataclass
@@ -144,6 +132,8 @@ def ingest(
     date_format: str | None = None,
     limits: InputLimits | None = None,
     mappings: Mappings | None = None,
+    whole: bool = False,
+    block_symbols: int | None = None,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -173,16 +163,21 @@ def ingest(
     keeps the data set's name (`merged_files` lists what was merged), writes nothing when it
     changes nothing (`report.nothing_new`), and raises IngestRefused (report written) when a
     new session has prices for less than `min_coverage` of the symbols of the session before
-    it, unless `partial`.
+    it, unless `partial`. A merge reads and rewrites only the partitions its rows fall in and
+    the rows around them (`merge_rows`), unless it must see the whole history (`rejudge`,
+    return decisions, a share-count file, master market caps) or `whole` asks for it. A new
+    data set stores `block_symbols` symbols per block (None: `ingested.BLOCK_SYMBOLS`); a merge
+    keeps the stored set's.
     """
     say = progress or (lambda _message: None)
     started = _utc_now()
     home = Path(home).expanduser()
-    panel.recover_ingested(home)
+    ingested.recover_ingested(home)
     price_paths = expand_price_paths([Path(p) for p in prices], PRICE_SUFFIXES)
     if not price_paths and not merge:
         raise IngestError("no price file given")
-    old_meta = _stored_meta(home) if merge else None
+    found = ingested.stored(home) if merge else None
+    old_meta = found.meta if found is not None else None
     given = {"prices_basis": prices_basis, "max_move": max_move, "date_format": date_format,
              "keep_split_moves": keep_split_moves, "columns": columns}  # fmt: skip
     basis = basis_for(given, old_meta, merge=merge)
@@ -203,7 +198,16 @@ def ingest(
     )
     say("validating")
     checked = _check_rows(inputs, issues, limits)
-    final, old_master, old_days = _combine(checked, inputs, home, merge, master is not None, issues)
+    why_whole = whole_reasons(
+        found, rejudge=rejudge, decisions=bool(decisions), shares=inputs.shares is not None,
+        master_caps=_caps_need_prices(inputs.master), whole=whole,
+    )  # fmt: skip
+    size = block_symbols or ingested.BLOCK_SYMBOLS
+    combined = combine(_kept_rows(checked, inputs, issues), found, not why_whole, size)
+    final, old_days = combined.frame, combined.old_days
+    old_master = ingested.read_master(found) if found is not None else None
+    if not merge and master is None:
+        old_master = previous_master(home)
     judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
     cleaned = _clean(
         final, inputs, old_master, home, old_meta, decisions, basis["keep_split_moves"], judged,
@@ -213,9 +217,14 @@ def ingest(
     flagged = _flag_moves(final, max_move, issues)
     fresh = bool(final["_fresh"].any())
     final = final.drop(columns=["_new", "_fresh"])
+    stats = combined.stats(final)
+    symbols, counts = stats.symbols(), stats.sessions()
+    last = counts.index.max().strftime("%Y-%m-%d") if len(counts) else None
     cap_dates = dict(old_meta.get("cap_dates", {})) if old_meta is not None else {}
-    days = (cap_day(master, final, cap_dates), cap_day(shares, final, cap_dates))
-    out_master, shares_summary = _master_out(inputs, old_master, merge, final, issues, days)
+    days = (cap_day(master, last, cap_dates), cap_day(shares, last, cap_dates))
+    out_master, shares_summary = _master_out(
+        inputs, old_master, merge, (final, symbols), issues, days
+    )
     unchanged = (
         old_meta is not None
         and not fresh
@@ -223,31 +232,32 @@ def ingest(
         and inputs.shares is None
         and same_master(out_master, old_master)
     )
-    sessions = coverage(final, old_days) if old_meta is not None else []
-    levels = missing_levels(out_master, set(final["symbol"]), mappings or Mappings.load())
+    sessions = coverage(counts, old_days) if old_meta is not None else []
+    levels = missing_levels(out_master, set(symbols["symbol"]), mappings or Mappings.load())
     issues.add("LEVEL_MISSING", *level_issue(levels))
 
     say("writing")
     report_dir = _make_report_dir(home, started)
     _write_tables(report_dir, checked, inputs, flagged, cleaned.table)
     levels.to_csv(report_dir / "levels.csv", index=False)
-    if final.empty:
+    if not len(counts):
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
     files += [str(shares)] if shares is not None else []
     first = data_source_name(price_paths[0]) if price_paths else "merge"
     source, merged_files = merged_meta(old_meta, files, data_source, first)
-    report = _report(started, files, source, checked, inputs, final, len(flagged), report_dir)
+    report = _report(started, files, source, (checked, inputs), (symbols, counts), len(flagged),
+                     report_dir)  # fmt: skip
     report.shares = shares_summary
     report.coverage = [c.to_dict() for c in sessions]
     report.nothing_new = unchanged
-    refusal = None if merge or replace or final.empty else _refusal(home, report)
+    refusal = None if merge or replace or not len(counts) else _refusal(home, report)
     if refusal is None and not partial and not unchanged:
         refusal = coverage_refusal(sessions, min_coverage)
     if refusal is not None:
         _write_report(report, issues, {"ok": False, "refused": refusal})
         raise IngestRefused(f"{refusal}; nothing changed (report: {report_dir})")
-    if not final.empty and not unchanged:
+    if len(counts) and not unchanged:
         meta = {
             "data_source": source,
             "files": files if old_meta is None else old_meta.get("files", files),
@@ -262,9 +272,11 @@ def ingest(
             "actions": str(actions) if actions is not None else None,
             "return_breaks": cleaned.breaks,
             "return_decisions": [d.to_dict() for d in cleaned.decisions],
-            "counts": _counts(report, len(final), len(out_master)),
+            "counts": _counts(report, int(counts.sum()), len(out_master)),
         }
-        panel.write_ingested(home, final, out_master, meta)
+        if why_whole and merge:
+            say(f"rewriting the whole data set ({'; '.join(why_whole)})")
+        _write(home, combined, final, out_master, meta)
     _write_report(report, issues, {})
     return report
 
@@ -342,41 +354,33 @@ def _check_rows(inputs: _Inputs, issues: Issues, limits: InputLimits) -> _Checke
     return _Checked(new, flags, dup_of, kept)
 
 
-def _combine(
-    checked: _Checked,
-    inputs: _Inputs,
-    home: Path,
-    merge: bool,
-    master_given: bool,
-    issues: Issues,
-) -> tuple[pd.DataFrame, pd.DataFrame | None, set[str]]:
-    """The kept rows, split-adjusted by the action table, merged over the ingested data set
-    (`merge`) and sorted by (symbol, date); column `_new` marks the rows of this ingest and
-    `_fresh` those of them that add a (symbol, date) or change its values. Also the previously
-    ingested master where it is kept or merged, and the stored data set's sessions."""
+def _kept_rows(checked: _Checked, inputs: _Inputs, issues: Issues) -> pd.DataFrame:
+    """The rows this ingest keeps, split-adjusted by the action table."""
     kept = checked.new.loc[checked.kept, panel.PRICE_COLUMNS]
     if inputs.actions is not None:
         kept, adjusted = apply_actions(kept, inputs.actions)
         issues.add("ACTIONS_APPLIED", len(adjusted), adjusted)
-    final = kept.assign(_new=np.ones(len(kept), dtype=bool), _fresh=np.ones(len(kept), dtype=bool))
-    old_master = None
-    old_days: set[str] = set()
-    if merge:
-        try:
-            old_prices, old_master, _ = panel.read_ingested(home)
-        except FileNotFoundError:
-            old_prices = None
-        if old_prices is not None and len(old_prices):
-            old = old_prices.reindex(columns=panel.PRICE_COLUMNS)
-            old["date"] = pd.to_datetime(old["date"]).astype("datetime64[ns]")
-            old["symbol"] = old["symbol"].astype(object)
-            old_days = set(np.unique(old["date"].to_numpy().astype("datetime64[D]")).astype(str))
-            final = final.assign(_fresh=fresh_rows(final, old, panel.PRICE_COLUMNS))
-            final = pd.concat([final, old.assign(_new=False, _fresh=False)], ignore_index=True)
-            final = final[~final.duplicated(["symbol", "date"], keep="first")]
-    elif not master_given:
-        old_master = _previous_master(home)
-    return _sort_prices(final), old_master, old_days
+    return kept
+
+
+def _caps_need_prices(master: pd.DataFrame | None) -> bool:
+    """A master file with market caps and no share counts: its caps become share counts at
+    each symbol's last price."""
+    if master is None or "market_cap" not in master.columns:
+        return False
+    return bool((master["market_cap"].notna() & master["shares"].isna()).any())
+
+
+def _write(
+    home: Path, combined: Combined, final: pd.DataFrame, master: pd.DataFrame,
+    meta: dict[str, Any],
+) -> None:  # fmt: skip
+    """Store the rows the ingest owns: the whole data set, or the partitions a windowed merge
+    touched over the stored set."""
+    own = final.loc[final["_own"].to_numpy(dtype=bool), panel.PRICE_COLUMNS]
+    ingested.write_ingested(
+        home, own, master, meta, base=combined.base, block_symbols=combined.block_symbols
+    )
 
 
 def _flag_moves(final: pd.DataFrame, max_move: float, issues: Issues) -> pd.DataFrame:
@@ -398,14 +402,16 @@ def _master_out(
     inputs: _Inputs,
     old_master: pd.DataFrame | None,
     merge: bool,
-    final: pd.DataFrame,
+    rows: tuple[pd.DataFrame, pd.DataFrame],
     issues: Issues,
     days: tuple[str | None, str | None] = (None, None),
 ) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     """The master to store: the new one (merged over the old one), else the old one, else
     empty; share counts applied; and the summary of the share counts (None without). Market
     caps without a price become share counts at the master's and the share file's price day
-    (`days`, see `_cap_day`)."""
+    (`days`, see `cap_day`). `rows`: the price rows the ingest holds (every row where a cap or
+    a share file needs prices) and the data set's symbols (`Stats.symbols`)."""
+    final, symbols = rows
     master_frame = inputs.master
     if master_frame is not None:
         out_master = master_frame
@@ -418,7 +424,7 @@ def _master_out(
             base = out_master.loc[need, "symbol"].map(last_prices(final, days[0]))
             out_master.loc[need, "shares"] = out_master.loc[need, "market_cap"] / base
         out_master = out_master[panel.RAW_MASTER_COLUMNS].reset_index(drop=True)
-        price_symbols = set(final["symbol"].unique())
+        price_symbols = set(symbols["symbol"].astype(str))
         registry = set(etf_registry()["symbol"])
         missing_master = sorted(price_symbols - set(out_master["symbol"]) - registry)
         issues.add("MISSING_FROM_MASTER", len(missing_master), missing_master)
@@ -433,7 +439,7 @@ def _master_out(
         out_master, summary = apply_shares(
             out_master, inputs.shares, final, inputs.shares_path, issues, days[1]
         )
-    uncapped = uncapped_stocks(final, out_master, set(etf_registry()["symbol"]))
+    uncapped = uncapped_stocks(symbols, out_master, set(etf_registry()["symbol"]))
     issues.add("PARTIAL_CAPS", len(uncapped), uncapped)
     return out_master, summary
 
@@ -442,14 +448,16 @@ def _report(
     started: datetime,
     files: list[str],
     source: str,
-    checked: _Checked,
-    inputs: _Inputs,
-    final: pd.DataFrame,
+    read: tuple[_Checked, _Inputs],
+    stored: tuple[pd.DataFrame, pd.Series],
     n_flagged: int,
     report_dir: Path,
 ) -> IngestReport:
-    """The report's counts and span (its issues are filled in when it is written)."""
-    dates = final["date"]
+    """The report's counts and span (its issues are filled in when it is written): `read`,
+    the rows read and their verdicts; `stored`, the data set's symbols and rows per session."""
+    checked, inputs = read
+    symbols, counts = stored
+    dates = counts.index
     n_malformed = len(inputs.malformed)
     return IngestReport(
         started_at=started.isoformat(),
@@ -460,8 +468,8 @@ def _report(
         rows_kept=int(checked.kept.sum()),
         rows_rejected=int((~checked.kept).sum()) + n_malformed,
         rows_flagged=n_flagged,
-        symbols=int(final["symbol"].nunique()),
-        sessions=int(dates.nunique()),
+        symbols=len(symbols),
+        sessions=len(dates),
         first_date=dates.min().strftime("%Y-%m-%d") if len(dates) else None,
         last_date=dates.max().strftime("%Y-%m-%d") if len(dates) else None,
         issues=[],
@@ -514,7 +522,7 @@ def _refusal(home: Path, report: IngestReport) -> str | None:
             "looks like a wrong file or layout; see rejected.csv, or pass --replace to keep the "
             "good rows anyway"
         )
-    old = panel.ingested_counts(home)
+    old = ingested.ingested_counts(home)
     if old is None:
         return None
     why = panel.shrink_reason(old, (report.symbols, report.sessions))
@@ -525,15 +533,6 @@ def _refusal(home: Path, report: IngestReport) -> str | None:
         f"{report.symbols} x {report.sessions}: {why}; pass --replace to replace it anyway or "
         "--merge to add to it"
     )
-
-
-def _stored_meta(home: Path) -> dict[str, Any] | None:
-    """The stored data set's meta.json, or None when there is no data set."""
-    folder = panel.ingested_dir(home)
-    if not (folder / "prices.parquet").exists():
-        return None
-    meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
-    return meta
 
 
 def _read_decisions(path: Path | None) -> list[Decision]:
@@ -561,7 +560,7 @@ def _clean(
     in force under the new ones, and only the `judged` rows are judged (the stored verdicts
     stand on the others)."""
     masters = [m for m in (inputs.master, old_master) if m is not None]
-    if not masters and (previous := _previous_master(home)) is not None:
+    if not masters and (previous := previous_master(home)) is not None:
         masters.append(previous)
     groups: dict[str, str] = {}
     for m in reversed(masters):

@@ -35,10 +35,13 @@ def read_share_classes(path: Path | None = None) -> dict[str, str]:
     return dict(zip(symbols[keep], company[keep], strict=True))
 
 
-def company_caps(caps: np.ndarray, symbols: np.ndarray, classes: dict[str, str]) -> np.ndarray:
+def company_caps(
+    caps: np.ndarray, symbols: np.ndarray, classes: dict[str, str], *, copy: bool = True
+) -> np.ndarray:
     """Caps (symbols x sessions) with each company of two or more listed classes counted once:
-    each class with a cap that day carries the mean of the classes' caps / their number."""
-    out = caps.copy()
+    each class with a cap that day carries the mean of the classes' caps / their number
+    (`copy=False`: in `caps` itself)."""
+    out = caps.copy() if copy else caps
     groups: dict[str, list[int]] = {}
     for i, symbol in enumerate(symbols.tolist()):
         company = classes.get(str(symbol))

@@ -16,8 +16,9 @@ from eqrisk.data.corporate_actions import return_breaks
 from eqrisk.data.demo import DATA_SOURCE as DEMO_SOURCE
 from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
+from eqrisk.data.ingested import read_master, read_panel, stored
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import Panel, read_ingested, shrink_reason, to_panel
+from eqrisk.data.panel import Panel, shrink_reason
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import (
@@ -110,20 +111,13 @@ def build_snapshot(
     started = time.perf_counter()  # the build's duration, for the servers' metrics
     store = store or store_of(home)
     say("reading ingested data")
-    prices, raw_master, meta = read_ingested(home)
-    present = pd.Index(prices["symbol"].unique())
-    missing = present.difference(raw_master["symbol"].astype(str))
-    if len(missing):
-        # Symbols priced but absent from the master: registry ETFs classify themselves; the
-        # rest are unclassified stocks (market level only).
-        raw_master = pd.concat(
-            [raw_master, pd.DataFrame({"symbol": missing, "asset_type": "stock"})],
-            ignore_index=True,
-        )
-    raw_master = raw_master[raw_master["symbol"].isin(present)]
-    master = classify(raw_master, Mappings.load(sector_map, subsector_map), market_etf=market_etf)
-    say(f"building the panel ({len(present)} symbols)")
-    panel = to_panel(prices, raw_master, read_share_classes(share_classes))
+    panel, master, meta = read_universe(
+        home,
+        Mappings.load(sector_map, subsector_map),
+        market_etf,
+        read_share_classes(share_classes),
+    )
+    say(f"built the panel ({panel.shape[0]} symbols)")
     previous = store.previous()  # opened once for the whole build
     if not force:
         _check_universe(previous, panel.shape)
@@ -150,6 +144,33 @@ def build_snapshot(
     seconds = time.perf_counter() - started
     record_build(store.root, build_mode(manifest, dask), seconds)
     return manifest
+
+
+def read_universe(
+    home: Path, mappings: Mappings, market_etf: str, share_classes: dict[str, str] | None = None
+) -> tuple[Panel, pd.DataFrame, dict[str, Any]]:
+    """The ingested data set as the model reads it: the panel (filled one symbol block at a
+    time), the classified master of its symbols and the ingest's meta. Symbols priced but absent
+    from the master: registry ETFs classify themselves; the rest are unclassified stocks
+    (market level only)."""
+    found = stored(home)
+    if found is None:
+        raise FileNotFoundError(
+            f"no ingested data under {home}: run `eqrisk ingest PRICES --master FILE` or "
+            "`eqrisk demo` first"
+        )
+    raw_master = read_master(found)
+    present = pd.Index(sorted(found.stats.index["symbol"].unique()))
+    missing = present.difference(raw_master["symbol"].astype(str))
+    if len(missing):
+        raw_master = pd.concat(
+            [raw_master, pd.DataFrame({"symbol": missing, "asset_type": "stock"})],
+            ignore_index=True,
+        )
+    raw_master = raw_master[raw_master["symbol"].isin(present)]
+    master = classify(raw_master, mappings, market_etf=market_etf)
+    panel = read_panel(found, raw_master, share_classes)
+    return panel, master, found.meta
 
 
 def publish_panel(

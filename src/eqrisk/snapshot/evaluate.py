@@ -24,11 +24,12 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.corporate_actions import return_breaks
-from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import Panel, read_ingested, to_panel
+from eqrisk.data.master import Mappings
+from eqrisk.data.panel import Panel
 from eqrisk.model.quality import pooled_hedge_quality, vasicek_market_beta
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import ModelParams, ModelResult, run_model
+from eqrisk.snapshot.build import read_universe
 from eqrisk.snapshot.risk_evaluation import risk_accuracy
 
 DEFAULT_HALFLIVES = (63.0, 126.0)
@@ -53,17 +54,7 @@ def load_universe(
 ) -> tuple[Panel, pd.DataFrame, np.ndarray, dict[str, Any]]:
     """The ingested data set as the build reads it: panel, classified master, the returns to
     exclude (unadjusted splits) and the ingest's metadata."""
-    prices, raw_master, meta = read_ingested(home)
-    present = pd.Index(prices["symbol"].unique())
-    missing = present.difference(raw_master["symbol"].astype(str))
-    if len(missing):
-        raw_master = pd.concat(
-            [raw_master, pd.DataFrame({"symbol": missing, "asset_type": "stock"})],
-            ignore_index=True,
-        )
-    raw_master = raw_master[raw_master["symbol"].isin(present)]
-    master = classify(raw_master, Mappings.load(), market_etf=market_etf)
-    panel = to_panel(prices, raw_master)
+    panel, master, meta = read_universe(home, Mappings.load(), market_etf)
     breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
     return panel, master, breaks, meta
 

@@ -23,10 +23,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from eqrisk.data.calendar import sessions_between
-from eqrisk.data.panel import ingested_dir
+from eqrisk.data.ingested import last_closes, stored
 from eqrisk.data.providers import BAR_COLUMNS, Access, Provider, RateLimited, UnknownSymbol
 
 # The file: the bars with the symbol after the date (a LONG price file of the ingest).
@@ -54,14 +53,10 @@ class Fetched:
 
 def stored_anchors(home: Path, before: date) -> dict[str, Anchor]:
     """Per symbol of the ingested data set, its last session before `before` and its close."""
-    path = ingested_dir(home) / "prices.parquet"
-    if not path.exists():
+    found = stored(home)
+    if found is None:
         return {}
-    table = pq.read_table(path, columns=["date", "symbol", "close"])
-    frame = table.to_pandas()
-    frame["date"] = pd.to_datetime(frame["date"])
-    frame = frame.loc[(frame["date"] < pd.Timestamp(before)) & frame["close"].notna()]
-    last = frame.sort_values("date").groupby("symbol").tail(1)
+    last = last_closes(found, pd.Timestamp(before))
     return {
         str(s): Anchor(pd.Timestamp(d), float(c))
         for s, d, c in zip(last["symbol"], last["date"], last["close"], strict=True)
@@ -70,11 +65,11 @@ def stored_anchors(home: Path, before: date) -> dict[str, Anchor]:
 
 def last_stored_session(home: Path) -> date | None:
     """The ingested data set's last session (None without one)."""
-    path = ingested_dir(home) / "prices.parquet"
-    if not path.exists():
+    found = stored(home)
+    if found is None:
         return None
-    dates = pq.read_table(path, columns=["date"]).column("date").to_pandas()
-    return None if dates.empty else pd.Timestamp(dates.max()).date()
+    sessions = found.stats.sessions()
+    return None if sessions.empty else pd.Timestamp(sessions.index.max()).date()
 
 
 def continued(bars: pd.DataFrame, anchor: Anchor | None, since: pd.Timestamp) -> pd.DataFrame:
