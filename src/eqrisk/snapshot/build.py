@@ -124,6 +124,7 @@ def build_snapshot(
     master = classify(raw_master, Mappings.load(sector_map, subsector_map), market_etf=market_etf)
     say(f"building the panel ({len(present)} symbols)")
     panel = to_panel(prices, raw_master, read_share_classes(share_classes))
+    del prices  # the long frame (GBs on a large data set) is not held through the model
     previous = store.previous()  # opened once for the whole build
     if not force:
         _check_universe(previous, panel.shape)
