@@ -225,3 +225,40 @@ def bench_build(
         model_check=quick,
     )
     print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+
+
+@bench_app.command("daily")
+def bench_daily(
+    symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
+    sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
+    dask: Annotated[
+        bool, typer.Option(help="Also the Dask driver and workers at two sizes (n, n / 2).")
+    ] = True,
+    dask_workers: Annotated[
+        int | None, typer.Option(min=1, help="Workers of the LocalCluster (default: cores).")
+    ] = None,
+    reference_full_s: Annotated[
+        float | None,
+        typer.Option(help="The full build's time to be no slower than (a reference run's)."),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small sizes (300 x 1000): checks the bench.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The daily job end to end, each command in its own process: the full build (`eqrisk
+    build`), then `eqrisk update` of the next session's file (merge, incremental build), then
+    the full build on a Dask LocalCluster at n and n / 2 symbols. Wall time and peak memory of
+    each process (the workers' measured in the workers), each next to its target."""
+    from eqrisk.bench.daily import QUICK, DailyBench, run
+
+    if quick:
+        symbols, sessions = min(symbols, QUICK.symbols), min(sessions, QUICK.sessions)
+    bench = DailyBench(
+        symbols=symbols,
+        sessions=sessions,
+        dask=dask,
+        dask_workers=dask_workers,
+        reference_full_s=reference_full_s,
+    )
+    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
