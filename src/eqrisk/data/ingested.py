@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +40,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from eqrisk.data.panel import PRICE_COLUMNS, RAW_MASTER_COLUMNS, Panel, fill_panel
+from eqrisk.data.panel import (
+    PANEL_FIELDS,
+    PRICE_COLUMNS,
+    RAW_MASTER_COLUMNS,
+    Cells,
+    Panel,
+    fill_panel,
+)
 
 # Symbols per block of a new data set (recorded in its meta; a data set keeps its own).
 BLOCK_SYMBOLS = 512
@@ -211,17 +217,6 @@ class Stored:
             return _to_frame(_PRICE_SCHEMA.empty_table().select(columns or PRICE_COLUMNS))
         return _to_frame(pa.concat_tables(tables))
 
-    def blocks_rows(self, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
-        """The price rows, one symbol block at a time (a legacy data set: all at once)."""
-        if self.legacy:
-            yield self.read(columns=columns)
-            return
-        by_block: dict[int, list[Part]] = {}
-        for part in self.stats.parts():
-            by_block.setdefault(part[0], []).append(part)
-        for block in sorted(by_block):
-            yield self.read(by_block[block], columns=columns)
-
 
 def _read_filtered(
     path: Path, start: pd.Timestamp | None, symbols: list[str] | None, columns: list[str] | None
@@ -237,7 +232,7 @@ def _read_filtered(
 
 
 def _to_frame(table: pa.Table) -> pd.DataFrame:
-    frame = table.to_pandas()
+    frame = table.to_pandas(date_as_object=False)
     if "date" in frame.columns:
         frame["date"] = pd.to_datetime(frame["date"]).astype("datetime64[ns]")
     if "symbol" in frame.columns:
@@ -416,14 +411,37 @@ def read_master(found: Stored) -> pd.DataFrame:
 def read_panel(
     found: Stored, master: pd.DataFrame | None, share_classes: dict[str, str] | None = None
 ) -> Panel:
-    """The data set as a `Panel`, filled one symbol block at a time: beside the panel, memory
-    holds one block's rows."""
+    """The data set as a `Panel`, filled one partition file at a time (beside the panel,
+    memory holds one file's cells; symbols and dates stay Arrow dictionary codes and integers,
+    never Python objects)."""
     symbols = np.array(sorted(found.stats.index["symbol"].unique()), dtype=object)
     sessions = found.stats.sessions()
     if sessions.empty:
         raise ValueError(f"the ingested data set under {found.folder} holds no price")
     span = (sessions.index.min(), sessions.index.max())
-    return fill_panel(found.blocks_rows(), symbols, span, master, share_classes)
+    files = (
+        [found.folder / LEGACY_FILE]
+        if found.legacy
+        else [part_path(found.folder, p) for p in found.stats.parts()]
+    )
+    return fill_panel((_cells(f) for f in files), symbols, span, master, share_classes)
+
+
+def _cells(path: Path) -> Cells:
+    table = pq.read_table(path, read_dictionary=["symbol"])
+    symbol = table["symbol"].combine_chunks()
+    if isinstance(symbol, pa.DictionaryArray):
+        names = np.asarray(symbol.dictionary.to_pylist(), dtype=object)
+        codes = symbol.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    else:  # pragma: no cover - read_dictionary always gives one
+        codes, names = pd.factorize(symbol.to_numpy(zero_copy_only=False))
+    days = table["date"].cast(pa.int32()).to_numpy().astype("datetime64[D]")
+    values = {
+        field: table[field].to_numpy().astype(float)
+        for field in PANEL_FIELDS
+        if field in table.column_names
+    }
+    return Cells(names, codes, days, values)
 
 
 def last_closes(found: Stored, before: pd.Timestamp) -> pd.DataFrame:

@@ -75,28 +75,51 @@ class Panel:
         return {s: i for i, s in enumerate(self.symbols.tolist())}
 
 
+@dataclass(frozen=True)
+class Cells:
+    """Price rows of one piece of a data set, as arrays: each row's symbol as a code into
+    `names`, its session (datetime64[D]) and its values per panel field (NaN: none)."""
+
+    names: np.ndarray  # (k,) str
+    codes: np.ndarray  # (m,) int
+    days: np.ndarray  # (m,) datetime64[D]
+    values: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> Cells:
+        codes, names = pd.factorize(frame["symbol"].astype(str))
+        days = pd.DatetimeIndex(pd.to_datetime(frame["date"])).normalize()
+        values = {
+            field: pd.to_numeric(frame[field], errors="coerce").to_numpy(float)
+            for field in PANEL_FIELDS
+            if field in frame.columns
+        }
+        return cls(np.asarray(names, dtype=object), codes, days.to_numpy().astype("datetime64[D]"),
+                   values)  # fmt: skip
+
+
 def to_panel(
     prices: pd.DataFrame,
     master: pd.DataFrame | None = None,
     share_classes: dict[str, str] | None = None,
 ) -> Panel:
     """Pivot a long price frame onto the NYSE sessions between its first and last date
-    (`fill_panel` with the frame as its one block)."""
+    (`fill_panel` with the frame as its one piece)."""
     dates = pd.to_datetime(prices["date"])
     symbols = np.array(sorted(prices["symbol"].unique()), dtype=object)
-    return fill_panel([prices], symbols, (dates.min(), dates.max()), master, share_classes)
+    span = (dates.min(), dates.max())
+    return fill_panel([Cells.of(prices)], symbols, span, master, share_classes)
 
 
 def fill_panel(
-    blocks: Iterable[pd.DataFrame],
+    pieces: Iterable[Cells],
     symbols: np.ndarray,
     span: tuple[pd.Timestamp, pd.Timestamp],
     master: pd.DataFrame | None = None,
     share_classes: dict[str, str] | None = None,
 ) -> Panel:
     """The panel of `symbols` (sorted) on the NYSE sessions of `span` (first, last), filled
-    from long frames of price rows one at a time (only one block's rows in memory beside the
-    panel).
+    from pieces of price rows one at a time (only one piece in memory beside the panel).
 
     Market cap: the row's `market_cap` where given, else shares (from the master) x adjusted
     close. A master's share count is one number, today's; the adjusted close is today's price
@@ -106,23 +129,26 @@ def fill_panel(
     the company's cap once (`share_classes.company_caps`).
     """
     sessions = sessions_between(pd.Timestamp(span[0]), pd.Timestamp(span[1]))
-    sess_idx = pd.Index(sessions)
+    session_days = sessions.to_numpy().astype("datetime64[D]")
     sym_idx = pd.Index(symbols)
     shape = (len(symbols), len(sessions))
     arrays = {field: np.full(shape, np.nan) for field in PANEL_FIELDS}
-    for frame in blocks:
-        rows = sym_idx.get_indexer(pd.Index(frame["symbol"]))
-        days = pd.DatetimeIndex(pd.to_datetime(frame["date"])).normalize()
-        cols = sess_idx.get_indexer(days)
-        if (cols < 0).any():
-            bad = pd.Series(days[cols < 0]).dt.date.unique()[:5]
-            raise ValueError(f"prices hold dates that are not NYSE sessions: {list(bad)}")
-        if (rows < 0).any():
+    for piece in pieces:
+        where = sym_idx.get_indexer(pd.Index(piece.names))
+        if (where < 0).any():
             raise ValueError("price rows of a symbol outside the panel")
-        for field in PANEL_FIELDS:
-            if field in frame.columns:
-                values = pd.to_numeric(frame[field], errors="coerce").to_numpy(float)
-                arrays[field][rows, cols] = values
+        rows = where[piece.codes]
+        cols = np.searchsorted(session_days, piece.days)
+        inside = cols < len(session_days)
+        ok = inside.copy()
+        ok[inside] = session_days[cols[inside]] == piece.days[inside]
+        if not ok.all():
+            bad = np.unique(piece.days[~ok])[:5]
+            raise ValueError(
+                f"prices hold dates that are not NYSE sessions: {[str(d) for d in bad]}"
+            )
+        for field, values in piece.values.items():
+            arrays[field][rows, cols] = values
     if master is not None and "shares" in master.columns:
         shares = (
             pd.to_numeric(master.set_index("symbol")["shares"], errors="coerce")
