@@ -265,3 +265,27 @@ def test_bad_provider_and_dates_are_usage_errors(demo_home: Path) -> None:
     assert unknown.returncode == 2 and "known providers: tiingo, yahoo" in unknown.stderr
     bad = eqrisk(demo_home, "fetch", "--provider", "yahoo", "--since", "2026-13-01")
     assert bad.returncode == 2 and "YYYY-MM-DD" in bad.stderr
+
+
+def test_update_from_a_provider_into_a_day_first_data_set(
+    demo_home: Path, from_csv: Path, fixture_server: FixtureServer, tmp_path: Path
+) -> None:
+    """A data set ingested with --date-format DD/MM/YYYY: every merge reads with it, so the
+    fetched file is written day first (ISO dates would be refused as bad dates) and the
+    version equals the one of the equivalent CSV."""
+    home = home_like(demo_home, tmp_path / "home")
+    meta_path = home / "ingested" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["basis"]["date_format"] = "DD/MM/YYYY"
+    meta_path.write_text(json.dumps(meta))
+    proc = eqrisk(home, "update", "--from", "yahoo", "--partial", **feed_env(fixture_server))
+    assert proc.returncode == 0, proc.stderr
+    fetched = sorted((home / "feeds").glob("yahoo-*.csv"))
+    assert len(fetched) == 1
+    days = pd.read_csv(fetched[0], dtype=str)["date"].unique().tolist()
+    assert days == [pd.Timestamp(d).strftime("%d/%m/%Y") for d in NEW_DAYS]
+    snap, arrays = arrays_of(home)
+    ref_snap, ref_arrays = arrays_of(from_csv)
+    assert list(snap.sessions) == list(ref_snap.sessions)
+    for name, values in arrays.items():
+        assert nan_equal(values, ref_arrays[name]), name

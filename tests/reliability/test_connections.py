@@ -37,7 +37,7 @@ ENV = {
     "EQRISK_WEBHOOK_SECRET": WEBHOOK_SECRET,
     "EQRISK_ACCESS_LOG": "false",
 }
-# The client's own lag in seeing a close, with 1,500 sockets on a shared 2-core machine.
+# What the measured lags leave out (timer granularity, the kernel's delivery of a close).
 SLACK_S = 1.0
 HEAD = b"GET /api/health HTTP/1.1\r\nHost: eqrisk\r\n"
 BODY_HEAD = (
@@ -79,9 +79,25 @@ async def _hold(port: int, mode: str, gate: asyncio.Semaphore) -> tuple[float, b
     return closed, got[:120]
 
 
-async def _flood(port: int, mode: str) -> list[tuple[float, bytes]]:
+async def _flood(port: int, mode: str) -> tuple[list[tuple[float, bytes]], float]:
+    """The connections' outcomes, and how late this client's own event loop ran at worst while
+    they were held (a 10 ms sleep's overshoot): a close is seen that much after it happened."""
     gate = asyncio.Semaphore(200)  # connects in flight at once
-    return list(await asyncio.gather(*(_hold(port, mode, gate) for _ in range(CONNECTIONS))))
+    loop = asyncio.get_running_loop()
+    lag = [0.0]
+    done = asyncio.Event()
+
+    async def meter() -> None:
+        while not done.is_set():
+            asked = loop.time()
+            await asyncio.sleep(0.01)
+            lag[0] = max(lag[0], loop.time() - asked - 0.01)
+
+    metering = asyncio.create_task(meter())
+    outcomes = list(await asyncio.gather(*(_hold(port, mode, gate) for _ in range(CONNECTIONS))))
+    done.set()
+    await metering
+    return outcomes, lag[0]
 
 
 def _open_fds(pid: int) -> int:
@@ -104,6 +120,7 @@ def test_idle_and_slow_connections_are_closed_and_health_keeps_answering(
     peak_fds = [0]
     mode_now = ["start"]
     took: dict[str, float] = {}
+    client_lag: dict[str, float] = {}
     stop = threading.Event()
 
     with Server(served_home, nofile=NOFILE, **ENV) as server:
@@ -130,7 +147,7 @@ def test_idle_and_slow_connections_are_closed_and_health_keeps_answering(
             for mode in ("idle", "slow headers", "slow body"):
                 mode_now[0] = mode
                 started = time.monotonic()
-                results[mode] = asyncio.run(_flood(server.port, mode))
+                results[mode], client_lag[mode] = asyncio.run(_flood(server.port, mode))
                 took[mode] = round(time.monotonic() - started, 1)
             # An unauthenticated request announcing 1 MiB: refused before a byte of the body.
             with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
@@ -174,6 +191,7 @@ def test_idle_and_slow_connections_are_closed_and_health_keeps_answering(
         flood_seconds=took,
         server_peak_fds=peak_fds[0],
         refused_1mib_after_ms=round(refused_s * 1000, 1),
+        client_lag_s={mode: round(lag, 2) for mode, lag in client_lag.items()},
         load=os.getloadavg()[0],
     )
     assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
@@ -181,10 +199,10 @@ def test_idle_and_slow_connections_are_closed_and_health_keeps_answering(
     for mode, outcomes in results.items():
         # Closed within the timeout, give or take how late the server itself answered at the
         # time (its health answers' latency: a flood on a shared machine delays every timer)
-        # and the client's own lag in seeing it.
+        # and the client's own lag in seeing it (its event loop's worst lag, measured).
         late = max(t for m, _, t in probes if m == mode)
         closed = [c for c, _ in outcomes]
-        bound = TIMEOUT_S + late + SLACK_S
+        bound = TIMEOUT_S + late + client_lag[mode] + SLACK_S
         assert max(closed) <= bound, (mode, sorted(closed)[-5:], bound)
     assert line["slow_headers"]["answered_408"] > 0  # type: ignore[index]
     statuses = {status for _, status, _ in probes}

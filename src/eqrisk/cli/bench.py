@@ -246,10 +246,11 @@ def bench_daily(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The daily job end to end, each command in its own process: the full build (`eqrisk
-    build`), then `eqrisk update` of the next session's file (merge, incremental build), then
-    the full build on a Dask LocalCluster at n and n / 2 symbols. Wall time and peak memory of
-    each process (the workers' measured in the workers), each next to its target."""
+    """The daily job end to end, next to a merge over the whole history. Each command in its
+    own process: the full build (`eqrisk build`), then `eqrisk update` of the next session's
+    file (merge, incremental build) beside the same merge over the whole history, then the
+    full build on a Dask LocalCluster at n and n / 2 symbols. Wall time and peak memory of each
+    process (the workers' measured in the workers), each next to its target."""
     from eqrisk.bench.daily import QUICK, DailyBench, run
 
     if quick:

@@ -106,7 +106,7 @@ def fetch_file(
     if frame.empty:
         return None, summary
     target = out or home / "feeds" / f"{feed.name}-{start}-{end}.csv"
-    write_feed(frame, target)
+    write_feed(frame, target, home)
     summary["file"] = str(target)
     return target, summary
 

@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.calendar import sessions_between
+from eqrisk.data.daily import stored_basis
+from eqrisk.data.dates import format_pattern
 from eqrisk.data.ingested import last_closes, stored
 from eqrisk.data.providers import BAR_COLUMNS, Access, Provider, RateLimited, UnknownSymbol
 
@@ -155,10 +157,15 @@ def _with_retries(
     raise AssertionError("unreachable")
 
 
-def write_feed(frame: pd.DataFrame, path: Path) -> Path:
-    """The fetched sessions as a LONG CSV that `eqrisk ingest --merge` / `update` read."""
+def write_feed(frame: pd.DataFrame, path: Path, home: Path | None = None) -> Path:
+    """The fetched sessions as a LONG CSV that `eqrisk ingest --merge` / `update` read: dates
+    in the date format the data set under `home` was ingested with (a merge reads every file
+    with it), else ISO."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = frame.copy()
-    out["date"] = pd.to_datetime(out["date"]).dt.strftime("%Y-%m-%d")
+    found = stored(home) if home is not None else None
+    recorded = stored_basis(found.meta)["date_format"] if found is not None else None
+    pattern = format_pattern(str(recorded)) if recorded else "%Y-%m-%d"
+    out["date"] = pd.to_datetime(out["date"]).dt.strftime(pattern)
     out.to_csv(path, index=False)  # floats as their shortest exact text
     return path
