@@ -55,7 +55,7 @@ from eqrisk.data.master_files import (
     read_master_checked,
     read_shares_checked,
 )
-from eqrisk.data.merge_rows import Combined, combine, previous_master, whole_reasons
+from eqrisk.data.merge_rows import combine, previous_master, whole_reasons
 from eqrisk.data.price_files import data_source_name, empty_prices, read_prices
 from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
 from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
@@ -217,7 +217,8 @@ def ingest(
     flagged = _flag_moves(final, max_move, issues)
     fresh = bool(final["_fresh"].any())
     final = final.drop(columns=["_new", "_fresh"])
-    stats = combined.stats(final)
+    placed = combined.placed(final)
+    stats = placed.stats
     symbols, counts = stats.symbols(), stats.sessions()
     last = counts.index.max().strftime("%Y-%m-%d") if len(counts) else None
     cap_dates = dict(old_meta.get("cap_dates", {})) if old_meta is not None else {}
@@ -276,7 +277,7 @@ def ingest(
         }
         if why_whole and merge:
             say(f"rewriting the whole data set ({'; '.join(why_whole)})")
-        _write(home, combined, final, out_master, meta)
+        ingested.write_ingested(home, placed, out_master, meta)
     _write_report(report, issues, {})
     return report
 
@@ -369,18 +370,6 @@ def _caps_need_prices(master: pd.DataFrame | None) -> bool:
     if master is None or "market_cap" not in master.columns:
         return False
     return bool((master["market_cap"].notna() & master["shares"].isna()).any())
-
-
-def _write(
-    home: Path, combined: Combined, final: pd.DataFrame, master: pd.DataFrame,
-    meta: dict[str, Any],
-) -> None:  # fmt: skip
-    """Store the rows the ingest owns: the whole data set, or the partitions a windowed merge
-    touched over the stored set."""
-    own = final.loc[final["_own"].to_numpy(dtype=bool), panel.PRICE_COLUMNS]
-    ingested.write_ingested(
-        home, own, master, meta, base=combined.base, block_symbols=combined.block_symbols
-    )
 
 
 def _flag_moves(final: pd.DataFrame, max_move: float, issues: Issues) -> pd.DataFrame:

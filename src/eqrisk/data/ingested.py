@@ -287,9 +287,37 @@ def with_parts(rows: pd.DataFrame, blocks: dict[str, int]) -> pd.DataFrame:
     return rows.assign(block=block.to_numpy(np.int64), year=np.asarray(year, dtype=np.int64))
 
 
+@dataclass(frozen=True)
+class Placed:
+    """Price rows dealt into partitions for a write: the rows with their `block` and `year`,
+    the partitions they fill, and the statistics of the data set once they are written."""
+
+    rows: pd.DataFrame
+    parts: set[Part]
+    stats: Stats
+    block_symbols: int
+    base: Stored | None  # the partitioned set the other partitions are linked from
+
+
+def place(
+    prices: pd.DataFrame, base: Stored | None = None, block_symbols: int | None = None
+) -> Placed:
+    """Deal `prices` into partitions. Without `base` (or a `base` in the one-file layout):
+    `prices` is the whole data set, dealt into blocks of `block_symbols` (None: BLOCK_SYMBOLS)
+    afresh. With a partitioned `base`: `prices` is the whole new content of the partitions it
+    touches (every row of their (block, year)), in the stored set's blocks."""
+    merge = base if base is not None and not base.legacy else None
+    size = merge.block_symbols if merge is not None else block_symbols or BLOCK_SYMBOLS
+    known = merge.stats.blocks() if merge is not None else {}
+    rows = with_parts(_normal(prices), assign_blocks(list(prices["symbol"].unique()), known, size))
+    written = {(int(b), int(y)) for b, y in rows[["block", "year"]].drop_duplicates().to_numpy()}
+    stats = merge.stats.replaced(written, rows) if merge is not None else Stats.of(rows)
+    return Placed(rows, written, stats, size, merge)
+
+
 def write_ingested(
     home: Path,
-    prices: pd.DataFrame,
+    prices: pd.DataFrame | Placed,
     master: pd.DataFrame,
     meta: dict[str, Any],
     *,
@@ -299,31 +327,22 @@ def write_ingested(
     """Write the ingested data set; readers see the old one or the new one, whole, and a kill at
     any point leaves one of them (`recover_ingested` restores a set left aside).
 
-    Without `base`: `prices` is the whole data set, dealt into blocks afresh. With `base` (the
-    stored set, partitioned): `prices` is the whole new content of the partitions it touches
-    (every row of their (block, year)); the other partitions are linked from `base` unread.
-    `block_symbols`: symbols per block of a new data set (None: BLOCK_SYMBOLS); a merge keeps
-    the stored set's."""
+    `prices`: rows as `place` takes them (with `base` and `block_symbols`), or placed already;
+    the partitions they do not fill are linked from the placement's base unread."""
     home = Path(home)
     target = ingested_dir(home)
     home.mkdir(parents=True, exist_ok=True)
     recover_ingested(home)
-    merge = base is not None and not base.legacy
-    size = block_symbols or BLOCK_SYMBOLS
-    if merge and base is not None:
-        size = base.block_symbols
-    known = base.stats.blocks() if merge and base is not None else {}
-    rows = with_parts(_normal(prices), assign_blocks(list(prices["symbol"].unique()), known, size))
-    written = {(int(b), int(y)) for b, y in rows[["block", "year"]].drop_duplicates().to_numpy()}
-    stats = base.stats.replaced(written, rows) if merge and base is not None else Stats.of(rows)
+    placed = prices if isinstance(prices, Placed) else place(prices, base, block_symbols)
+    rows, written, stats = placed.rows, placed.parts, placed.stats
     tmp = Path(tempfile.mkdtemp(prefix=f".ingest-new-{os.getpid()}-", dir=home))
     try:
         for key, group in rows.groupby(["block", "year"], sort=True):
             block, year = cast(tuple[int, int], key)
             _write_part(part_path(tmp, (int(block), int(year))), group)
-        if merge and base is not None:
+        if placed.base is not None:
             for part in sorted(set(stats.parts()) - written):
-                _link(part_path(base.folder, part), part_path(tmp, part))
+                _link(part_path(placed.base.folder, part), part_path(tmp, part))
         stats.index.to_parquet(tmp / "index.parquet", index=False)
         stats.days.to_parquet(tmp / "days.parquet", index=False)
         raw = master.reindex(columns=RAW_MASTER_COLUMNS)
@@ -331,7 +350,7 @@ def write_ingested(
         for col in RAW_MASTER_COLUMNS[:-1]:
             raw[col] = raw[col].astype("string")
         raw.to_parquet(tmp / "master.parquet", index=False)
-        layout = {"format": "partitioned", "block_symbols": size}
+        layout = {"format": "partitioned", "block_symbols": placed.block_symbols}
         (tmp / "meta.json").write_text(
             json.dumps({**meta, "layout": layout}, indent=2, default=str)
         )

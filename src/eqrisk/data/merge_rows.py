@@ -23,7 +23,7 @@ import pandas as pd
 
 from eqrisk.data import ingested, panel
 from eqrisk.data.daily import fresh_rows
-from eqrisk.data.ingested import Part, Stats, Stored
+from eqrisk.data.ingested import Stored
 
 # Sessions of stored rows read before a merge's first new session: twice the cleaning stage's
 # 63-return lookback, so that a stock trading on most days has its full lookback.
@@ -45,19 +45,13 @@ class Combined:
     frame: pd.DataFrame
     old_days: set[str]
     base: Stored | None
-    parts: set[Part]
     block_symbols: int
 
-    def stats(self, final: pd.DataFrame) -> Stats:
-        """The statistics of the data set this ingest writes (`final`: the frame as the stages
-        left it, same rows)."""
+    def placed(self, final: pd.DataFrame) -> ingested.Placed:
+        """The rows this ingest writes, dealt into partitions, with the statistics of the data
+        set they make (`final`: the frame as the stages left it, same rows)."""
         own = final.loc[final["_own"].to_numpy(dtype=bool), panel.PRICE_COLUMNS]
-        known = self.base.stats.blocks() if self.base is not None else {}
-        blocks = ingested.assign_blocks(list(own["symbol"].unique()), known, self.block_symbols)
-        rows = ingested.with_parts(own, blocks)
-        if self.base is None:
-            return Stats.of(rows)
-        return self.base.stats.replaced(self.parts, rows)
+        return ingested.place(own, self.base, self.block_symbols)
 
 
 def whole_reasons(
@@ -95,12 +89,10 @@ def combine(new: pd.DataFrame, found: Stored | None, window: bool, block_symbols
     `block_symbols`."""
     new = new.assign(_new=True, _fresh=True, _own=True)
     if found is None:
-        return Combined(_sort(new), set(), None, set(), block_symbols)
+        return Combined(_sort(new), set(), None, block_symbols)
     size = block_symbols if found.legacy else found.block_symbols
-    if window and not found.legacy:
-        old, parts = _window(new, found)
-    else:
-        old, parts = found.read().assign(_own=True), set()
+    base = found if window and not found.legacy else None
+    old = _window(new, found) if base is not None else found.read().assign(_own=True)
     old = _stored_frame(old).assign(_own=old["_own"].to_numpy(dtype=bool))
     days = found.stats.sessions().index
     old_days = set(np.asarray(days.values).astype("datetime64[D]").astype(str))
@@ -108,13 +100,12 @@ def combine(new: pd.DataFrame, found: Stored | None, window: bool, block_symbols
         new = new.assign(_fresh=fresh_rows(new, old, panel.PRICE_COLUMNS))
         both = pd.concat([new, old.assign(_new=False, _fresh=False)], ignore_index=True)
         new = both[~both.duplicated(["symbol", "date"], keep="first")]
-    base = found if window and not found.legacy else None
-    return Combined(_sort(new), old_days, base, parts, size)
+    return Combined(_sort(new), old_days, base, size)
 
 
-def _window(new: pd.DataFrame, found: Stored) -> tuple[pd.DataFrame, set[Part]]:
-    """The stored rows a windowed merge of `new` reads (column `_own`: of a touched partition)
-    and the partitions it touches."""
+def _window(new: pd.DataFrame, found: Stored) -> pd.DataFrame:
+    """The stored rows a windowed merge of `new` reads (column `_own`: of a partition it
+    touches)."""
     blocks = ingested.assign_blocks(
         list(new["symbol"].unique()), found.stats.blocks(), found.block_symbols
     )
@@ -140,7 +131,7 @@ def _window(new: pd.DataFrame, found: Stored) -> tuple[pd.DataFrame, set[Part]]:
         history = history.loc[history["date"] < start].assign(_own=False)
         rows = pd.concat([rows, history], ignore_index=True)
         rows = rows[~rows.duplicated(["symbol", "date"], keep="first")]
-    return rows, parts
+    return rows
 
 
 def _short_histories(
