@@ -8,6 +8,7 @@
                                 sorted by (symbol, date)
   index.parquet                 per partition and symbol: rows, first and last date, cap cells
   days.parquet                  per partition and session: rows
+  parts.parquet                 per partition: the digest of its file (XXH3-128 of its bytes)
 ```
 
 A symbol keeps its block for the life of the data set: the first ingest deals the symbols out in
@@ -15,7 +16,8 @@ name order, `block_symbols` (meta `layout`) to a block; a merge puts a new symbo
 block while it has room, else opens a block. So a merge of one session rewrites the current
 year's file of each block and links every other file unchanged; the statistics answer what a
 merge needs of the whole data set (its symbols, sessions, per-session counts) without reading
-a price.
+a price, and the partitions' digests tell a build which years a merge left as they were (an
+incremental build reads only the years after them).
 
 Every write makes a new folder (`.ingest-new-<pid>-*`: written and linked files, statistics,
 master, meta) swapped into place by two renames (the old one to `.ingest-old-<pid>`, the new
@@ -39,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import xxhash
 
 from eqrisk.data.panel import (
     PANEL_FIELDS,
@@ -52,6 +55,7 @@ from eqrisk.data.panel import (
 # Symbols per block of a new data set (recorded in its meta; a data set keeps its own).
 BLOCK_SYMBOLS = 512
 LEGACY_FILE = "prices.parquet"
+PARTS_FILE = "parts.parquet"
 
 _PRICE_FIELDS: list[tuple[str, pa.DataType]] = [("date", pa.date32()), ("symbol", pa.string())]
 _PRICE_SCHEMA = pa.schema(_PRICE_FIELDS + [(c, pa.float64()) for c in PRICE_COLUMNS[2:]])
@@ -194,6 +198,7 @@ class Stored:
     stats: Stats
     block_symbols: int
     legacy: bool  # one prices.parquet (a data set written before partitions)
+    digests: dict[Part, str] | None = None  # per partition (None: written before digests)
 
     def read(
         self,
@@ -259,7 +264,15 @@ def stored(home: Path) -> Stored | None:
         _typed_days(pd.read_parquet(folder / "days.parquet")),
     )
     layout = meta.get("layout", {})
-    return Stored(folder, meta, stats, int(layout.get("block_symbols", BLOCK_SYMBOLS)), False)
+    digests = None
+    if (folder / PARTS_FILE).exists():
+        parts = pd.read_parquet(folder / PARTS_FILE)
+        digests = {
+            (int(b), int(y)): str(d)
+            for b, y, d in zip(parts["block"], parts["year"], parts["digest"], strict=True)
+        }
+    block_symbols = int(layout.get("block_symbols", BLOCK_SYMBOLS))
+    return Stored(folder, meta, stats, block_symbols, False, digests)
 
 
 def assign_blocks(symbols: list[str], known: dict[str, int], block_symbols: int) -> dict[str, int]:
@@ -336,13 +349,18 @@ def write_ingested(
     placed = prices if isinstance(prices, Placed) else place(prices, base, block_symbols)
     rows, written, stats = placed.rows, placed.parts, placed.stats
     tmp = Path(tempfile.mkdtemp(prefix=f".ingest-new-{os.getpid()}-", dir=home))
+    digests: dict[Part, str] = {}
     try:
         for key, group in rows.groupby(["block", "year"], sort=True):
             block, year = cast(tuple[int, int], key)
-            _write_part(part_path(tmp, (int(block), int(year))), group)
+            part = (int(block), int(year))
+            digests[part] = _write_part(part_path(tmp, part), group)
         if placed.base is not None:
+            known = placed.base.digests or {}
             for part in sorted(set(stats.parts()) - written):
                 _link(part_path(placed.base.folder, part), part_path(tmp, part))
+                digests[part] = known.get(part) or file_digest(part_path(tmp, part))
+        _write_digests(tmp / PARTS_FILE, digests)
         stats.index.to_parquet(tmp / "index.parquet", index=False)
         stats.days.to_parquet(tmp / "days.parquet", index=False)
         raw = master.reindex(columns=RAW_MASTER_COLUMNS)
@@ -374,12 +392,35 @@ def _normal(prices: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _write_part(path: Path, part: pd.DataFrame) -> None:
+def _write_part(path: Path, part: pd.DataFrame) -> str:
+    """Write one partition's file; return its digest."""
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = part[PRICE_COLUMNS].sort_values(["symbol", "date"], kind="stable")
     frame = frame.assign(date=frame["date"].dt.date)
     table = pa.Table.from_pandas(frame, schema=_PRICE_SCHEMA, preserve_index=False)
-    pq.write_table(table, path, compression="zstd")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    data = sink.getvalue()
+    path.write_bytes(memoryview(data))
+    return xxhash.xxh3_128_hexdigest(memoryview(data))
+
+
+def file_digest(path: Path) -> str:
+    """A partition file's digest: XXH3-128 of its bytes (the same rows written again give the
+    same bytes, so a rewritten but unchanged partition keeps its digest)."""
+    return xxhash.xxh3_128_hexdigest(path.read_bytes())
+
+
+def _write_digests(path: Path, digests: dict[Part, str]) -> None:
+    keys = sorted(digests)
+    frame = pd.DataFrame(
+        {
+            "block": [b for b, _ in keys],
+            "year": [y for _, y in keys],
+            "digest": [digests[k] for k in keys],
+        }
+    )
+    frame.to_parquet(path, index=False)
 
 
 def _link(source: Path, dest: Path) -> None:
@@ -428,26 +469,34 @@ def read_master(found: Stored) -> pd.DataFrame:
 
 
 def read_panel(
-    found: Stored, master: pd.DataFrame | None, share_classes: dict[str, str] | None = None
+    found: Stored,
+    master: pd.DataFrame | None,
+    share_classes: dict[str, str] | None = None,
+    since: pd.Timestamp | None = None,
 ) -> Panel:
     """The data set as a `Panel`, filled one partition file at a time (beside the panel,
     memory holds one file's cells; symbols and dates stay Arrow dictionary codes and integers,
-    never Python objects)."""
+    never Python objects). `since`: only the sessions from that one on (a session), read from
+    the partitions of its year and after."""
     symbols = np.array(sorted(found.stats.index["symbol"].unique()), dtype=object)
     sessions = found.stats.sessions()
     if sessions.empty:
         raise ValueError(f"the ingested data set under {found.folder} holds no price")
-    span = (sessions.index.min(), sessions.index.max())
+    first = sessions.index.min() if since is None else pd.Timestamp(since)
+    span = (first, sessions.index.max())
     files = (
         [found.folder / LEGACY_FILE]
         if found.legacy
-        else [part_path(found.folder, p) for p in found.stats.parts()]
+        else [part_path(found.folder, p) for p in found.stats.parts() if p[1] >= first.year]
     )
-    return fill_panel((_cells(f) for f in files), symbols, span, master, share_classes)
+    day = None if since is None else np.datetime64(first.date(), "D")
+    return fill_panel((_cells(f, day) for f in files), symbols, span, master, share_classes)
 
 
-def _cells(path: Path) -> Cells:
+def _cells(path: Path, since: np.datetime64 | None = None) -> Cells:
     table = pq.read_table(path, read_dictionary=["symbol"])
+    if since is not None:
+        table = table.filter(pc.greater_equal(table["date"], pa.scalar(since.item(), pa.date32())))
     symbol = table["symbol"].combine_chunks()
     if isinstance(symbol, pa.DictionaryArray):
         names = np.asarray(symbol.dictionary.to_pylist(), dtype=object)

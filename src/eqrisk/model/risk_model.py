@@ -76,6 +76,16 @@ class RiskState:
     def session(self) -> int:
         return self.covariance.session
 
+    def moved(self, by: int) -> RiskState:
+        """This state with its sessions counted `by` further (negative: from a later first
+        column): how a run over the columns [c, T) of the arrays resumes it (`by` = -c), and
+        how its answer's state is put back (`by` = c). The sums do not depend on the origin."""
+        covariance = self.covariance.copy()
+        covariance.session += by
+        specific = self.specific.copy()
+        specific.session += by
+        return RiskState(covariance, specific)
+
 
 @dataclass(frozen=True)
 class Exposures:

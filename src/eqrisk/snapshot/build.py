@@ -12,11 +12,12 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from eqrisk.data.calendar import sessions_between
 from eqrisk.data.corporate_actions import return_breaks
 from eqrisk.data.demo import DATA_SOURCE as DEMO_SOURCE
 from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
-from eqrisk.data.ingested import read_master, read_panel, stored
+from eqrisk.data.ingested import Stored, read_master, read_panel, stored
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, shrink_reason
 from eqrisk.data.share_classes import read_share_classes
@@ -29,11 +30,11 @@ from eqrisk.model.run import (
     result_of,
 )
 from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
-from eqrisk.snapshot import incremental
+from eqrisk.snapshot import incremental, tail
 from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.risk_evaluation import risk_accuracy
-from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs
+from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs, risk_resumes
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import Snapshot, store_of
@@ -111,48 +112,100 @@ def build_snapshot(
     started = time.perf_counter()  # the build's duration, for the servers' metrics
     store = store or store_of(home)
     say("reading ingested data")
-    panel, master, meta = read_universe(
-        home,
-        Mappings.load(sector_map, subsector_map),
-        market_etf,
-        read_share_classes(share_classes),
+    found, raw_master, master = open_universe(
+        home, Mappings.load(sector_map, subsector_map), market_etf
     )
-    say(f"built the panel ({panel.shape[0]} symbols)")
+    classes = read_share_classes(share_classes)
     previous = store.previous()  # opened once for the whole build
-    if not force:
-        _check_universe(previous, panel.shape)
-    say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
-    breaks = return_breaks(meta.get("return_breaks", []), panel.symbols, panel.sessions)
-    manifest = publish_panel(
-        store,
-        panel,
-        master,
-        params,
-        breaks=breaks,
-        meta=meta,
-        keep=keep,
-        dask=dask,
-        dask_workers=dask_workers,
-        block_rows=block_rows,
-        full=full,
-        accuracy=accuracy,
-        progress=say,
-        previous=previous,
-        block_symbols=block_symbols,
-        dask_min_cells=dask_min_cells,
-    )
+    breaks_list = found.meta.get("return_breaks", [])
+    proof = tail.data_proof(found, breaks_list, classes)
+
+    def publish_on(panel: Panel, **options: Any) -> dict[str, Any]:
+        return publish_panel(
+            store,
+            panel,
+            master,
+            params,
+            breaks=return_breaks(breaks_list, panel.symbols, panel.sessions),
+            meta=found.meta,
+            keep=keep,
+            dask=dask,
+            progress=say,
+            previous=previous,
+            block_symbols=block_symbols,
+            dask_min_cells=dask_min_cells,
+            proof=proof,
+            **options,
+        )
+
+    manifest = None
+    if not full and not accuracy:
+        manifest = _publish_tail(
+            found, raw_master, classes, proof, params, previous, force, say, publish_on
+        )
+    if manifest is None:
+        panel = read_panel(found, raw_master, classes)
+        say(f"built the panel ({panel.shape[0]} symbols)")
+        if not force:
+            _check_universe(previous, panel.shape)
+        say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
+        manifest = publish_on(
+            panel, dask_workers=dask_workers, block_rows=block_rows, full=full, accuracy=accuracy
+        )
     seconds = time.perf_counter() - started
     record_build(store.root, build_mode(manifest, dask), seconds)
     return manifest
 
 
-def read_universe(
-    home: Path, mappings: Mappings, market_etf: str, share_classes: dict[str, str] | None = None
-) -> tuple[Panel, pd.DataFrame, dict[str, Any]]:
-    """The ingested data set as the model reads it: the panel (filled one symbol block at a
-    time), the classified master of its symbols and the ingest's meta. Symbols priced but absent
-    from the master: registry ETFs classify themselves; the rest are unclassified stocks
-    (market level only)."""
+class WholeHistory(Exception):
+    """A tail build that cannot be incremental: the whole history is read instead."""
+
+
+def _publish_tail(
+    found: Stored,
+    raw_master: pd.DataFrame,
+    classes: dict[str, str],
+    proof: dict[str, Any] | None,
+    params: ModelParams,
+    previous: Previous,
+    force: bool,
+    say: Callable[[str], None],
+    publish_on: Callable[..., dict[str, Any]],
+) -> dict[str, Any] | None:
+    """The incremental build on the end of the data set only (`tail`): the sessions from the
+    window's base on are read, the years before it proved unchanged by the data set's
+    partition digests. None when the whole history is to be read (the build then decides on
+    it as before; why is said)."""
+    snapshot = previous.snapshot
+    days = found.stats.sessions()
+    if previous.problem is not None or snapshot is None or not snapshot.chunked or days.empty:
+        return None
+    calendar = sessions_between(days.index.min(), days.index.max()).to_numpy()
+    breaks_list = found.meta.get("return_breaks", [])
+    window, why = tail.window_of(
+        proof, snapshot.manifest, calendar.astype("datetime64[D]"), params.window
+    )
+    if window is None:
+        say(f"reading the whole history: {why}")
+        return None
+    if not force:
+        _check_universe(previous, (int(found.stats.index["symbol"].nunique()), len(calendar)))
+    say(f"reading the ingested data from {window.since.date()} (the years before: unchanged)")
+    panel = read_panel(found, raw_master, classes, since=window.since)
+    excluded = tail.counted_breaks(breaks_list, panel.symbols, window.calendar)
+    try:
+        return publish_on(panel, window=window, returns_excluded=excluded)
+    except WholeHistory as why_not:
+        say(f"reading the whole history: {why_not}")
+        return None
+
+
+def open_universe(
+    home: Path, mappings: Mappings, market_etf: str
+) -> tuple[Stored, pd.DataFrame, pd.DataFrame]:
+    """The ingested data set (found), its raw master of the symbols it prices and that master
+    classified. Symbols priced but absent from the master: registry ETFs classify themselves;
+    the rest are unclassified stocks (market level only)."""
     found = stored(home)
     if found is None:
         raise FileNotFoundError(
@@ -168,9 +221,16 @@ def read_universe(
             ignore_index=True,
         )
     raw_master = raw_master[raw_master["symbol"].isin(present)]
-    master = classify(raw_master, mappings, market_etf=market_etf)
-    panel = read_panel(found, raw_master, share_classes)
-    return panel, master, found.meta
+    return found, raw_master, classify(raw_master, mappings, market_etf=market_etf)
+
+
+def read_universe(
+    home: Path, mappings: Mappings, market_etf: str, share_classes: dict[str, str] | None = None
+) -> tuple[Panel, pd.DataFrame, dict[str, Any]]:
+    """The ingested data set as the model reads it: the panel (filled one symbol block at a
+    time), the classified master of its symbols (`open_universe`) and the ingest's meta."""
+    found, raw_master, master = open_universe(home, mappings, market_etf)
+    return read_panel(found, raw_master, share_classes), master, found.meta
 
 
 def publish_panel(
@@ -191,18 +251,36 @@ def publish_panel(
     previous: Previous | None = None,
     block_symbols: int = BLOCK_SYMBOLS,
     dask_min_cells: int = DASK_MIN_CELLS,
+    proof: dict[str, Any] | None = None,
+    window: tail.Window | None = None,
+    returns_excluded: int = 0,
 ) -> dict[str, Any]:
     """The model on a panel (and its classified master) published as a new version of the
     store (`home`: a store, or a home whose store it is): the half of `build_snapshot` after
     the ingested data is read (the build bench calls it on a synthetic panel). Incremental
     unless `full` or `dask` (see `build_snapshot`); `previous` is the store's previous version
-    when the caller opened it already."""
+    when the caller opened it already. `proof`: the data set's digests (`tail.data_proof`),
+    recorded for the next build.
+
+    With `window`, `panel` holds the sessions from `window.base` on only (a tail build, see
+    `tail`; `returns_excluded` counts the breaks over the whole calendar): raises WholeHistory
+    when the build cannot be incremental."""
     say = progress or (lambda _msg: None)
     store = store_of(home)
     meta = meta or {}
     plan = plan_model(panel, master, params, exclude=breaks)
-    digests = incremental.input_digests(plan, panel, master, breaks)
-    reuse: SnapshotContent | None = None
+    base, proved, total = 0, None, None
+    if window is not None:
+        if previous is None or previous.snapshot is None:
+            raise WholeHistory("no previous version")
+        plan = tail.with_history(plan, previous.snapshot.manifest)
+        base, total = window.base, len(window.calendar)
+        proved = list(previous.snapshot.manifest["inputs"]["chunks"][: window.proved])
+    digests = incremental.input_digests(
+        plan, panel, master, breaks, base=base, proved=proved, sessions=total
+    )
+    if proof is not None:
+        digests["data"] = proof
     build: dict[str, Any]
 
     def _accuracy(result: ModelResult) -> dict[str, Any]:
@@ -219,14 +297,16 @@ def publish_panel(
         )
 
     def publish(
-        result: ModelResult, *, staged: Staged | None = None, reuse: Reuse | None = None
+        result: ModelResult, *, staged: Staged | None = None, tail: SnapshotContent | None = None
     ) -> dict[str, Any]:
         """Write a build's result as the new version (the one place for the three paths): its
         arrays already written by the Dask workers when `staged` says so, the previous
-        version's chunks before `reuse`'s first chunk shared by an incremental build."""
+        version's chunks before the first computed one shared by an incremental build
+        (`tail`: its panel, reuse and risk inputs)."""
+        reuse = tail.reuse if tail is not None else None
         content = SnapshotContent(
             result=result,
-            panel=panel,
+            panel=tail.panel if tail is not None else panel,
             master=master,
             data_source=str(meta.get("data_source", "unknown")),
             ingest={k: meta.get(k) for k in ingest_keys},
@@ -235,7 +315,7 @@ def publish_panel(
             build=build,
             staged=staged,
             block=block_symbols,
-            risk=RiskInputs.of(plan),
+            risk=tail.risk if tail is not None and tail.risk is not None else RiskInputs.of(plan),
             risk_accuracy=_accuracy(result) if accuracy else _carried(reuse),
         )
         return store.write(content, keep=keep, progress=say)
@@ -244,12 +324,23 @@ def publish_panel(
         if previous is None:
             previous = store.previous()
         limit = dask_min_cells if dask is not None else None
-        reuse, build = _incremental(
-            previous, plan, panel, master, digests, say, block_symbols, limit
+        found, build = _incremental(
+            previous,
+            plan,
+            panel,
+            master,
+            digests,
+            say,
+            block_symbols,
+            limit,
+            window=window,
+            returns_excluded=returns_excluded,
         )
-        if reuse is not None:
+        if found is not None:
             say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
-            return publish(reuse.result, reuse=reuse.reuse)
+            return publish(found.result, tail=found)
+    if window is not None:
+        raise WholeHistory("; ".join(build["reasons"]))
     if dask is not None:  # why not incremental was said above
         build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
     elif full:
@@ -350,10 +441,14 @@ def _incremental(
     say: Callable[[str], None],
     block_symbols: int = BLOCK_SYMBOLS,
     dask_min_cells: int | None = None,
+    *,
+    window: tail.Window | None = None,
+    returns_excluded: int = 0,
 ) -> tuple[SnapshotContent | None, dict[str, Any]]:
     """The reused part of the previous version, when there is one: (content, build block), or
     (None, build block saying why the build is full). With `dask_min_cells` (a Dask build is
-    asked for), a tail of more cells than that is left to a full Dask build."""
+    asked for), a tail of more cells than that is left to a full Dask build. With `window`
+    (a tail plan) the reasons of a full build are left to the caller to say."""
     folder = opened.folder
     previous: Snapshot | None = opened.snapshot
     if opened.problem is not None:
@@ -363,48 +458,67 @@ def _incremental(
         manifest = dict(previous.manifest)
         manifest["symbol_names"] = previous.symbols["ticker"].astype(str).tolist()
     close = previous.array("price_close") if previous is not None and previous.chunked else None
-    decision = incremental.decide(digests, manifest, plan, close)
-    for why in decision.reasons:
-        say(why)
+    calendar = plan.sessions if window is None else window.calendar
+    base = 0 if window is None else window.base
+    decision = incremental.decide(digests, manifest, plan, close, calendar=calendar, base=base)
+
+    def full_build(*more: str) -> tuple[None, dict[str, Any]]:
+        reasons = [*decision.reasons, *more]
+        if window is None:
+            for why in reasons:
+                say(why)
+        return None, {"mode": "full", "reasons": reasons}
+
     if decision.chunk == 0 or previous is None or manifest is None:
-        return None, {"mode": "full", "reasons": decision.reasons}
+        return full_build()
     block = int(manifest["arrays"]["grid"]["block"])
     if block != block_symbols:
-        why = f"the chunk grid's block changes ({block} -> {block_symbols} symbols)"
-        return None, {"mode": "full", "reasons": [*decision.reasons, why]}
+        return full_build(f"the chunk grid's block changes ({block} -> {block_symbols} symbols)")
     start = decision.chunk * CHUNK_SESSIONS
-    cells = len(plan.symbols) * (len(plan.sessions) - start)
+    cells = len(plan.symbols) * (len(calendar) - start)
     if dask_min_cells is not None and cells > dask_min_cells:
-        why = f"{cells:,} cells to compute, more than {dask_min_cells:,} (dask_min_cells)"
-        return None, {"mode": "full", "reasons": [*decision.reasons, why]}
+        return full_build(
+            f"{cells:,} cells to compute, more than {dask_min_cells:,} (dask_min_cells)"
+        )
+    risk = RiskInputs.of(plan, first=base)
+    if window is not None and not risk_resumes(manifest, risk, decision.chunk):
+        return full_build("the previous version's risk model does not resume there")
+    for why in decision.reasons:
+        say(why)
     if dask_min_cells is not None:
         say(f"incremental in process: {cells:,} cells, at most {dask_min_cells:,} (dask_min_cells)")
-    say(f"incremental: computing sessions from {str(plan.sessions[start])[:10]}")
-    tail = incremental.run_tail(plan, start)
-    result = incremental.tail_result(plan, tail, start, previous)
+    say(f"incremental: computing sessions from {str(calendar[start])[:10]}")
+    computed = incremental.run_tail(plan, start, base=base)
+    result = incremental.tail_result(plan, computed, start, previous)
+    written = panel
+    if window is not None:
+        result = tail.whole_result(result, start, window, previous, returns_excluded)
+        written = tail.tail_panel(panel, start, window, previous)
     fields: dict[str, Any] = dict(result.metrics)
     for name in PANEL_ARRAYS:
-        fields[name] = getattr(panel, name)
+        fields[name] = getattr(written, name)
     broken = incremental.derivations_hold(fields, manifest["arrays"]["derived"], start)
     if broken:
-        reasons = [*decision.reasons, f"fields no longer derived on read: {', '.join(broken)}"]
-        return None, {"mode": "full", "reasons": reasons}
-    first, last = incremental.first_last(plan, start, previous.symbols, plan.sessions)
+        return full_build(f"fields no longer derived on read: {', '.join(broken)}")
+    first, last = incremental.first_last(plan, start, previous.symbols, calendar, base)
     build = {
         "mode": "incremental",
         "previous": folder.name if folder is not None else None,
         "from_chunk": decision.chunk,
-        "from_session": str(plan.sessions[start])[:10],
+        "from_session": str(calendar[start])[:10],
         "reasons": decision.reasons,
     }
+    if window is not None:
+        build["read_from"] = str(window.since.date())
     assert folder is not None
     content = SnapshotContent(
         result=result,
-        panel=panel,
+        panel=written,
         master=master,
         data_source="",
         ingest={},
         reuse=Reuse(decision.chunk, folder, manifest, last, first, build),
+        risk=risk,
     )
     return content, build
 

@@ -70,9 +70,20 @@ def _master_frame(master: pd.DataFrame, symbols: np.ndarray) -> list[list[str]]:
 
 
 def input_digests(
-    plan: ModelPlan, panel: Panel, master: pd.DataFrame, breaks: np.ndarray | None
+    plan: ModelPlan,
+    panel: Panel,
+    master: pd.DataFrame,
+    breaks: np.ndarray | None,
+    *,
+    base: int = 0,
+    proved: list[dict[str, Any]] | None = None,
+    sessions: int | None = None,
 ) -> dict[str, Any]:
-    """The digests of a build's inputs: universe-wide, then per time chunk of the grid."""
+    """The digests of a build's inputs: universe-wide, then per time chunk of the grid.
+
+    A tail plan (`tail.Window`: the plan's first session is session `base` of a calendar of
+    `sessions`) gives the chunks after the `proved` ones (the previous version's entries,
+    which the data set proves unchanged, taken as they are); its arrays are exact there."""
     layout, flat = plan.layout, plan.flat
     universe = {
         "symbols": _digest(plan.symbols.astype(str).tolist()),
@@ -84,13 +95,15 @@ def input_digests(
         ),
         "caps_imputed": _digest(sorted(layout.caps_imputed)),
     }
-    grid = chunks.ChunkGrid(len(plan.symbols), len(plan.sessions))
-    sessions = np.asarray(plan.sessions).astype("datetime64[D]")
+    total = len(plan.sessions) + base if sessions is None else sessions
+    grid = chunks.ChunkGrid(len(plan.symbols), total)
+    days = np.asarray(plan.sessions).astype("datetime64[D]")
+    first = len(proved) if proved is not None else 0
 
     def chunk(c: int) -> dict[str, Any]:
-        lo, hi = grid.cols(c)
+        lo, hi = (t - base for t in grid.cols(c))
         digests = {
-            "sessions": _digest(sessions[lo:hi]),
+            "sessions": _digest(days[lo:hi]),
             "returns": _digest(
                 plan.returns[:, lo:hi], breaks[:, lo:hi] if breaks is not None else 0
             ),
@@ -104,8 +117,8 @@ def input_digests(
 
     # Threads over chunks: the strided copies of each chunk (numpy) release the GIL.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        per_chunk = list(pool.map(chunk, range(grid.chunks)))
-    return {"scheme": DIGESTS, "universe": universe, "chunks": per_chunk}
+        per_chunk = list(pool.map(chunk, range(first, grid.chunks)))
+    return {"scheme": DIGESTS, "universe": universe, "chunks": [*(proved or []), *per_chunk]}
 
 
 @dataclass
@@ -125,9 +138,14 @@ def decide(
     previous: dict[str, Any] | None,
     plan: ModelPlan,
     previous_close: Any = None,
+    *,
+    calendar: np.ndarray | None = None,
+    base: int = 0,
 ) -> Decision:
     """The first time chunk to compute, comparing this build's input digests with the previous
-    version's manifest; the reasons say what stopped reuse earlier."""
+    version's manifest; the reasons say what stopped reuse earlier. A tail plan gives its
+    `calendar` (every session) and `base` (where its own sessions begin in it)."""
+    sessions = plan.sessions if calendar is None else calendar
     if previous is None:
         return Decision(0, ["no previous version"])
     old = previous.get("inputs")
@@ -179,18 +197,18 @@ def decide(
         changed = sorted(
             k for k in now_c[c0]["digests"] if now_c[c0]["digests"][k] != old_c[c0]["digests"][k]
         )
-        reasons.append(_revision(c0, changed, plan, previous_close))
+        reasons.append(_revision(c0, changed, plan, previous_close, sessions, base))
     elif c0 < len(now_c):
         lo = c0 * full
         old_t = sum(int(e["sessions"]) for e in old_c)
-        first_new = max(lo, min(old_t, len(plan.sessions) - 1))
-        if old_t < len(plan.sessions):
+        first_new = max(lo, min(old_t, len(sessions) - 1))
+        if old_t < len(sessions):
             reasons.append(
-                f"new sessions from {_date(plan.sessions, first_new)}"
-                f" ({len(plan.sessions) - old_t}); recomputing from {_date(plan.sessions, lo)}"
+                f"new sessions from {_date(sessions, first_new)}"
+                f" ({len(sessions) - old_t}); recomputing from {_date(sessions, lo)}"
             )
         else:
-            reasons.append(f"the last chunk recomputed from {_date(plan.sessions, lo)}")
+            reasons.append(f"the last chunk recomputed from {_date(sessions, lo)}")
     return Decision(c0, reasons)
 
 
@@ -204,16 +222,25 @@ def _previous_symbols(previous: dict[str, Any]) -> list[str]:
     return [str(s) for s in names]
 
 
-def _revision(c: int, changed: list[str], plan: ModelPlan, previous_close: Any) -> str:
+def _revision(
+    c: int,
+    changed: list[str],
+    plan: ModelPlan,
+    previous_close: Any,
+    sessions: np.ndarray,
+    base: int,
+) -> str:
     """Why chunk c cannot be reused: which inputs changed, and for prices, how many symbols
     from which session (the previous version's prices of that chunk, compared)."""
     lo, hi = c * chunks.CHUNK_SESSIONS, (c + 1) * chunks.CHUNK_SESSIONS
     if "sessions" in changed:
-        return f"the session calendar changed from {_date(plan.sessions, lo)}"
+        return f"the session calendar changed from {_date(sessions, lo)}"
     price_inputs = {"close", "returns", *PANEL_ARRAYS, "market_cap"}
     if previous_close is not None and price_inputs & set(changed):
         old = np.asarray(previous_close[:, lo:hi], dtype=np.float64)
-        new = plan.panel.close[:, lo:hi]
+        new = plan.panel.close[:, lo - base : hi - base]
+        width = min(old.shape[1], new.shape[1])  # the shorter of the two ends the chunk
+        old, new = old[:, :width], new[:, :width]
         differs = ~((old == new) | (np.isnan(old) & np.isnan(new)))
         rows = np.flatnonzero(differs.any(axis=1))
         if len(rows):
@@ -221,9 +248,9 @@ def _revision(c: int, changed: list[str], plan: ModelPlan, previous_close: Any) 
             names = _names(plan.symbols[rows].astype(str).tolist(), 5)
             return (
                 f"prices revised for {len(rows)} symbols ({names}) from "
-                f"{_date(plan.sessions, first)}; recomputing from {_date(plan.sessions, lo)}"
+                f"{_date(sessions, first)}; recomputing from {_date(sessions, lo)}"
             )
-    return f"inputs changed ({', '.join(changed)}) from {_date(plan.sessions, lo)}"
+    return f"inputs changed ({', '.join(changed)}) from {_date(sessions, lo)}"
 
 
 def tail_offsets(start: int, window: int) -> tuple[int, int]:
@@ -241,14 +268,23 @@ def tail_offsets(start: int, window: int) -> tuple[int, int]:
     return long_from, short_from
 
 
-def run_tail(plan: ModelPlan, start: int) -> dict[str, np.ndarray]:
+def run_tail(
+    plan: ModelPlan, start: int, *, base: int = 0, rows: int = chunks.BLOCK_SYMBOLS
+) -> dict[str, np.ndarray]:
     """Every metric at sessions t >= `start`, as (n x (T - start)) arrays, bitwise equal to a
     full run's: the per-symbol work of `run_block` on the inputs from a re-anchoring point two
     windows earlier (`tail_offsets`), each series computed from the point it needs only (the
     cascade from one window before `start`, the flat model from `start` - 1, the 23-session
-    volatility from its own anchor), so a one-session update costs about one window."""
+    volatility from its own anchor), so a one-session update costs about one window.
+
+    `start` counts sessions of the whole calendar; a tail plan's arrays begin at its session
+    `base` (the anchors are the calendar's, so `base` is a multiple of the window). The rows
+    run `rows` at a time, so memory holds one block's series over the window."""
     params = plan.shared.params
-    o, o_short = tail_offsets(start, params.window)
+    o, o_short = (x - base for x in tail_offsets(start, params.window))
+    s = start - base - o
+    if o < 0 or o_short < 0 or (base and base % params.window):
+        raise ValueError(f"a tail plan from session {base} cannot run from session {start}")
     shared = plan.in_process()
     sliced = SharedFactors(
         factors=np.ascontiguousarray(shared.factors[:, o:]),
@@ -256,35 +292,40 @@ def run_tail(plan: ModelPlan, start: int) -> dict[str, np.ndarray]:
         flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
         params=params,
     )
-    full = plan.block(0, plan.size, own_rows=False)
-    block = BlockInput(
-        start=0,
-        stop=plan.size,
-        returns=np.ascontiguousarray(full.returns[:, o:]),
-        own_factors=np.empty((0, len(plan.sessions) - o)),
-        model_fidx=full.model_fidx,
-        exposure=full.exposure,
-    )
-    s = start - o
-    if s >= 2 * params.window:  # each series from the point it needs (see run_block)
-        computed = run_block(sliced, block, start=s)
-    else:  # the first two windows: the whole run
-        computed = {name: arr[:, s:] for name, arr in run_block(sliced, block).items()}
+    computed: dict[str, np.ndarray] = {}
+    for a, b in plan.blocks(rows):
+        part = plan.block(a, b, own_rows=False)
+        block = BlockInput(
+            start=a,
+            stop=b,
+            returns=np.ascontiguousarray(part.returns[:, o:]),
+            own_factors=np.empty((0, len(plan.sessions) - o)),
+            model_fidx=part.model_fidx,
+            exposure=part.exposure,
+        )
+        if s >= 2 * params.window:  # each series from the point it needs (see run_block)
+            found = run_block(sliced, block, start=s)
+        else:  # the first two windows: the whole run
+            found = {name: arr[:, s:] for name, arr in run_block(sliced, block).items()}
+        for name, arr in found.items():
+            if name not in computed:
+                computed[name] = np.empty((plan.size, arr.shape[1]))
+            computed[name][a:b] = arr
     short = np.ascontiguousarray(plan.returns[:, o_short:])
     vol_short = rolling_std(
         short,
         window=VOL_SHORT_WINDOW,
         min_obs=VOL_SHORT_MIN_OBS,
         out=np.empty(short.shape),
-        start=start - o_short,
-    )[:, start - o_short :]
+        start=start - base - o_short,
+    )[:, start - base - o_short :]
     out: dict[str, np.ndarray] = {}
     for name, arr in computed.items():  # the order of a full run's metrics
         if name == "vol_252d_ann":
             out["vol_23d"] = vol_short * ANNUALIZATION
         if name != "vol_23d":
             out[name] = arr
-    out.update(plan.price_metrics_from(start))
+    out.update(plan.price_metrics_from(start - base))
     return out
 
 
@@ -388,11 +429,16 @@ def tail_result(
 
 
 def first_last(
-    plan: ModelPlan, start: int, previous_symbols: pd.DataFrame, sessions: np.ndarray
+    plan: ModelPlan,
+    start: int,
+    previous_symbols: pd.DataFrame,
+    sessions: np.ndarray,
+    base: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's first and last priced session (-1 = none): from the new sessions where they
-    are there, else from the previous version's symbols table (same rows, same history)."""
-    price = plan.panel.close[:, start:]
+    are there, else from the previous version's symbols table (same rows, same history).
+    `sessions`: the whole calendar; the plan's begin at its session `base`."""
+    price = plan.panel.close[:, start - base :]
     has = np.isfinite(price)
     any_new = has.any(axis=1)
     width = price.shape[1]

@@ -56,15 +56,16 @@ HEDGE_FIELDS = tuple(dict.fromkeys(name for lev in (1, 2, 3) for name in LEVEL_H
 class RiskInputs:
     """What the risk model needs beyond the model's arrays: the published factor rows."""
 
-    factors: np.ndarray  # (K, T) factor returns
+    factors: np.ndarray  # (K, T - first) factor returns of sessions first .. T-1
     keys: list[str]
     fidx: np.ndarray  # (n, 3)
     params: RiskParams
+    first: int = 0  # the session of the factors' first column (a tail plan's base)
 
     @classmethod
-    def of(cls, plan: ModelPlan, params: RiskParams | None = None) -> RiskInputs:
+    def of(cls, plan: ModelPlan, params: RiskParams | None = None, first: int = 0) -> RiskInputs:
         layout = plan.layout
-        return cls(layout.factors, list(layout.keys), layout.fidx, params or RiskParams())
+        return cls(layout.factors, list(layout.keys), layout.fidx, params or RiskParams(), first)
 
 
 def state_to_npz(path: Path, state: RiskState) -> None:
@@ -119,13 +120,9 @@ def _rel(name: str, c: int, ext: str = "npy") -> Path:
     return Path(RISK_DIR) / f"{name}-{c:05d}.{ext}"
 
 
-def _dense(arr: Any, start: int, n: int, t: int) -> np.ndarray:
-    """An (n, t) float64 array holding `arr`'s sessions >= `start` (NaN before): a resumed run
-    reads nothing before its first session less one."""
-    out = np.full((n, t), np.nan)
-    if start < t:
-        out[:, start:] = np.asarray(arr[:, start:t], dtype=np.float64)
-    return out
+def _columns(arr: Any, lo: int, hi: int) -> np.ndarray:
+    """Sessions [lo, hi) of every row of a field, as float64."""
+    return np.ascontiguousarray(arr[:, lo:hi], dtype=np.float64)
 
 
 def _reusable(previous: Mapping[str, Any] | None, block: dict[str, Any], reuse: int) -> int:
@@ -137,6 +134,17 @@ def _reusable(previous: Mapping[str, Any] | None, block: dict[str, Any], reuse: 
         return 0
     same = all(old.get(k) == block[k] for k in ("layout", "keys", "params"))
     return reuse if same and int(old.get("chunks", 0)) >= reuse else 0
+
+
+def risk_resumes(previous: Mapping[str, Any], inputs: RiskInputs, reuse: int) -> bool:
+    """Whether `write_risk` resumes the previous version's risk model at chunk `reuse` (an
+    incremental build's first chunk) rather than rerunning it from the first session."""
+    block: dict[str, Any] = {
+        "layout": RISK_LAYOUT,
+        "keys": inputs.keys,
+        "params": {**inputs.params.describe(), "level": inputs.params.level},
+    }
+    return _reusable(previous, block, reuse) == reuse > 0
 
 
 def write_risk(
@@ -155,7 +163,6 @@ def write_risk(
     the files of chunks < c0 are linked from `previous` and the run resumes at chunk c0.
     `fields`: the version's arrays as written (a Dask build's live in the version folder by
     now, no longer where `result`'s were opened)."""
-    n, n_t = grid.n, grid.t
     params = inputs.params
     block: dict[str, Any] = {
         "layout": RISK_LAYOUT,
@@ -181,30 +188,33 @@ def write_risk(
                 chunks.link_unread(folder, _rel("state", c, "npz"), previous)
         chunks.link_unread(folder, _rel("state", c0, "npz"), previous)
         state = state_from_npz(folder / _rel("state", c0, "npz"))
-    first = max(grid.cols(c0)[0] - 1, 0)
-    m = fields
-    returns = _dense(m["return"], first, n, n_t)
-    hedge = {name: _dense(m[name], first, n, n_t) for name in HEDGE_FIELDS}
     factors = np.asarray(inputs.factors, dtype=np.float64)
     symbols = np.asarray(result.symbols)
+    if max(grid.cols(c0)[0] - 1, 0) < inputs.first:
+        raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s")
     for c in range(c0, grid.chunks):
-        hi = grid.cols(c)[1]
+        lo, hi = grid.cols(c)
+        # The run of chunk c reads sessions lo - 1 .. hi - 1 only (the hedge of the session
+        # before): the model runs on those columns, its state moved to their origin and back,
+        # so memory holds one chunk of the fields, never the (n x T) history.
+        first = max(lo - 1, 0)
         model = risk_model(
-            returns[:, :hi],
-            factors[:, :hi],
+            _columns(fields["return"], first, hi),
+            factors[:, first - inputs.first : hi - inputs.first],
             inputs.fidx,
             inputs.keys,
             symbols,
-            {name: arr[:, :hi] for name, arr in hedge.items()},
+            {name: _columns(fields[name], first, hi) for name in HEDGE_FIELDS},
             params,
-            state=state,
+            state=None if state is None else state.moved(-first),
         )
         _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
         predicted["risk_specific_var"] = model.specific.var
         for name, prefix in RISK_FIELDS.items():
             _save(folder, _rel(prefix, c), predicted[name], previous)
-        state = model.state
+        state = model.state.moved(first)
+        chunks.close_files(fields)
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).
         _save_state(folder, _rel("state", c + 1, "npz"), state, previous)

@@ -536,6 +536,7 @@ def write_security_history(
         monthly[:, ~flow] = m_level
         monthly[:, flow] = m_flow
         table = _history_table(symbols, None, monthly, month_dates, 1)
+        chunks.close_files(fields)  # this year's chunk files are read: unmapped
         if table.num_rows:
             rel = Path(HISTORY_DIR) / f"monthly-{year}.parquet"
             _share_history(folder, rel, parquet_bytes(table), previous, stats)

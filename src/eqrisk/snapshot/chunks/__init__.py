@@ -70,7 +70,7 @@ from eqrisk.snapshot.chunks.layout import (
     same_bits,
     shape_fits,
 )
-from eqrisk.snapshot.chunks.reader import ROW_CACHE_BYTES, ChunkStore, open_arrays
+from eqrisk.snapshot.chunks.reader import ROW_CACHE_BYTES, ChunkStore, close_files, open_arrays
 from eqrisk.snapshot.chunks.writer import (
     WriteStats,
     chunk_equals,
@@ -105,6 +105,7 @@ __all__ = [
     "WriteStats",
     "chunk_equals",
     "chunk_path",
+    "close_files",
     "derivable",
     "derivable_from",
     "derive",

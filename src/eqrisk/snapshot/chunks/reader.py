@@ -271,6 +271,14 @@ class ChunkStore:
             while self._rows:
                 self._recycle(self._rows.popitem()[1])
 
+    def close_files(self) -> None:
+        """Unmap every chunk file opened so far (and the cells that view them): a pass over
+        the whole version (a build writing its tables) calls it between its steps, so the
+        mapped pages it read leave this process instead of adding up to the version's size."""
+        with self._lock:
+            self._files.clear()
+            self._cells.clear()
+
     def _block_plan(self, b: int) -> tuple[Any, ...]:
         """The tables `row_kernel.assemble` walks for a row of block b (built once)."""
         plan = self._plans.get(b)
@@ -339,6 +347,15 @@ class ChunkStore:
             found = (np.empty((n, self.grid.chunk)), np.empty(n, dtype=np.int64))
             self._local.scratch = found
         return found
+
+
+def close_files(fields: Mapping[str, Any]) -> None:
+    """`ChunkStore.close_files` of each store behind these fields (the chunked ones)."""
+    stores = {
+        id(s): s for f in fields.values() if isinstance(s := getattr(f, "_store", None), ChunkStore)
+    }
+    for store in stores.values():
+        store.close_files()
 
 
 def open_arrays(folder: Path, arrays: Mapping[str, Any]) -> dict[str, FieldArray]:
