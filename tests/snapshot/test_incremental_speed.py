@@ -15,7 +15,7 @@ from eqrisk.bench.incremental import _cut, synthetic_market
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelParams, cap_rank, plan_model
 from eqrisk.snapshot.build import publish_panel
-from eqrisk.snapshot.incremental import TailArray, _digest
+from eqrisk.snapshot.incremental import TailArray, digest
 from eqrisk.snapshot.tables import _clean, latest_values
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
@@ -95,11 +95,11 @@ def test_latest_values_gather_what_one_read_per_row_gives() -> None:
 def test_input_digests_see_one_changed_value() -> None:
     a = np.random.default_rng(2).normal(size=(30, 128))
     b = a.copy()
-    assert _digest(a[:, 10:50]) == _digest(np.ascontiguousarray(b[:, 10:50]))
+    assert digest(a[:, 10:50]) == digest(np.ascontiguousarray(b[:, 10:50]))
     b[17, 33] = np.nextafter(b[17, 33], np.inf)
-    assert _digest(a[:, 10:50]) != _digest(b[:, 10:50])
-    assert _digest(a[:, :0]) != _digest(a[:0, :])  # the shape is part of the digest
-    assert _digest(["x", 1]) != _digest(["x", 2])
+    assert digest(a[:, 10:50]) != digest(b[:, 10:50])
+    assert digest(a[:, :0]) != digest(a[:0, :])  # the shape is part of the digest
+    assert digest(["x", 1]) != digest(["x", 2])
 
 
 def test_a_one_session_build_with_caps_and_volume_equals_a_full_rebuild(tmp_path: Path) -> None:

@@ -279,11 +279,22 @@ def return_breaks(
     """(n x T) bool mask of the returns kept out of the model: one (symbol, date) per
     return the cleaning stage or the user left out at ingest (the return INTO that session)."""
     mask = np.zeros((len(symbols), len(sessions)), dtype=bool)
+    for i, j in break_cells(breaks, symbols, sessions):
+        mask[i, j] = True
+    return mask
+
+
+def break_cells(
+    breaks: list[list[str]] | list[tuple[str, str]], symbols: np.ndarray, sessions: np.ndarray
+) -> set[tuple[int, int]]:
+    """The (row, session) cells of the breaks that fall on `symbols` and `sessions` (what
+    `return_breaks` marks; a tail build counts them over the whole calendar without a mask)."""
     row = {s: i for i, s in enumerate(np.asarray(symbols).tolist())}
     col = {d: j for j, d in enumerate(np.asarray(sessions).astype("datetime64[D]").tolist())}
+    cells = set()
     for sym, date in breaks:
         i = row.get(sym)
         j = col.get(np.datetime64(date, "D").astype(object))
         if i is not None and j is not None:
-            mask[i, j] = True
-    return mask
+            cells.add((i, j))
+    return cells

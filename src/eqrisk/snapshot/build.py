@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.calendar import sessions_between
-from eqrisk.data.corporate_actions import return_breaks
+from eqrisk.data.corporate_actions import break_cells, return_breaks
 from eqrisk.data.demo import DATA_SOURCE as DEMO_SOURCE
 from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
@@ -192,7 +192,7 @@ def _publish_tail(
         _check_universe(previous, (int(found.stats.index["symbol"].nunique()), len(calendar)))
     say(f"reading the ingested data from {window.since.date()} (the years before: unchanged)")
     panel = read_panel(found, raw_master, classes, since=window.since)
-    excluded = tail.counted_breaks(breaks_list, panel.symbols, window.calendar)
+    excluded = len(break_cells(breaks_list, panel.symbols, window.calendar))
     try:
         return publish_on(panel, window=window, returns_excluded=excluded)
     except WholeHistory as why_not:
@@ -297,16 +297,16 @@ def publish_panel(
         )
 
     def publish(
-        result: ModelResult, *, staged: Staged | None = None, tail: SnapshotContent | None = None
+        result: ModelResult, *, staged: Staged | None = None, reused: SnapshotContent | None = None
     ) -> dict[str, Any]:
         """Write a build's result as the new version (the one place for the three paths): its
         arrays already written by the Dask workers when `staged` says so, the previous
         version's chunks before the first computed one shared by an incremental build
-        (`tail`: its panel, reuse and risk inputs)."""
-        reuse = tail.reuse if tail is not None else None
+        (`reused`: its panel, reuse and risk inputs)."""
+        reuse = reused.reuse if reused is not None else None
         content = SnapshotContent(
             result=result,
-            panel=tail.panel if tail is not None else panel,
+            panel=reused.panel if reused is not None else panel,
             master=master,
             data_source=str(meta.get("data_source", "unknown")),
             ingest={k: meta.get(k) for k in ingest_keys},
@@ -315,7 +315,9 @@ def publish_panel(
             build=build,
             staged=staged,
             block=block_symbols,
-            risk=tail.risk if tail is not None and tail.risk is not None else RiskInputs.of(plan),
+            risk=reused.risk
+            if reused is not None and reused.risk is not None
+            else RiskInputs.of(plan),
             risk_accuracy=_accuracy(result) if accuracy else _carried(reuse),
         )
         return store.write(content, keep=keep, progress=say)
@@ -324,7 +326,7 @@ def publish_panel(
         if previous is None:
             previous = store.previous()
         limit = dask_min_cells if dask is not None else None
-        found, build = _incremental(
+        reused, build = _incremental(
             previous,
             plan,
             panel,
@@ -336,9 +338,9 @@ def publish_panel(
             window=window,
             returns_excluded=returns_excluded,
         )
-        if found is not None:
+        if reused is not None:
             say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
-            return publish(found.result, tail=found)
+            return publish(reused.result, reused=reused)
     if window is not None:
         raise WholeHistory("; ".join(build["reasons"]))
     if dask is not None:  # why not incremental was said above

@@ -46,7 +46,7 @@ DIGESTS = "inputs-2"  # bump when what the digests cover changes: older manifest
 CHUNK_INPUTS = ("sessions", "returns", "factors", "flat", "close", *PANEL_ARRAYS, "market_cap")
 
 
-def _digest(*parts: Any) -> str:
+def digest(*parts: Any) -> str:
     # XXH3-128: these digests detect changed data, not adversaries, and it hashes about 7x
     # faster than blake2b (a one-session build hashes the whole history's inputs).
     h = xxhash.xxh3_128()
@@ -86,14 +86,14 @@ def input_digests(
     which the data set proves unchanged, taken as they are); its arrays are exact there."""
     layout, flat = plan.layout, plan.flat
     universe = {
-        "symbols": _digest(plan.symbols.astype(str).tolist()),
-        "method": _digest(plan.shared.params.describe()),
-        "code": _digest(eqrisk.__version__, DIGESTS),
-        "master": _digest(_master_frame(master, plan.symbols)),
-        "layout": _digest(
+        "symbols": digest(plan.symbols.astype(str).tolist()),
+        "method": digest(plan.shared.params.describe()),
+        "code": digest(eqrisk.__version__, DIGESTS),
+        "master": digest(_master_frame(master, plan.symbols)),
+        "layout": digest(
             layout.keys, layout.fidx, layout.model_fidx, flat.names, flat.sources, flat.exposure
         ),
-        "caps_imputed": _digest(sorted(layout.caps_imputed)),
+        "caps_imputed": digest(sorted(layout.caps_imputed)),
     }
     total = len(plan.sessions) + base if sessions is None else sessions
     grid = chunks.ChunkGrid(len(plan.symbols), total)
@@ -103,15 +103,15 @@ def input_digests(
     def chunk(c: int) -> dict[str, Any]:
         lo, hi = (t - base for t in grid.cols(c))
         digests = {
-            "sessions": _digest(days[lo:hi]),
-            "returns": _digest(
+            "sessions": digest(days[lo:hi]),
+            "returns": digest(
                 plan.returns[:, lo:hi], breaks[:, lo:hi] if breaks is not None else 0
             ),
-            "factors": _digest(layout.model_factors[:, lo:hi]),
-            "flat": _digest(flat.returns[:, lo:hi], flat.sector_market_beta[:, lo:hi]),
-            "close": _digest(panel.close[:, lo:hi]),
-            **{name: _digest(getattr(panel, name)[:, lo:hi]) for name in PANEL_ARRAYS},
-            "market_cap": _digest(panel.market_cap[:, lo:hi]),
+            "factors": digest(layout.model_factors[:, lo:hi]),
+            "flat": digest(flat.returns[:, lo:hi], flat.sector_market_beta[:, lo:hi]),
+            "close": digest(panel.close[:, lo:hi]),
+            **{name: digest(getattr(panel, name)[:, lo:hi]) for name in PANEL_ARRAYS},
+            "market_cap": digest(panel.market_cap[:, lo:hi]),
         }
         return {"sessions": hi - lo, "digests": digests}
 

@@ -125,26 +125,32 @@ def _columns(arr: Any, lo: int, hi: int) -> np.ndarray:
     return np.ascontiguousarray(arr[:, lo:hi], dtype=np.float64)
 
 
-def _reusable(previous: Mapping[str, Any] | None, block: dict[str, Any], reuse: int) -> int:
-    """How many leading chunks of the previous version's risk files this build may link."""
+def _reusable(previous: Mapping[str, Any] | None, inputs: RiskInputs, reuse: int) -> int:
+    """How many leading chunks of the previous version's risk files this build may link: the
+    same layout, factors and settings (`_identity`), and at least `reuse` chunks."""
     if not previous or reuse <= 0:
         return 0
     old = previous.get("risk")
     if not isinstance(old, dict):
         return 0
-    same = all(old.get(k) == block[k] for k in ("layout", "keys", "params"))
+    same = all(old.get(k) == v for k, v in _identity(inputs).items())
     return reuse if same and int(old.get("chunks", 0)) >= reuse else 0
+
+
+def _identity(inputs: RiskInputs) -> dict[str, Any]:
+    """What a version's risk files depend on besides the arrays (the manifest's `risk`)."""
+    params = inputs.params
+    return {
+        "layout": RISK_LAYOUT,
+        "keys": inputs.keys,
+        "params": {**params.describe(), "level": params.level},
+    }
 
 
 def risk_resumes(previous: Mapping[str, Any], inputs: RiskInputs, reuse: int) -> bool:
     """Whether `write_risk` resumes the previous version's risk model at chunk `reuse` (an
     incremental build's first chunk) rather than rerunning it from the first session."""
-    block: dict[str, Any] = {
-        "layout": RISK_LAYOUT,
-        "keys": inputs.keys,
-        "params": {**inputs.params.describe(), "level": inputs.params.level},
-    }
-    return _reusable(previous, block, reuse) == reuse > 0
+    return _reusable(previous, inputs, reuse) == reuse > 0
 
 
 def write_risk(
@@ -164,18 +170,19 @@ def write_risk(
     `fields`: the version's arrays as written (a Dask build's live in the version folder by
     now, no longer where `result`'s were opened)."""
     params = inputs.params
+    identity = _identity(inputs)
     block: dict[str, Any] = {
-        "layout": RISK_LAYOUT,
-        "keys": inputs.keys,
+        "layout": identity["layout"],
+        "keys": identity["keys"],
         "levels": [
             LEVEL_NAMES[lv - 1] if lv > 0 else None
             for lv in factor_levels(inputs.fidx, len(inputs.keys)).tolist()
         ],
-        "params": {**params.describe(), "level": params.level},
+        "params": identity["params"],
         "fields": list(RISK_FIELDS),
         "chunks": grid.chunks,
     }
-    c0 = _reusable(previous_manifest, block, reuse) if previous is not None else 0
+    c0 = _reusable(previous_manifest, inputs, reuse) if previous is not None else 0
     (folder / RISK_DIR).mkdir(parents=True, exist_ok=True)
     _save(folder, Path(RISK_DIR) / "fidx.npy", np.asarray(inputs.fidx, dtype=np.int64), previous)
     state: RiskState | None = None

@@ -20,30 +20,24 @@ decides as before; so does a tail that turns out not to be incremental.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-import xxhash
 
 from eqrisk.data.ingested import Stored
 from eqrisk.data.panel import Panel
 from eqrisk.model.returns import MEMBER_VOL_WINDOW
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.incremental import TailArray
+from eqrisk.snapshot.incremental import TailArray, digest
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 
 # Windows read before the first chunk not proved, besides the winsorisation's look-back: the
 # tail run's two (`incremental.tail_offsets`) and the link betas' one.
 WARMUP_WINDOWS = 3
-PROOF = "data-1"  # bump when what `data_proof` covers changes: older proofs never match
-
-
-def _digest(value: Any) -> str:
-    return xxhash.xxh3_128_hexdigest(json.dumps(value, sort_keys=True, default=str).encode())
+PROOF = "data-2"  # bump when what `data_proof` covers changes: older proofs never match
 
 
 def data_proof(
@@ -60,8 +54,8 @@ def data_proof(
         "scheme": PROOF,
         "parts": {f"{b}/{y}": d for (b, y), d in sorted(found.digests.items())},
         "first": str(pd.Timestamp(first).date()) if pd.notna(first) else None,
-        "breaks": _digest(sorted([str(s), str(d)] for s, d in breaks)),
-        "share_classes": _digest(sorted(share_classes.items())),
+        "breaks": digest(sorted([str(s), str(d)] for s, d in breaks)),
+        "share_classes": digest(sorted(share_classes.items())),
     }
 
 
@@ -164,17 +158,3 @@ def with_history(plan: ModelPlan, previous: dict[str, Any]) -> ModelPlan:
     before = (previous.get("model") or {}).get("caps_imputed_symbols") or []
     imputed = sorted({*map(str, before), *plan.layout.caps_imputed})
     return replace(plan, layout=replace(plan.layout, caps_imputed=imputed))
-
-
-def counted_breaks(breaks: list[Any], symbols: np.ndarray, calendar: np.ndarray) -> int:
-    """The returns the breaks exclude over the whole calendar (what `return_breaks` marks),
-    counted without an (n x T) mask."""
-    names = set(np.asarray(symbols).astype(str).tolist())
-    days = set(np.asarray(calendar).astype("datetime64[D]").tolist())
-    return len(
-        {
-            (str(sym), day)
-            for sym, date in breaks
-            if str(sym) in names and (day := np.datetime64(date, "D").astype(object)) in days
-        }
-    )
