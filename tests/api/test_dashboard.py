@@ -537,7 +537,8 @@ def test_demo_key_first_visit_shows_every_view_waiting_out_its_limit(
     box, strip = one_wait_shown(browser)
     assert box["status"] == "wait" and "completes by itself" in box["text"]
     # A minute after the first request, in whole seconds counted from the answer's Date header
-    # (both rounded up): at most 61 when the page made its five requests within a second.
+    # (the reset rounded up, the Date the second the fifth request arrived: api/protocol.py):
+    # at most 61.
     assert 1 <= box["seconds"] <= 61 and strip == box["seconds"]
     # The window frees the first request a minute after it was made; then the view completes.
     for chart in ("chart-shares", "chart-hedges", "chart-returns"):

@@ -5,10 +5,12 @@ through raw sockets against a real `eqrisk serve` and a real uvicorn."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,22 @@ def test_a_worker_over_its_concurrency_limit_answers_problem_json_503(capped_ser
     while (resp := httpx.get(f"{capped_server}/api/health", timeout=30)).status_code == 503:
         assert resp.json()["error"] == "SERVICE_UNAVAILABLE" and time.monotonic() < deadline
     assert resp.status_code == 200
+
+
+def test_every_answer_is_dated_no_earlier_than_its_request(home: Path) -> None:
+    """`Date` is the second the request arrived, not uvicorn's once-a-second stamp (a second
+    stale at most, more under load): a client counting `X-RateLimit-Reset` from it waits no
+    longer than the window. 40 requests over two seconds cross second boundaries at every
+    phase of uvicorn's timer."""
+    stale = []
+    with Server(home) as server, httpx.Client(base_url=server.base, timeout=30) as client:
+        for _ in range(40):
+            sent = time.time()
+            resp = client.get("/api/health")
+            received = time.time()
+            dated = parsedate_to_datetime(resp.headers["date"]).timestamp()
+            assert dated <= received
+            if dated < math.floor(sent):
+                stale.append((sent, resp.headers["date"]))
+            time.sleep(0.05)
+    assert stale == []

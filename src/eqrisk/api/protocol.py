@@ -12,12 +12,18 @@ What uvicorn answers by itself, before any app runs, is in the same shape: a req
 cannot parse (a malformed request line, header or body framing; uvicorn's text/plain 400) is a
 problem+json 400 `MALFORMED_REQUEST`, and a worker over its concurrency limit (uvicorn's
 text/plain 503) a problem+json 503 with `Retry-After`; both close the connection.
+
+Every answer's `Date` is the second the request's head arrived. uvicorn refreshes its `Date`
+once a second on its own timer (later under load), so an answer could carry a time a second or
+more before the request was made; a client that counts `X-RateLimit-Reset` from `Date` (the
+dashboard does, to be independent of its own clock) would then wait a second too long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from email.utils import formatdate
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -68,6 +74,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._stamp_date()
         limit = self.limit_concurrency
         if limit is None or (len(self.connections) < limit and len(self.tasks) < limit):
             super().on_headers_complete()
@@ -79,6 +86,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             super().on_headers_complete()
         finally:
             self.app, self.limit_concurrency = app, limit
+
+    def _stamp_date(self) -> None:
+        """The worker's default headers (which the request's answer takes) with the `Date` of
+        now, where uvicorn sends one (its `date_header`)."""
+        state = self.server_state
+        if state.default_headers and state.default_headers[0][0] == b"date":
+            now = formatdate(usegmt=True).encode()
+            if state.default_headers[0][1] != now:
+                state.default_headers = [(b"date", now), *state.default_headers[1:]]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
