@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import Panel
+from eqrisk.data.panel import PANEL_FIELDS, Panel
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot.build import publish_panel
 from eqrisk.snapshot.distributed import dask_client
@@ -90,14 +90,10 @@ def synthetic_market(n: int, t: int, seed: int) -> tuple[Panel, pd.DataFrame]:
 
 def _cut(panel: Panel, t: int) -> Panel:
     """The panel's first t sessions (yesterday's data set)."""
-    return Panel(
-        symbols=panel.symbols,
-        sessions=panel.sessions[:t],
-        **{
-            name: np.ascontiguousarray(getattr(panel, name)[:, :t])
-            for name in ("close", "open", "high", "low", "close_raw", "volume", "market_cap")
-        },
-    )
+    arrays: dict[str, Any] = {
+        name: np.ascontiguousarray(getattr(panel, name)[:, :t]) for name in PANEL_FIELDS
+    }
+    return Panel(symbols=panel.symbols, sessions=panel.sessions[:t], **arrays)
 
 
 def _bytes(folder: Path, only_new: bool = False) -> int:

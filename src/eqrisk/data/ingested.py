@@ -50,6 +50,7 @@ from eqrisk.data.panel import (
     Cells,
     Panel,
     fill_panel,
+    fill_rows,
 )
 
 # Symbols per block of a new data set (recorded in its meta; a data set keeps its own).
@@ -473,11 +474,13 @@ def read_panel(
     master: pd.DataFrame | None,
     share_classes: dict[str, str] | None = None,
     since: pd.Timestamp | None = None,
+    fields: tuple[str, ...] = PANEL_FIELDS,
 ) -> Panel:
     """The data set as a `Panel`, filled one partition file at a time (beside the panel,
     memory holds one file's cells; symbols and dates stay Arrow dictionary codes and integers,
     never Python objects). `since`: only the sessions from that one on (a session), read from
-    the partitions of its year and after."""
+    the partitions of its year and after. `fields`: the fields read (`fill_panel`); a full
+    build reads MODEL_FIELDS here and the others block by block (`read_rows`)."""
     symbols = np.array(sorted(found.stats.index["symbol"].unique()), dtype=object)
     sessions = found.stats.sessions()
     if sessions.empty:
@@ -490,11 +493,37 @@ def read_panel(
         else [part_path(found.folder, p) for p in found.stats.parts() if p[1] >= first.year]
     )
     day = None if since is None else np.datetime64(first.date(), "D")
-    return fill_panel((_cells(f, day) for f in files), symbols, span, master, share_classes)
+    pieces = (_cells(f, day, fields) for f in files)
+    return fill_panel(pieces, symbols, span, master, share_classes, fields)
 
 
-def _cells(path: Path, since: np.datetime64 | None = None) -> Cells:
-    table = pq.read_table(path, read_dictionary=["symbol"])
+def read_rows(
+    found: Stored, symbols: np.ndarray, sessions: np.ndarray, fields: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    """`fields` of some symbols (rows) on `sessions` (columns, datetime64[D]), as a panel
+    read with those fields holds them: read from the partitions that hold these symbols only
+    (the rows of the others in them skipped). Fields a market cap is derived for are not
+    read here (`fill_panel` derives the cap from the whole universe)."""
+    if "market_cap" in fields:
+        raise ValueError("the market cap is derived for the whole universe (read_panel)")
+    wanted = set(symbols.tolist())
+    if found.legacy:
+        files = [found.folder / LEGACY_FILE]
+    else:
+        index = found.stats.index
+        mine = index.loc[index["symbol"].isin(wanted)]
+        parts = sorted({(int(b), int(y)) for b, y in zip(mine["block"], mine["year"], strict=True)})
+        files = [part_path(found.folder, p) for p in parts]
+    return fill_rows(
+        (_cells(f, None, fields) for f in files), symbols, sessions, fields, others=True
+    )
+
+
+def _cells(
+    path: Path, since: np.datetime64 | None = None, fields: tuple[str, ...] = PANEL_FIELDS
+) -> Cells:
+    columns = [c for c in pq.read_schema(path).names if c in ("date", "symbol", *fields)]
+    table = pq.read_table(path, columns=columns, read_dictionary=["symbol"])
     if since is not None:
         table = table.filter(pc.greater_equal(table["date"], pa.scalar(since.item(), pa.date32())))
     symbol = table["symbol"].combine_chunks()
@@ -504,11 +533,7 @@ def _cells(path: Path, since: np.datetime64 | None = None) -> Cells:
     else:  # pragma: no cover - read_dictionary always gives one
         codes, names = pd.factorize(symbol.to_numpy(zero_copy_only=False))
     days = table["date"].cast(pa.int32()).to_numpy().astype("datetime64[D]")
-    values = {
-        field: table[field].to_numpy().astype(float)
-        for field in PANEL_FIELDS
-        if field in table.column_names
-    }
+    values = {field: table[field].to_numpy().astype(float) for field in fields if field in columns}
     return Cells(names, codes, days, values)
 
 

@@ -28,6 +28,10 @@ PRICE_COLUMNS = [
 ]
 RAW_MASTER_COLUMNS = ["symbol", "name", "asset_type", "gics_sector", "gics_sub_industry", "shares"]
 PANEL_FIELDS = ("close", "open", "high", "low", "close_raw", "volume", "market_cap")
+# What the model needs of the whole universe at once: the returns (from the adjusted close) and
+# the caps (group weights, the cap rank, a company's classes summed). The other fields are only
+# stored and read off row by row, so a full build reads them one block of rows at a time.
+MODEL_FIELDS = ("close", "market_cap")
 
 
 # A data set or snapshot that would replace one with fewer than this share of its symbols or
@@ -66,10 +70,19 @@ class Panel:
     close_raw: np.ndarray
     volume: np.ndarray
     market_cap: np.ndarray
+    # The fields that hold the data; the others (a panel read for the model only, see
+    # MODEL_FIELDS) are read-only all-NaN views that take no memory: `require` before use.
+    read: tuple[str, ...] = PANEL_FIELDS
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.close.shape
+
+    def require(self, *names: str) -> None:
+        """Raise when one of `names` was not read into this panel."""
+        missing = [name for name in names if name not in self.read]
+        if missing:
+            raise ValueError(f"the panel was read without {', '.join(missing)}")
 
     def index_of(self) -> dict[str, int]:
         return {s: i for i, s in enumerate(self.symbols.tolist())}
@@ -117,9 +130,11 @@ def fill_panel(
     span: tuple[pd.Timestamp, pd.Timestamp],
     master: pd.DataFrame | None = None,
     share_classes: dict[str, str] | None = None,
+    fields: tuple[str, ...] = PANEL_FIELDS,
 ) -> Panel:
     """The panel of `symbols` (sorted) on the NYSE sessions of `span` (first, last), filled
     from pieces of price rows one at a time (only one piece in memory beside the panel).
+    `fields`: the fields read (MODEL_FIELDS at least); the others are all-NaN views.
 
     Market cap: the row's `market_cap` where given, else shares (from the master) x adjusted
     close. A master's share count is one number, today's; the adjusted close is today's price
@@ -128,27 +143,11 @@ def fill_panel(
     classes of one company (`share_classes`, symbol -> company; None: the project's map) count
     the company's cap once (`share_classes.company_caps`).
     """
+    if not set(MODEL_FIELDS) <= set(fields) <= set(PANEL_FIELDS):
+        raise ValueError(f"a panel reads {MODEL_FIELDS} at least, of {PANEL_FIELDS}")
     sessions = sessions_between(pd.Timestamp(span[0]), pd.Timestamp(span[1]))
     session_days = sessions.to_numpy().astype("datetime64[D]")
-    sym_idx = pd.Index(symbols)
-    shape = (len(symbols), len(sessions))
-    arrays = {field: np.full(shape, np.nan) for field in PANEL_FIELDS}
-    for piece in pieces:
-        where = sym_idx.get_indexer(pd.Index(piece.names))
-        if (where < 0).any():
-            raise ValueError("price rows of a symbol outside the panel")
-        rows = where[piece.codes]
-        cols = np.searchsorted(session_days, piece.days)
-        inside = cols < len(session_days)
-        ok = inside.copy()
-        ok[inside] = session_days[cols[inside]] == piece.days[inside]
-        if not ok.all():
-            bad = np.unique(piece.days[~ok])[:5]
-            raise ValueError(
-                f"prices hold dates that are not NYSE sessions: {[str(d) for d in bad]}"
-            )
-        for field, values in piece.values.items():
-            arrays[field][rows, cols] = values
+    arrays = fill_rows(pieces, symbols, session_days, fields)
     if master is not None and "shares" in master.columns:
         shares = (
             pd.to_numeric(master.set_index("symbol")["shares"], errors="coerce")
@@ -161,8 +160,49 @@ def fill_panel(
             cap[part] = np.where(np.isnan(cap[part]), shares[part, None] * close[part], cap[part])
     classes = read_share_classes() if share_classes is None else share_classes
     arrays["market_cap"] = company_caps(arrays["market_cap"], symbols, classes, copy=False)
+    shape = (len(symbols), len(session_days))
+    unread = np.broadcast_to(np.float64(np.nan), shape)
     return Panel(
         symbols=symbols,
-        sessions=sessions.to_numpy().astype("datetime64[D]"),
-        **{k: np.ascontiguousarray(v) for k, v in arrays.items()},
+        sessions=session_days,
+        **{k: np.ascontiguousarray(arrays[k]) if k in arrays else unread for k in PANEL_FIELDS},
+        read=tuple(k for k in PANEL_FIELDS if k in fields),
     )
+
+
+def fill_rows(
+    pieces: Iterable[Cells],
+    symbols: np.ndarray,
+    session_days: np.ndarray,
+    fields: tuple[str, ...],
+    *,
+    others: bool = False,
+) -> dict[str, np.ndarray]:
+    """`fields` of `symbols` x `session_days` (NaN: no row), filled from pieces of price rows
+    one at a time. A row of a symbol outside `symbols` is an error, or skipped with `others`
+    (a block of rows read from files that hold other symbols too)."""
+    sym_idx = pd.Index(symbols)
+    shape = (len(symbols), len(session_days))
+    arrays = {field: np.full(shape, np.nan) for field in fields}
+    for piece in pieces:
+        where = sym_idx.get_indexer(pd.Index(piece.names))
+        if (where < 0).any() and not others:
+            raise ValueError("price rows of a symbol outside the panel")
+        rows = where[piece.codes]
+        cols = np.searchsorted(session_days, piece.days)
+        inside = cols < len(session_days)
+        ok = inside.copy()
+        ok[inside] = session_days[cols[inside]] == piece.days[inside]
+        if not ok.all():
+            bad = np.unique(piece.days[~ok])[:5]
+            raise ValueError(
+                f"prices hold dates that are not NYSE sessions: {[str(d) for d in bad]}"
+            )
+        mine = rows >= 0
+        if not mine.all():
+            rows, cols = rows[mine], cols[mine]
+        for field in fields:
+            if field in piece.values:
+                values = piece.values[field]
+                arrays[field][rows, cols] = values if mine.all() else values[mine]
+    return arrays

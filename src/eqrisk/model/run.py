@@ -139,6 +139,7 @@ class ModelPlan:
     def price_rows(self, start: int, stop: int) -> PriceRows:
         """The price inputs of rows [start, stop) (views, no copy)."""
         p = self.panel
+        p.require("close_raw", "volume")
         return PriceRows(
             close=p.close[start:stop],
             close_raw=p.close_raw[start:stop],
@@ -242,6 +243,7 @@ def _price_metrics(
 ) -> dict[str, np.ndarray]:
     """The metrics read straight off prices and returns, on sessions >= `start`: returns,
     close, cap and its rank (across the universe, so never in a block), turnover."""
+    panel.require("close_raw", "volume")
     cap = panel.market_cap[:, start:]
     return row_price_metrics(
         PriceRows(

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -17,9 +17,9 @@ from eqrisk.data.corporate_actions import break_cells, return_breaks
 from eqrisk.data.demo import DATA_SOURCE as DEMO_SOURCE
 from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
-from eqrisk.data.ingested import Stored, read_master, read_panel, stored
+from eqrisk.data.ingested import Stored, read_master, read_panel, read_rows, stored
 from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import Panel, shrink_reason
+from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel, shrink_reason
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import (
@@ -38,6 +38,9 @@ from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs, risk_resumes
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.versions import Snapshot, store_of
+
+if TYPE_CHECKING:
+    from eqrisk.snapshot.distributed import RowReader
 
 # An incremental build asked to run on Dask runs in process up to this many cells (symbols x
 # sessions computed): a one-session update of 5,000 symbols computes one chunk, 640,000 cells.
@@ -75,7 +78,7 @@ def build_snapshot(
     force: bool = False,
     dask: str | None = None,
     dask_workers: int | None = None,
-    block_rows: int = 1024,
+    block_rows: int = 512,
     full: bool = False,
     accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -144,13 +147,27 @@ def build_snapshot(
             found, raw_master, classes, proof, params, previous, force, say, publish_on
         )
     if manifest is None:
-        panel = read_panel(found, raw_master, classes)
+        # A build that cannot reuse anything (--full, or no version yet) reads the whole
+        # universe's model fields only; each block reads its other price fields when it is
+        # written (memory: two n x T arrays, not seven).
+        whole = full or previous is None or previous.snapshot is None
+        fields = MODEL_FIELDS if whole else PANEL_FIELDS
+        panel = read_panel(found, raw_master, classes, fields=fields)
         say(f"built the panel ({panel.shape[0]} symbols)")
         if not force:
             _check_universe(previous, panel.shape)
         say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
+
+        def rows(start: int, stop: int, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+            return read_rows(found, panel.symbols[start:stop], panel.sessions, names)
+
         manifest = publish_on(
-            panel, dask_workers=dask_workers, block_rows=block_rows, full=full, accuracy=accuracy
+            panel,
+            dask_workers=dask_workers,
+            block_rows=block_rows,
+            full=full,
+            accuracy=accuracy,
+            rows=rows,
         )
     seconds = time.perf_counter() - started
     record_build(store.root, build_mode(manifest, dask), seconds)
@@ -244,7 +261,7 @@ def publish_panel(
     keep: int = 3,
     dask: str | None = None,
     dask_workers: int | None = None,
-    block_rows: int = 1024,
+    block_rows: int = 512,
     full: bool = False,
     accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -254,13 +271,15 @@ def publish_panel(
     proof: dict[str, Any] | None = None,
     window: tail.Window | None = None,
     returns_excluded: int = 0,
+    rows: RowReader | None = None,
 ) -> dict[str, Any]:
     """The model on a panel (and its classified master) published as a new version of the
     store (`home`: a store, or a home whose store it is): the half of `build_snapshot` after
     the ingested data is read (the build bench calls it on a synthetic panel). Incremental
     unless `full` or `dask` (see `build_snapshot`); `previous` is the store's previous version
     when the caller opened it already. `proof`: the data set's digests (`tail.data_proof`),
-    recorded for the next build.
+    recorded for the next build. `rows`: where a block reads the price fields `panel` was
+    read without (`Panel.read`; a build that reuses chunks needs them all in the panel).
 
     With `window`, `panel` holds the sessions from `window.base` on only (a tail build, see
     `tail`; `returns_excluded` counts the breaks over the whole calendar): raises WholeHistory
@@ -281,6 +300,11 @@ def publish_panel(
     )
     if proof is not None:
         digests["data"] = proof
+    fed = None  # the digests of the fields the blocks read (`rows`), fed as they read them
+    unread = tuple(name for name in PANEL_ARRAYS if name not in panel.read)
+    if unread and rows is not None:
+        fed = incremental.RowDigests(unread, *panel.shape)
+        rows = _feeding(rows, fed)
     build: dict[str, Any]
 
     def _accuracy(result: ModelResult) -> dict[str, Any]:
@@ -311,7 +335,7 @@ def publish_panel(
             data_source=str(meta.get("data_source", "unknown")),
             ingest={k: meta.get(k) for k in ingest_keys},
             reuse=reuse,
-            inputs=digests,
+            inputs=digests if fed is None else fed.into(digests),
             build=build,
             staged=staged,
             block=block_symbols,
@@ -358,6 +382,7 @@ def publish_panel(
             block_rows=block_rows,
             block_symbols=block_symbols,
             say=say,
+            rows=rows,
         )
     # In process too, block by block: each block computed, written and dropped (bounded memory).
     return _publish_dask(
@@ -369,7 +394,19 @@ def publish_panel(
         block_rows=block_symbols,
         block_symbols=block_symbols,
         say=say,
+        rows=rows,
     )
+
+
+def _feeding(rows: RowReader, fed: incremental.RowDigests) -> RowReader:
+    """`rows`, feeding the digests of every block it reads."""
+
+    def read(start: int, stop: int, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        got = rows(start, stop, names)
+        fed.feed(start, got)
+        return got
+
+    return read
 
 
 def _carried(reuse: Reuse | None) -> dict[str, Any] | None:
@@ -398,6 +435,7 @@ def _publish_dask(
     block_rows: int,
     block_symbols: int,
     say: Callable[[str], None],
+    rows: RowReader | None = None,
 ) -> dict[str, Any]:
     """A build block by block: the workers of the Dask cluster at `address` (None: this
     process, one block after the other) write the arrays into a staging folder of the snapshot
@@ -417,6 +455,7 @@ def _publish_dask(
                 block_rows=block_rows,
                 block_symbols=block_symbols,
                 progress=say,
+                rows=rows,
             )
 
         if address is None:

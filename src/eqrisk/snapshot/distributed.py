@@ -310,6 +310,8 @@ class BlockWritten:
 
 
 PRICE_INPUTS = ("close", "market_cap", *PANEL_ARRAYS)
+# Reads rows [start, stop) of some price fields (names): one array per field, rows x sessions.
+RowReader = Callable[[int, int, tuple[str, ...]], dict[str, np.ndarray]]
 
 
 def _unless_all_nan(values: np.ndarray) -> np.ndarray | None:
@@ -435,6 +437,7 @@ def write_model_dask(
     block_rows: int = chunks.BLOCK_SYMBOLS,
     progress: Callable[[str], None] | None = None,
     block_symbols: int = chunks.BLOCK_SYMBOLS,
+    rows: RowReader | None = None,
 ) -> tuple[Staged, list[str]]:
     """Run the model on the cluster of `client`, the workers writing the arrays of the version
     into `folder` (a staging folder on the shared store; chunks equal to `previous`'s are hard
@@ -445,7 +448,10 @@ def write_model_dask(
     build; a block that left out a field another block could not derive is run again.
 
     `client` None runs the tasks here, one after the other: the local full build, each block
-    computed, written to its chunk files and dropped (no (n x T) output is ever held)."""
+    computed, written to its chunk files and dropped (no (n x T) output is ever held).
+
+    `rows` reads the rows [start, stop) of the price fields the plan's panel was read without
+    (a full build reads only MODEL_FIELDS whole: `build_snapshot`); each job holds its own."""
     say = progress or (lambda _msg: None)
     n, n_t = plan.returns.shape
     grid = chunks.ChunkGrid(n, n_t, block_symbols)
@@ -460,7 +466,19 @@ def write_model_dask(
     run_id = uuid.uuid4().hex[:8]
     folder.mkdir(parents=True, exist_ok=True)
     inputs = folder / INPUTS
-    sent = {name: _unless_all_nan(getattr(plan.panel, name)) for name in PRICE_INPUTS}
+    held = [name for name in PRICE_INPUTS if name in plan.panel.read]
+    unread = tuple(name for name in PRICE_INPUTS if name not in held)
+    if unread and rows is None:
+        plan.panel.require(*unread)
+    sent = {name: _unless_all_nan(getattr(plan.panel, name)) for name in held}
+
+    def prices(start: int, stop: int) -> dict[str, np.ndarray | None]:
+        """The job's rows of every price input: the panel's, and the others read now."""
+        got = {name: _rows_of(values, start, stop) for name, values in sent.items()}
+        if unread:
+            assert rows is not None
+            got.update({k: _unless_all_nan(v) for k, v in rows(start, stop, unread).items()})
+        return got
 
     def job(b0: int, b1: int, derive: tuple[str, ...] | None = None) -> BlockJob:
         start, stop = grid.rows(b0)[0], grid.rows(b1 - 1)[1]
@@ -471,7 +489,7 @@ def write_model_dask(
             b0=b0,
             b1=b1,
             rows=plan.block(start, stop),
-            prices={name: _rows_of(values, start, stop) for name, values in sent.items()},
+            prices=prices(start, stop),
             rank=rank[start:stop] if rank is not None else None,
             derive=derive,
         )

@@ -110,7 +110,11 @@ def input_digests(
             "factors": digest(layout.model_factors[:, lo:hi]),
             "flat": digest(flat.returns[:, lo:hi], flat.sector_market_beta[:, lo:hi]),
             "close": digest(panel.close[:, lo:hi]),
-            **{name: digest(getattr(panel, name)[:, lo:hi]) for name in PANEL_ARRAYS},
+            **{
+                name: digest(getattr(panel, name)[:, lo:hi])
+                for name in PANEL_ARRAYS
+                if name in panel.read  # the others: `RowDigests`, as the blocks read them
+            },
             "market_cap": digest(panel.market_cap[:, lo:hi]),
         }
         return {"sessions": hi - lo, "digests": digests}
@@ -119,6 +123,51 @@ def input_digests(
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         per_chunk = list(pool.map(chunk, range(first, grid.chunks)))
     return {"scheme": DIGESTS, "universe": universe, "chunks": [*(proved or []), *per_chunk]}
+
+
+class RowDigests:
+    """`digest(field[:, lo:hi])` of every time chunk of some fields that are never whole in
+    memory: fed their rows one block at a time, in row order (a chunk's bytes are its rows'
+    one after the other), so the digests equal, bit for bit, those of the whole arrays."""
+
+    def __init__(self, names: tuple[str, ...], n: int, t: int) -> None:
+        self.names, self.n, self.next = names, n, 0
+        self.cols = [chunks.ChunkGrid(n, t).cols(c) for c in range(chunks.ChunkGrid(n, t).chunks)]
+        self.hashes: dict[str, list[Any]] = {}
+        for name in names:
+            self.hashes[name] = []
+            for lo, hi in self.cols:
+                h = xxhash.xxh3_128()
+                h.update(str((np.dtype(np.float64).str, (n, hi - lo))).encode())
+                self.hashes[name].append(h)
+
+    def feed(self, start: int, rows: dict[str, np.ndarray]) -> None:
+        """Rows [start, start + b) of every field (float64, b x T); rows fed before (a block
+        read again for a second pass) are not fed twice."""
+        size = len(rows[self.names[0]])
+        if start + size <= self.next:
+            return
+        if start != self.next:
+            raise RuntimeError(f"rows fed out of order: {start}, expected {self.next}")
+        for name in self.names:
+            values = np.asarray(rows[name], dtype=np.float64)
+            for h, (lo, hi) in zip(self.hashes[name], self.cols, strict=True):
+                h.update(np.ascontiguousarray(values[:, lo:hi]).view(np.uint8).reshape(-1).data)
+        self.next = start + size
+
+    def into(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """`input_digests`'s answer with these fields' digests added to every chunk."""
+        if self.next != self.n:
+            raise RuntimeError(f"rows fed up to {self.next} of {self.n}")
+        done = []
+        for c, entry in enumerate(inputs["chunks"]):
+            more = {}
+            for name in self.names:
+                h = self.hashes[name][c].copy()
+                h.update(b"|")
+                more[name] = h.hexdigest()
+            done.append({**entry, "digests": {**entry["digests"], **more}})
+        return {**inputs, "chunks": done}
 
 
 @dataclass

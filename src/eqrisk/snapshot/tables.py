@@ -143,6 +143,7 @@ def write_content(
         arrays, stats = content.staged.adopt(folder)
         fields = dict(chunks.open_arrays(folder, arrays))  # read back chunk by chunk below
     else:
+        panel.require(*PANEL_ARRAYS)  # written from the panel here, not by the blocks
         (folder / "arrays").mkdir()
         say("writing arrays")
         arrays, stats = chunks.write_arrays(

@@ -124,7 +124,7 @@ def tail_panel(panel: Panel, start: int, window: Window, previous: Any) -> Panel
     version's stored price fields (read only if asked)."""
     names = {"close": "price_close", "market_cap": "market_cap"}
     names.update({name: name for name in PANEL_ARRAYS})
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}  # Panel's array fields
     for name, stored in names.items():
         try:
             before = cast(chunks.FieldArray, previous.array(stored))
