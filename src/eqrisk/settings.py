@@ -74,13 +74,13 @@ class Settings(BaseSettings):
         "LocalCluster, or a scheduler address (tcp://host:8786).",
     )
     block_rows: int = Field(
-        default=512,
+        default=1024,
         ge=1,
         description="Symbols per task of a Dask build (its memory bound), rounded up to whole "
         "blocks of the snapshot's chunk grid (`block_symbols`).",
     )
     block_symbols: int = Field(
-        default=512,
+        default=1024,
         ge=16,
         le=65536,
         description="Symbols per block of a new version's chunk grid: the rows a Dask task "
