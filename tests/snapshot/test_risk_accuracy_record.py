@@ -17,7 +17,8 @@ from eqrisk.data.panel import to_panel
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
-from eqrisk.snapshot.build import build_demo, build_snapshot
+from eqrisk.snapshot.build import build_snapshot
+from eqrisk.snapshot.demo_build import build_demo
 from eqrisk.snapshot.risk_evaluation import risk_accuracy
 
 

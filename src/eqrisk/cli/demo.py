@@ -132,7 +132,7 @@ def demo(
         return
     from eqrisk.data.demo import DATA_SOURCE
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import DemoDataInvalid, build_demo
+    from eqrisk.snapshot.demo_build import DemoDataInvalid, build_demo
 
     settings = get_settings()
     home = settings.home_dir
