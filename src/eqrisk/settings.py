@@ -79,13 +79,14 @@ class Settings(BaseSettings):
         description="Symbols per task of a Dask build (its memory bound), rounded up to whole "
         "blocks of the snapshot's chunk grid (`block_symbols`).",
     )
-    block_symbols: int = Field(
-        default=1024,
+    block_symbols: int | None = Field(
+        default=None,
         ge=16,
         le=65536,
         description="Symbols per block of a new version's chunk grid: the rows a Dask task "
         "computes and writes as a unit (at least one block a task); smaller blocks let more "
-        "workers share a small universe. A change makes the next build a full one.",
+        "workers share a small universe and bound a build's memory. Unset: the current "
+        "version's block (512 for a first build). A change makes the next build a full one.",
     )
     dask_min_cells: int = Field(
         default=20_000_000,

@@ -155,6 +155,6 @@ def test_another_block_size_is_a_full_build(tmp_path: Path) -> None:
     publish_panel(store, _cut(panel, 300), master, PARAMS, full=True)
     built = publish_panel(store, panel, master, PARAMS, block_symbols=16)
     assert built["build"]["mode"] == "full"
-    assert built["build"]["reasons"][-1] == "the chunk grid's block changes (1024 -> 16 symbols)"
+    assert built["build"]["reasons"][-1] == "the chunk grid's block changes (512 -> 16 symbols)"
     assert built["arrays"]["grid"]["block"] == 16
     assert len(built["arrays"]["chunks"]["return"]) == 3  # 40 symbols in blocks of 16

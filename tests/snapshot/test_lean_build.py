@@ -7,6 +7,7 @@ refuses to give it."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.run import ModelParams, plan_model
 from eqrisk.snapshot.build import build_snapshot, open_universe, publish_panel
+from eqrisk.snapshot.chunks import BLOCK_SYMBOLS
 from eqrisk.snapshot.incremental import RowDigests, input_digests
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
@@ -129,3 +131,23 @@ def test_row_digests_equal_the_whole_arrays_and_want_rows_in_order(home: Path) -
     with pytest.raises(RuntimeError, match="fed up to 0 of 130"):
         gap.into(partial)
     assert stored(home) is not None
+
+
+def test_a_store_keeps_its_grid_and_a_new_one_starts_at_the_default(
+    home: Path, tmp_path: Path
+) -> None:
+    """Unset, the grid's block is the current version's (an upgrade that changes the default
+    does not make the next build a full one), and BLOCK_SYMBOLS for a first build."""
+    kept = build_snapshot(home, PARAMS, block_symbols=BLOCK, keep=5)
+    again = build_snapshot(home, PARAMS, keep=5)
+    assert (
+        _manifest(snapshots_dir(home) / again["model_version"])["arrays"]["grid"]["block"] == BLOCK
+    )
+    assert not any("block" in reason for reason in again["build"]["reasons"])
+    assert kept["arrays"]["grid"]["block"] == BLOCK
+    fresh = tmp_path / "fresh"
+    found = stored(home)
+    assert found is not None
+    shutil.copytree(found.folder, fresh / "ingested")
+    first = build_snapshot(fresh, PARAMS)
+    assert first["arrays"]["grid"]["block"] == BLOCK_SYMBOLS == 512

@@ -80,7 +80,7 @@ def build_snapshot(
     accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
     store: VersionStore | None = None,
-    block_symbols: int = BLOCK_SYMBOLS,
+    block_symbols: int | None = None,
     dask_min_cells: int = DASK_MIN_CELLS,
     share_classes: Path | None = None,
 ) -> dict[str, Any]:
@@ -98,7 +98,8 @@ def build_snapshot(
     forces a full build. The manifest's `build` block (and the progress) says which and why.
 
     `block_symbols` is the chunk grid's block (S: the rows a Dask task writes as a unit, at
-    least one block a task); an incremental build runs on Dask only when it computes more than
+    least one block a task; None: the current version's, BLOCK_SYMBOLS for a first build, so
+    that a store keeps its grid and its updates stay incremental); an incremental build runs on Dask only when it computes more than
     `dask_min_cells` (symbols x sessions), else in process.
 
     `accuracy` measures the risk forecast out of sample on the whole data set
@@ -117,6 +118,8 @@ def build_snapshot(
     )
     classes = read_share_classes(share_classes)
     previous = store.previous()  # opened once for the whole build
+    if block_symbols is None:
+        block_symbols = current_block(previous)
     breaks_list = found.meta.get("return_breaks", [])
     proof = tail.data_proof(found, breaks_list, classes)
 
@@ -169,6 +172,13 @@ def build_snapshot(
     seconds = time.perf_counter() - started
     record_build(store.root, build_mode(manifest, dask), seconds)
     return manifest
+
+
+def current_block(previous: Previous | None) -> int:
+    """The chunk grid's block of the current version, BLOCK_SYMBOLS when there is none."""
+    if previous is None or previous.snapshot is None:
+        return BLOCK_SYMBOLS
+    return int(previous.snapshot.manifest["arrays"]["grid"]["block"])
 
 
 class WholeHistory(Exception):

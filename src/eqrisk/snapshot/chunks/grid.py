@@ -12,7 +12,7 @@ import numpy as np
 LAYOUT = "chunks-2"  # group files hold only the runs with a number (`runs_path`)
 DENSE_GROUPS = "chunks-1"  # the layout before: group files (rows x fields x L), every run
 CHUNK_SESSIONS = 128  # L: a one-session update rewrites at most L/T of a version
-BLOCK_SYMBOLS = 1024  # S: the rows one worker writes as a unit
+BLOCK_SYMBOLS = 512  # S: the rows one worker writes as a unit (a first build's)
 EMPTY = "."  # manifest code of a chunk that is not stored (all NaN)
 GROUPED = "d"  # float64 chunks: stored together, a row's fields contiguous (`group_path`)
 GROUP_DIR = "_rows"
