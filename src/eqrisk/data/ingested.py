@@ -129,8 +129,10 @@ class Stats:
         days = work.groupby(["block", "year", "date"], sort=True).size().rename("rows")
         return cls(_typed_index(index), _typed_days(days.reset_index()))
 
-    def parts(self) -> list[Part]:
-        pairs = self.index[["block", "year"]].drop_duplicates()
+    def parts(self, symbols: set[str] | None = None) -> list[Part]:
+        """The partitions (block, year), in order; with `symbols`, those holding any of them."""
+        index = self.index if symbols is None else self.index[self.index["symbol"].isin(symbols)]
+        pairs = index[["block", "year"]].drop_duplicates()
         return [(int(b), int(y)) for b, y in zip(pairs["block"], pairs["year"], strict=True)]
 
     def blocks(self) -> dict[str, int]:
@@ -506,13 +508,10 @@ def read_rows(
     read here (`fill_panel` derives the cap from the whole universe)."""
     if "market_cap" in fields:
         raise ValueError("the market cap is derived for the whole universe (read_panel)")
-    wanted = set(symbols.tolist())
     if found.legacy:
         files = [found.folder / LEGACY_FILE]
     else:
-        index = found.stats.index
-        mine = index.loc[index["symbol"].isin(wanted)]
-        parts = sorted({(int(b), int(y)) for b, y in zip(mine["block"], mine["year"], strict=True)})
+        parts = found.stats.parts(set(symbols.tolist()))
         files = [part_path(found.folder, p) for p in parts]
     return fill_rows(
         (_cells(f, None, fields) for f in files), symbols, sessions, fields, others=True
@@ -522,8 +521,9 @@ def read_rows(
 def _cells(
     path: Path, since: np.datetime64 | None = None, fields: tuple[str, ...] = PANEL_FIELDS
 ) -> Cells:
-    columns = [c for c in pq.read_schema(path).names if c in ("date", "symbol", *fields)]
-    table = pq.read_table(path, columns=columns, read_dictionary=["symbol"])
+    with pq.ParquetFile(path, read_dictionary=["symbol"]) as file:
+        columns = [c for c in file.schema_arrow.names if c in ("date", "symbol", *fields)]
+        table = file.read(columns=columns)
     if since is not None:
         table = table.filter(pc.greater_equal(table["date"], pa.scalar(since.item(), pa.date32())))
     symbol = table["symbol"].combine_chunks()

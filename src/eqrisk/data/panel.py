@@ -78,6 +78,11 @@ class Panel:
     def shape(self) -> tuple[int, int]:
         return self.close.shape
 
+    @property
+    def unread(self) -> tuple[str, ...]:
+        """The fields this panel was read without (all-NaN views)."""
+        return tuple(name for name in PANEL_FIELDS if name not in self.read)
+
     def require(self, *names: str) -> None:
         """Raise when one of `names` was not read into this panel."""
         missing = [name for name in names if name not in self.read]

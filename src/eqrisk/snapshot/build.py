@@ -99,8 +99,9 @@ def build_snapshot(
 
     `block_symbols` is the chunk grid's block (S: the rows a Dask task writes as a unit, at
     least one block a task; None: the current version's, BLOCK_SYMBOLS for a first build, so
-    that a store keeps its grid and its updates stay incremental); an incremental build runs on Dask only when it computes more than
-    `dask_min_cells` (symbols x sessions), else in process.
+    that a store keeps its grid and its updates stay incremental); an incremental build runs
+    on Dask only when it computes more than `dask_min_cells` (symbols x sessions), else in
+    process.
 
     `accuracy` measures the risk forecast out of sample on the whole data set
     (`risk_evaluation.risk_accuracy`: bias statistics and rolling MAD per family of portfolios)
@@ -308,9 +309,8 @@ def publish_panel(
     if proof is not None:
         digests["data"] = proof
     fed = None  # the digests of the fields the blocks read (`rows`), fed as they read them
-    unread = tuple(name for name in PANEL_ARRAYS if name not in panel.read)
-    if unread and rows is not None:
-        fed = incremental.RowDigests(unread, *panel.shape)
+    if panel.unread and rows is not None:
+        fed = incremental.RowDigests(panel.unread, *panel.shape)
         rows = _feeding(rows, fed)
     build: dict[str, Any]
 

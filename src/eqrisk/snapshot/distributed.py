@@ -466,10 +466,10 @@ def write_model_dask(
     run_id = uuid.uuid4().hex[:8]
     folder.mkdir(parents=True, exist_ok=True)
     inputs = folder / INPUTS
-    held = [name for name in PRICE_INPUTS if name in plan.panel.read]
-    unread = tuple(name for name in PRICE_INPUTS if name not in held)
+    unread = plan.panel.unread  # read by each job (`rows`)
     if unread and rows is None:
         plan.panel.require(*unread)
+    held = [name for name in PRICE_INPUTS if name not in unread]
     sent = {name: _unless_all_nan(getattr(plan.panel, name)) for name in held}
 
     def prices(start: int, stop: int) -> dict[str, np.ndarray | None]:

@@ -53,12 +53,25 @@ def digest(*parts: Any) -> str:
     for part in parts:
         if isinstance(part, np.ndarray):
             arr = np.ascontiguousarray(part)
-            h.update(str((arr.dtype.str, arr.shape)).encode())
-            h.update(arr.view(np.uint8).reshape(-1).data)
+            h.update(_array_head(arr.dtype, arr.shape))
+            h.update(_array_bytes(arr))
         else:
             h.update(json.dumps(part, sort_keys=True, default=str).encode())
-        h.update(b"|")
+        h.update(_END)
     return h.hexdigest()
+
+
+_END = b"|"  # after each part of a digest
+
+
+def _array_head(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """What a digest hashes of an array before its bytes: its dtype and shape."""
+    return str((dtype.str, shape)).encode()
+
+
+def _array_bytes(values: np.ndarray) -> memoryview:
+    """An array's bytes in row-major order, as a digest hashes them."""
+    return np.ascontiguousarray(values).view(np.uint8).reshape(-1).data
 
 
 def _master_frame(master: pd.DataFrame, symbols: np.ndarray) -> list[list[str]]:
@@ -132,13 +145,14 @@ class RowDigests:
 
     def __init__(self, names: tuple[str, ...], n: int, t: int) -> None:
         self.names, self.n, self.next = names, n, 0
-        self.cols = [chunks.ChunkGrid(n, t).cols(c) for c in range(chunks.ChunkGrid(n, t).chunks)]
+        grid = chunks.ChunkGrid(n, t)
+        self.cols = [grid.cols(c) for c in range(grid.chunks)]
         self.hashes: dict[str, list[Any]] = {}
         for name in names:
             self.hashes[name] = []
             for lo, hi in self.cols:
                 h = xxhash.xxh3_128()
-                h.update(str((np.dtype(np.float64).str, (n, hi - lo))).encode())
+                h.update(_array_head(np.dtype(np.float64), (n, hi - lo)))
                 self.hashes[name].append(h)
 
     def feed(self, start: int, rows: dict[str, np.ndarray]) -> None:
@@ -152,7 +166,7 @@ class RowDigests:
         for name in self.names:
             values = np.asarray(rows[name], dtype=np.float64)
             for h, (lo, hi) in zip(self.hashes[name], self.cols, strict=True):
-                h.update(np.ascontiguousarray(values[:, lo:hi]).view(np.uint8).reshape(-1).data)
+                h.update(_array_bytes(values[:, lo:hi]))
         self.next = start + size
 
     def into(self, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +178,7 @@ class RowDigests:
             more = {}
             for name in self.names:
                 h = self.hashes[name][c].copy()
-                h.update(b"|")
+                h.update(_END)
                 more[name] = h.hexdigest()
             done.append({**entry, "digests": {**entry["digests"], **more}})
         return {**inputs, "chunks": done}
