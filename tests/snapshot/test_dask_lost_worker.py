@@ -1,5 +1,5 @@
 """A Dask build survives a lost worker (issue 25, part 4): the blocks' inputs travel inside
-their tasks (never scattered to one worker), so the scheduler reruns a lost worker's tasks on
+their tasks and the shared factors are a task of their own (never scattered to one worker), so the scheduler reruns a lost worker's tasks on
 another and the version equals the local build's, file for file; the build fails, in one line,
 only when the cluster is gone. Blocks of the chunk grid are small enough (`block_symbols`)
 that two workers share a small universe."""
@@ -71,11 +71,19 @@ def test_a_killed_worker_leaves_the_build_whole(
         if killed or not line.startswith("blocks 1/"):
             return
         with Client(address) as client:
-            busy = [w for w, keys in client.processing().items() if keys]
-            victim = busy[0]  # five blocks to go, two in flight per worker: both are busy
-            pid = client.run(os.getpid, workers=[victim])[victim]
-        os.kill(pid, signal.SIGKILL)
-        killed.append((victim, pid))
+            # every worker that holds the shared factors is killed (Dask's memory manager may
+            # have left one copy, or two): the build recomputes them, not fails; a victim is
+            # busy (two blocks in flight per worker, five to go)
+            victims = [
+                w
+                for w, keys in client.has_what().items()
+                if any(str(k).startswith("eqrisk-shared-") for k in keys)
+            ]
+            assert victims and all(client.processing()[w] for w in victims)
+            pids = client.run(os.getpid, workers=victims)
+        for victim, pid in pids.items():
+            os.kill(pid, signal.SIGKILL)
+            killed.append((victim, pid))
 
     store = VersionStore(tmp_path / "snapshots")
     built = publish_panel(
@@ -88,7 +96,7 @@ def test_a_killed_worker_leaves_the_build_whole(
         block_symbols=BLOCK,
         progress=kill_a_busy_worker,
     )
-    assert len(killed) == 1
+    assert 1 <= len(killed) <= 2
     dask = store.path(built["model_version"])
     expected, found = _files(local), _files(dask)
     assert sorted(found) == sorted(expected)

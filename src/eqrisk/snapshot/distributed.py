@@ -2,8 +2,9 @@
 worker writing the chunk files of its own blocks into the new version.
 
 The builder plans the run (returns, factor layout, flat factors, the cap rank: what needs the
-universe), scatters the small shared factor series to every worker once (each holds a copy),
-and sends each task the rows of whole blocks of the snapshot's chunk grid (`block_symbols`
+universe), hands the small shared factor series to the cluster once as a task of its own (the
+scheduler holds its inputs and recomputes it when the worker that held it is lost: scattered
+data would be lost with that worker, whose copies Dask's memory manager thins out), and sends each task the rows of whole blocks of the snapshot's chunk grid (`block_symbols`
 symbols each, the `block_symbols` setting): their returns, prices and leave-one-out factor
 rows, written to the staging folder (`.inputs/`, on the store every host mounts) and read
 there by the task, never scattered to one worker, so that the scheduler reruns the task of a
@@ -156,6 +157,20 @@ def _large_tasks() -> Iterator[None]:
         yield
 
 
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _shared_task(client: Client, shared: SharedFactors, run_id: str) -> Future[SharedFactors]:
+    """The shared factor series as a task, not scattered data: the scheduler keeps the task's
+    inputs, so a worker lost with the only copy (Dask's memory manager drops the replicas a
+    broadcast made) costs a recomputation, not the build."""
+    with _large_tasks():
+        return client.submit(
+            _identity, shared, key=f"eqrisk-shared-{run_id}", pure=False, retries=TASK_RETRIES
+        )
+
+
 def _result(future: Future[Any]) -> Any:
     """A task's result; the cluster gone (the scheduler unreachable, every worker lost, a task
     that killed its workers again and again) is DaskUnavailable, one line."""
@@ -227,8 +242,8 @@ def run_model_dask(
     plan = plan_model(panel, master, params, exclude=exclude)
     bounds = plan.blocks(block_rows)
     workers, threads = _worker_threads(client)
-    shared = client.scatter(plan.shared, broadcast=True, hash=False)
     run_id = uuid.uuid4().hex[:8]
+    shared = _shared_task(client, plan.shared, run_id)
 
     def submit(bound: tuple[int, int]) -> Future[dict[str, np.ndarray]]:
         start, stop = bound
@@ -457,13 +472,14 @@ def write_model_dask(
     grid = chunks.ChunkGrid(n, n_t, block_symbols)
     per_task = max(1, -(-block_rows // grid.block))
     bounds = [(b, min(b + per_task, grid.blocks)) for b in range(0, grid.blocks, per_task)]
+    run_id = uuid.uuid4().hex[:8]
+    shared: Future[SharedFactors] | None = None
     if client is None:
-        workers, threads, shared = 1, None, plan.shared
+        workers, threads = 1, None
     else:
         workers, threads = _worker_threads(client)
-        shared = client.scatter(plan.shared, broadcast=True, hash=False)
+        shared = _shared_task(client, plan.shared, run_id)
     rank = plan.cap_ranks()
-    run_id = uuid.uuid4().hex[:8]
     folder.mkdir(parents=True, exist_ok=True)
     inputs = folder / INPUTS
     unread = plan.panel.unread  # read by each job (`rows`)
@@ -520,7 +536,7 @@ def write_model_dask(
         got: list[BlockWritten] = []
         done_here: Iterator[tuple[Any, BlockWritten]]
         if client is None:
-            done_here = ((item, _write_task(shared, job(*item), None)) for item in jobs)
+            done_here = ((item, _write_task(plan.shared, job(*item), None)) for item in jobs)
         else:
             done_here = _in_flight(jobs, submit, workers)
         for done, (_item, written) in enumerate(done_here, start=1):
