@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import pytest
 from fastapi.testclient import TestClient
@@ -390,6 +390,26 @@ def test_a_get_is_charged_its_plans_price_and_its_estimate_in_every_form(
             assert spent == estimate.json()["estimated_tokens"]
     if resp.is_success:
         assert spent == meter.quote(spec, params) == price.cost(1)
+
+
+def test_a_bad_parameter_and_an_unknown_version_are_the_routes_error_in_the_estimate(
+    meter: Meter,
+) -> None:
+    """Hypothesis found the estimate looking the version up before reading the parameters:
+    the route refused a bad date (400), the estimate the version (404). Both read the
+    parameters first now, then the version, then plan."""
+    params = {"ticker": "NVDA", "start": "02/06/2025", "version": "v9"}
+    resp, _ = meter.call("GET", "/api/ticker-returns?" + urlencode(params))
+    estimate = meter.estimate("ticker-returns", params)
+    assert resp.status_code == estimate.status_code == 400
+    assert resp.json()["error"] == estimate.json()["error"] == "INVALID_PARAMETER"
+    assert resp.json()["parameters"] == ["start"]
+    assert estimate.json()["parameters"] == ["params.start"]
+    good = {"ticker": "NVDA", "start": "2025-02-06", "version": "v9"}
+    resp, _ = meter.call("GET", "/api/ticker-returns?" + urlencode(good))
+    estimate = meter.estimate("ticker-returns", good)
+    assert resp.status_code == estimate.status_code == 404
+    assert resp.json()["error"] == estimate.json()["error"] == "VERSION_NOT_FOUND"
 
 
 @EXAMPLES

@@ -596,9 +596,14 @@ def test_estimate_equals_the_price_table(client, snap, endpoint, params, usd, to
 
 def test_batch_estimate_is_three_good_tickers_at_the_minimum(snap):
     prices = PriceTable.load()
-    doc = estimate(
-        "batch/analyze", {"tickers": ["NVDA", "AAPL", "MSFT", "BAD1"]}, snap, prices, ESTIMATED
+    priced_on, doc = estimate(
+        "batch/analyze",
+        {"tickers": ["NVDA", "AAPL", "MSFT", "BAD1"]},
+        lambda version: snap,
+        prices,
+        ESTIMATED,
     )
+    assert priced_on is snap
     batch = prices["batch/analyze"]
     assert doc["estimated_tokens"] == batch.cost(3) == max(3 * 100, 500)
     assert doc["estimated_cost_usd"] == max(3 * 0.002, 0.01)

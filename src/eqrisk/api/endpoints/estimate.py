@@ -9,7 +9,7 @@ route charges with: `estimated_tokens` is exactly what a successful call is char
 
 # No `from __future__ import annotations`: pydantic and FastAPI read these annotations.
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import Field
@@ -92,21 +92,26 @@ def endpoint_name(
 def estimate(
     endpoint: str,
     params: Mapping[str, Any],
-    snap: Snapshot,
+    snapshot_of: Callable[[str | None], Snapshot],
     prices: PriceTable,
     estimated: Estimated,
-) -> dict[str, Any]:
+) -> tuple[Snapshot, dict[str, Any]]:
     """The cost of calling `endpoint` with `params` now: exactly what a successful call is
-    charged (`estimated_tokens`), with the rows and approximate bytes it would return.
+    charged (`estimated_tokens`), with the rows and approximate bytes it would return; and
+    the snapshot it was priced on, `snapshot_of` the parameters' `version` (None: current).
 
-    Raises ApiError: INVALID_PARAMETER / MISSING_PARAMETER for an unknown endpoint or bad
-    parameters (the endpoint's own model), and whatever the endpoint's plan raises
-    (TICKER_NOT_FOUND for an unknown ticker of a single-ticker endpoint, ...).
+    In the route's order: the parameters are read by the endpoint's own model, then the
+    version is found, then the call is planned, so that a request both malformed and of an
+    unknown version is refused with the route's error. Raises ApiError: INVALID_PARAMETER /
+    MISSING_PARAMETER for an unknown endpoint or bad parameters, VERSION_NOT_FOUND, and
+    whatever the endpoint's plan raises (TICKER_NOT_FOUND for an unknown ticker of a
+    single-ticker endpoint, ...).
     """
     name, params = endpoint_name(endpoint, params, estimated)
     spec = estimated[name]
     assert spec.params is not None and spec.plan is not None and spec.price_key is not None
     parsed = validate_params(spec.params, params)
+    snap = snapshot_of(getattr(parsed, "version", None))
     quote = spec.quote(spec.plan(snap, parsed), parsed, prices)
     price = prices[spec.price_key]
     if price.per in ("ticker", "position"):
@@ -119,7 +124,7 @@ def estimate(
     if quote.tokens == 0:
         notes.append("free" if price.tokens == 0 else "nothing would be charged")
     notes.append("charged only on success; bytes are approximate (JSON unless format says)")
-    return {
+    return snap, {
         "endpoint": name,
         "estimated_cost_usd": tokens_to_usd(quote.tokens),
         "estimated_tokens": quote.tokens,
@@ -137,10 +142,14 @@ def no_plan(snap: Snapshot, p: EstimateRequest) -> None:
 
 def render(call: Call[EstimateRequest, None]) -> Response:
     state = call.request.app.state
-    # A `version` among the priced parameters prices the call on that version, as it runs.
-    asked = (call.params.params or {}).get("version")
-    snap = snapshot_at(state, asked) if isinstance(asked, str) else call.snap
-    doc = estimate(call.params.endpoint, call.params.params, snap, state.prices, state.estimated)
+
+    def snapshot_of(version: str | None) -> Snapshot:
+        # A `version` among the priced parameters prices the call on that version, as it runs.
+        return call.snap if version is None else snapshot_at(state, version)
+
+    snap, doc = estimate(
+        call.params.endpoint, call.params.params, snapshot_of, state.prices, state.estimated
+    )
     return document(snap, doc)
 
 
