@@ -1,7 +1,7 @@
-"""The README's first steps, walked as a newcomer walks them: the curl examples of "Trying it"
+"""The README's examples, walked as a newcomer walks them: the curl examples of "Trying it"
 run as written in bash (only the address changed to a real `eqrisk serve` of the demo snapshot),
 with the evaluation key `eqrisk demo` makes, then the Python client example with that key
-exported. Every answer is a 200 (no 429 on the way), and a value or two of each is checked
+exported, then the "Portfolio risk" examples. Every answer is a 200 (no 429 on the way), and a value or two of each is checked
 against another route or an identity."""
 
 from __future__ import annotations
@@ -170,3 +170,49 @@ def test_the_readme_client_example_runs_with_the_evaluation_key(
     l3 = book.notionals[book.notionals["level"] == "L3"].set_index("etf")["notional"]  # type: ignore[attr-defined]
     assert np.allclose(hedge.sort_index(), l3.sort_index())
     assert (tmp_path / "nvda-hedge-ratios.html").stat().st_size > 0
+
+
+def test_the_readme_portfolio_risk_examples_run_with_the_evaluation_key(
+    walk_home: Path, walk_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "Portfolio risk" section's curl line in bash and its Python block, as written, with
+    the evaluation key exported: answered, and each answer's contributions add up to its
+    volatility (Euler), the covariance symmetric with positive variances."""
+    if shutil.which("curl") is None:
+        pytest.skip("the README's examples need curl")
+    key = (walk_home / "demo" / "evaluation-key").read_text().strip()
+    block = readme_block("Portfolio risk", "bash")
+    assert block.startswith("curl ") and "/api/portfolio/risk" in block
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")},
+        "HOME": str(tmp_path),
+        "EQRISK_URL": walk_server.base,
+        "EQRISK_API_KEY": key,
+    }
+    run = subprocess.run(
+        ["bash", "-eu", "-c", block.replace("curl ", "curl -sS --fail-with-body ", 1)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    answer = json.loads(run.stdout)
+    book = answer["portfolio"]
+    assert book["vol_daily"] > 0 and answer["tracking_error"]["vol_daily"] > 0
+    assert math.isclose(sum(book["by_level"].values()), book["vol_daily"], rel_tol=1e-12)
+
+    code = readme_block("Portfolio risk", "python")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EQRISK_URL", walk_server.base)
+    monkeypatch.setenv("EQRISK_API_KEY", key)
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    risk, cov = scope["risk"], scope["F"]
+    total = risk.by_level["portfolio"].sum()  # type: ignore[attr-defined]
+    assert total == pytest.approx(risk.vol, rel=1e-12)  # type: ignore[attr-defined]
+    assert risk.positions["contribution"].sum() == pytest.approx(risk.vol, rel=1e-12)  # type: ignore[attr-defined]
+    assert risk.tracking_error is not None and risk.tracking_error > 0  # type: ignore[attr-defined]
+    assert 0 <= risk.vol_after_hedge < risk.vol  # type: ignore[attr-defined]
+    matrix = np.asarray(cov, dtype=float)
+    assert matrix.shape[0] == matrix.shape[1] > 1
+    assert np.array_equal(matrix, matrix.T) and (np.diag(matrix) > 0).all()

@@ -124,11 +124,13 @@ def generate_demo(seed: int = 7, start: str = "2014-01-02", end: str = "2026-10-
     etf_adj = etf_p0[:, None] * np.cumprod(1.0 + etf_r, axis=1)
 
     symbols = np.concatenate([etfs["symbol"].to_numpy(object), stocks["symbol"].to_numpy(object)])
-    adj_all = np.vstack([etf_adj, adj])
+    factor = split_factors(symbols, sessions)
+    # Prices as a vendor's file carries them (no float noise such as 160.00000000004465): the
+    # traded close to 4 decimals, the adjusted close that close over the split factor, to 6.
+    adj_all = np.round(np.round(np.vstack([etf_adj, adj]) * factor, 4) / factor, 6)
     ret_all = np.vstack([etf_r, r])
     present_all = np.vstack([np.ones_like(etf_adj, dtype=bool), present])
     first_all = np.concatenate([np.zeros(len(etfs), int), first])
-    factor = split_factors(symbols, sessions)
     vol_base = np.concatenate(
         [
             etfs["volume"].to_numpy(float),
