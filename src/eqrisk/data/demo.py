@@ -127,7 +127,8 @@ def generate_demo(seed: int = 7, start: str = "2014-01-02", end: str = "2026-10-
     factor = split_factors(symbols, sessions)
     # Prices as a vendor's file carries them (no float noise such as 160.00000000004465): the
     # traded close to 4 decimals, the adjusted close that close over the split factor, to 6.
-    adj_all = np.round(np.round(np.vstack([etf_adj, adj]) * factor, 4) / factor, 6)
+    close_raw = np.round(np.vstack([etf_adj, adj]) * factor, 4)
+    adj_all = np.round(close_raw / factor, 6)
     ret_all = np.vstack([etf_r, r])
     present_all = np.vstack([np.ones_like(etf_adj, dtype=bool), present])
     first_all = np.concatenate([np.zeros(len(etfs), int), first])
@@ -137,7 +138,7 @@ def generate_demo(seed: int = 7, start: str = "2014-01-02", end: str = "2026-10-
             (stocks["shares"] * stocks["turnover"]).to_numpy(float),
         ]
     )
-    ohlcv = make_ohlcv(rng, adj_all, ret_all, first_all, factor, vol_base)
+    ohlcv = make_ohlcv(rng, adj_all, close_raw, ret_all, first_all, factor, vol_base)
 
     order = np.argsort(symbols, kind="stable")
     mask = present_all[order]

@@ -526,17 +526,19 @@ def split_factors(symbols: np.ndarray, sessions: pd.DatetimeIndex) -> np.ndarray
 def make_ohlcv(
     rng: np.random.Generator,
     adj: np.ndarray,
+    close_raw: np.ndarray,
     ret: np.ndarray,
     first: np.ndarray,
     factor: np.ndarray,
     vol_base: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """Raw ("as traded") open/high/low/close and volume consistent with the adjusted closes.
+    """Raw ("as traded") open/high/low and volume consistent with the adjusted closes `adj` and
+    the traded closes `close_raw` (returned as they are).
 
     open = previous close x exp(gap), the gap carrying part of the day's move; on a split day the
     previous close is taken split-adjusted, as an exchange does. High/low wrap open and close with
-    an intraday excursion; the close is rounded to 4 decimals, open/high/low too (high up, low
-    down).
+    an intraday excursion; open/high/low are rounded to 4 decimals outward (high up, low down),
+    as the traded close is.
     Volume is lognormal around shares x turnover and higher on big-move days, in shares as traded.
     """
     n, n_t = adj.shape
@@ -547,7 +549,6 @@ def make_ohlcv(
     gap = 0.35 * np.log1p(ret) + 0.25 * day_vol * rng.standard_normal((n, n_t))
     prev = np.concatenate([adj[:, :1], adj[:, :-1]], axis=1)
     open_adj = np.where(valid, prev, adj) * np.exp(gap)
-    close_raw = np.round(adj * factor, 4)  # as traded: 4 decimals (adj is close_raw / factor)
     open_raw = np.round(open_adj * factor, 4)
     up = np.abs(rng.standard_normal((n, n_t))) * 0.5 * day_vol
     down = np.abs(rng.standard_normal((n, n_t))) * 0.5 * day_vol
