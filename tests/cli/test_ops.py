@@ -29,7 +29,8 @@ from eqrisk.data.ingest_report import IngestRefused
 from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
-from eqrisk.snapshot.build import UniverseShrank, build_snapshot
+from eqrisk.snapshot.build import build_snapshot
+from eqrisk.snapshot.universe import UniverseShrank
 from eqrisk.snapshot.versions import (
     CURRENT,
     Snapshot,

@@ -22,6 +22,7 @@ from eqrisk.data.panel import Panel
 from eqrisk.model import run as model_run
 from eqrisk.model.run import ModelParams, plan_model
 from eqrisk.snapshot import chunks, distributed
+from eqrisk.snapshot.block_inputs import InMemory
 from eqrisk.snapshot.build import publish_panel
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 from helpers import nan_equal
@@ -144,7 +145,7 @@ def test_the_builder_never_holds_an_output_array(
         tracemalloc.start()
         try:
             staged, names = distributed.write_model_dask(
-                plan, client, tmp_path / "staging", block_rows=1
+                InMemory(plan), client, tmp_path / "staging", block_rows=1
             )
             _current, peak = tracemalloc.get_traced_memory()
         finally:
@@ -233,7 +234,7 @@ def test_a_field_one_block_cannot_derive_is_stored_by_every_block(
     ):
         plan = plan_model(panel, master, PARAMS)
         staged, _names = distributed.write_model_dask(
-            plan, client, tmp_path / "staging", block_rows=1, progress=said.append
+            InMemory(plan), client, tmp_path / "staging", block_rows=1, progress=said.append
         )
     assert "l1_res_er" not in staged.arrays["derived"]
     assert "l1_res_er" not in local["arrays"]["derived"]

@@ -21,10 +21,11 @@ from eqrisk.data.master import Mappings
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.run import ModelParams, plan_model
-from eqrisk.snapshot.build import build_snapshot, open_universe, publish_panel
+from eqrisk.snapshot.build import build_snapshot, publish_panel
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS
 from eqrisk.snapshot.incremental import RowDigests, input_digests
 from eqrisk.snapshot.tables import PANEL_ARRAYS
+from eqrisk.snapshot.universe import open_universe
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 N, T = 130, 700
@@ -38,8 +39,17 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # A raw close that is not the adjusted one (a dividend payer's), for some symbols.
     payers = prices["symbol"].isin(sorted(prices["symbol"].unique())[::5])
     prices.loc[payers, "close_raw"] = prices.loc[payers, "close"] * 1.25
+    # No technology ETF: that sector is a cap-weighted group with leave-one-out rows.
+    prices = prices[prices["symbol"] != "XLK"]
     folder = tmp_path_factory.mktemp("lean") / "home"
-    write_ingested(folder, prices, master, ingest_meta(prices, master), block_symbols=40)
+    meta = ingest_meta(prices, master)
+    # Returns left out at ingest, on both sides of a slice of the streamed plan (512).
+    days = sorted(prices["date"].unique())
+    meta["return_breaks"] = [
+        ["S00002", str(days[100])[:10]], ["S00014", str(days[511])[:10]],
+        ["S00014", str(days[512])[:10]], ["S00040", str(days[690])[:10]],
+    ]  # fmt: skip
+    write_ingested(folder, prices, master, meta, block_symbols=40)
     return folder
 
 
@@ -77,11 +87,17 @@ def test_a_lean_full_build_equals_the_build_from_the_whole_panel(
     found, raw, master = open_universe(home, Mappings.load(), "SPY")
     assert found is not None
     lean_home = home  # build_snapshot's first build reads the model fields only
-    built = build_snapshot(lean_home, PARAMS, block_symbols=BLOCK, keep=5)
+    said: list[str] = []
+    built = build_snapshot(lean_home, PARAMS, block_symbols=BLOCK, keep=5, progress=said.append)
     assert built["build"]["mode"] == "full"
+    # Planned one slice of sessions at a time (`block_inputs.stream_plan`): two of 512.
+    assert [m for m in said if m.startswith("planned")] == [
+        "planned sessions 512/700", "planned sessions 700/700"
+    ]
     whole = read_panel(found, raw, read_share_classes(None))
     other = tmp_path / "whole"
-    breaks = return_breaks([], whole.symbols, whole.sessions)  # as build_snapshot's
+    breaks = return_breaks(found.meta["return_breaks"], whole.symbols, whole.sessions)
+    assert breaks.sum() == 4
     want = publish_panel(
         other,
         whole,
@@ -96,6 +112,8 @@ def test_a_lean_full_build_equals_the_build_from_the_whole_panel(
     got_dir = snapshots_dir(lean_home) / built["model_version"]
     want_dir = snapshots_dir(other) / want["model_version"]
     got, wanted = _manifest(got_dir), _manifest(want_dir)
+    assert got["model"]["leave_one_out_rows"] > 0 and got["model"]["returns_excluded"] == 4
+    assert got["model"] == wanted["model"]
     assert got["arrays"] == wanted["arrays"]
     # Every chunk's digest of every input, the fields the blocks read included.
     assert got["inputs"]["chunks"] == wanted["inputs"]["chunks"]
@@ -117,7 +135,7 @@ def test_row_digests_equal_the_whole_arrays_and_want_rows_in_order(home: Path) -
     whole = read_panel(found, raw)
     want = input_digests(plan_model(whole, master, PARAMS), whole, master, None)
     fed = RowDigests(PANEL_ARRAYS, *whole.shape)
-    bounds = [(0, 50), (50, 51), (51, 130)]
+    bounds = [(0, 50), (50, 51), (51, 129)]
     for start, stop in bounds:
         fed.feed(start, {k: getattr(whole, k)[start:stop] for k in PANEL_ARRAYS})
     fed.feed(0, {k: getattr(whole, k)[:50] for k in PANEL_ARRAYS})  # read again: not fed twice
@@ -128,7 +146,7 @@ def test_row_digests_equal_the_whole_arrays_and_want_rows_in_order(home: Path) -
     gap = RowDigests(PANEL_ARRAYS, *whole.shape)
     with pytest.raises(RuntimeError, match="out of order"):
         gap.feed(10, {k: getattr(whole, k)[10:20] for k in PANEL_ARRAYS})
-    with pytest.raises(RuntimeError, match="fed up to 0 of 130"):
+    with pytest.raises(RuntimeError, match="fed up to 0 of 129"):
         gap.into(partial)
     assert stored(home) is not None
 

@@ -31,9 +31,10 @@ from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.returns import MEMBER_VOL_WINDOW
 from eqrisk.model.run import ModelParams, plan_model
 from eqrisk.snapshot import chunks, tail
-from eqrisk.snapshot.build import build_snapshot, open_universe
+from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.incremental import input_digests
 from eqrisk.snapshot.risk_store import RISK_FIELDS
+from eqrisk.snapshot.universe import open_universe
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 HELD_BACK = 2  # sessions left out of the first build

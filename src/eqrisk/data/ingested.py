@@ -477,25 +477,33 @@ def read_panel(
     share_classes: dict[str, str] | None = None,
     since: pd.Timestamp | None = None,
     fields: tuple[str, ...] = PANEL_FIELDS,
+    until: pd.Timestamp | None = None,
 ) -> Panel:
     """The data set as a `Panel`, filled one partition file at a time (beside the panel,
     memory holds one file's cells; symbols and dates stay Arrow dictionary codes and integers,
     never Python objects). `since`: only the sessions from that one on (a session), read from
     the partitions of its year and after. `fields`: the fields read (`fill_panel`); a full
-    build reads MODEL_FIELDS here and the others block by block (`read_rows`)."""
+    build reads MODEL_FIELDS here and the others block by block (`read_rows`). `until`: only
+    the sessions up to that one (a session), from the partitions of its year and before."""
     symbols = np.array(sorted(found.stats.index["symbol"].unique()), dtype=object)
     sessions = found.stats.sessions()
     if sessions.empty:
         raise ValueError(f"the ingested data set under {found.folder} holds no price")
     first = sessions.index.min() if since is None else pd.Timestamp(since)
-    span = (first, sessions.index.max())
+    last = sessions.index.max() if until is None else pd.Timestamp(until)
+    span = (first, last)
     files = (
         [found.folder / LEGACY_FILE]
         if found.legacy
-        else [part_path(found.folder, p) for p in found.stats.parts() if p[1] >= first.year]
+        else [
+            part_path(found.folder, p)
+            for p in found.stats.parts()
+            if first.year <= p[1] <= last.year
+        ]
     )
     day = None if since is None else np.datetime64(first.date(), "D")
-    pieces = (_cells(f, day, fields) for f in files)
+    end = None if until is None else np.datetime64(last.date(), "D")
+    pieces = (_cells(f, day, fields, end) for f in files)
     return fill_panel(pieces, symbols, span, master, share_classes, fields)
 
 
@@ -519,13 +527,18 @@ def read_rows(
 
 
 def _cells(
-    path: Path, since: np.datetime64 | None = None, fields: tuple[str, ...] = PANEL_FIELDS
+    path: Path,
+    since: np.datetime64 | None = None,
+    fields: tuple[str, ...] = PANEL_FIELDS,
+    until: np.datetime64 | None = None,
 ) -> Cells:
     with pq.ParquetFile(path, read_dictionary=["symbol"]) as file:
         columns = [c for c in file.schema_arrow.names if c in ("date", "symbol", *fields)]
         table = file.read(columns=columns)
     if since is not None:
         table = table.filter(pc.greater_equal(table["date"], pa.scalar(since.item(), pa.date32())))
+    if until is not None:
+        table = table.filter(pc.less_equal(table["date"], pa.scalar(until.item(), pa.date32())))
     symbol = table["symbol"].combine_chunks()
     if isinstance(symbol, pa.DictionaryArray):
         names = np.asarray(symbol.dictionary.to_pylist(), dtype=object)

@@ -32,29 +32,96 @@ class FactorLayout:
     model_fidx: np.ndarray  # (n x 3)
     caps_imputed: list[str]  # stocks weighted by the missing-cap rule in some group
 
+    @property
+    def leave_one_out_rows(self) -> int:
+        return int(self.model_factors.shape[0] - self.factors.shape[0])
+
+
+@dataclass(frozen=True)
+class LayoutShape:
+    """The layout without its numbers: what the master and the symbols decide (the factor rows
+    and who is hedged with which), so that the rows can be computed one time slice at a time
+    (`layout_rows`): a published row is an ETF's returns (`sources[j]` an int, its panel row)
+    or a group portfolio (the members' rows); leave-one-out row k is member `loo[k][1]` of
+    published row `loo[k][0]` left out."""
+
+    keys: list[str]
+    fidx: np.ndarray  # (n x 3)
+    model_fidx: np.ndarray  # (n x 3)
+    sources: list[int | np.ndarray]
+    loo: list[tuple[int, int]]
+
+    @property
+    def published(self) -> int:
+        return len(self.keys)
+
 
 def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayout:
     """The hierarchy of every row: market, sector and subsector series (ETF or group)."""
-    n, n_t = r.shape
-    row_of = panel.index_of()
+    shape = layout_shape(panel.symbols, info)
+    factors, model_factors, imputed = layout_rows(shape, r, panel.market_cap)
+    return FactorLayout(
+        factors=factors,
+        keys=shape.keys,
+        fidx=shape.fidx,
+        model_factors=model_factors,
+        model_fidx=shape.model_fidx,
+        caps_imputed=sorted(str(panel.symbols[i]) for i in imputed),
+    )
+
+
+def layout_rows(
+    shape: LayoutShape, r: np.ndarray, market_cap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, set[int]]:
+    """The layout's rows on the sessions of `r` and `market_cap` (n x T each): the published
+    rows (F x T), every row the model regresses on ((F + L) x T: the published, then the
+    leave-one-out rows) and the rows weighted by the missing-cap rule in some group. Every
+    value of a session depends on that session and the MEMBER_VOL_WINDOW + 1 before it only
+    (`returns.winsorised_members`), so a time slice with that many sessions of lead gives the
+    whole run's values, bit for bit, on the sessions after its lead."""
+    n_t = r.shape[1]
     rows: list[np.ndarray] = []
-    keys: dict[str, int] = {}
     groups: dict[int, GroupPortfolio] = {}
+    imputed: set[int] = set()
+    for j, source in enumerate(shape.sources):
+        if isinstance(source, int):
+            rows.append(r[source])
+            continue
+        group = group_portfolio(r, source, market_cap)
+        groups[j] = group
+        imputed.update(source[group.imputed].tolist())
+        rows.append(group.full())
+    factors = np.vstack(rows) if rows else np.empty((0, n_t))
+    left_out: dict[int, np.ndarray] = {}
+    loo_rows = []
+    for j, position in shape.loo:
+        if j not in left_out:
+            left_out[j] = groups[j].leave_one_out()
+        loo_rows.append(left_out[j][position])
+    model_factors = np.vstack([factors, *loo_rows]) if loo_rows else factors
+    return factors, np.ascontiguousarray(model_factors), imputed
+
+
+def layout_shape(symbols: np.ndarray, info: pd.DataFrame) -> LayoutShape:
+    """Which series hedges each row at each level (`info`: the classified master of
+    `symbols`, in their order): an ETF where the data has it, else a group portfolio."""
+    n = len(symbols)
+    row_of = {s: i for i, s in enumerate(np.asarray(symbols).tolist())}
+    sources: list[int | np.ndarray] = []
+    keys: dict[str, int] = {}
 
     def factor(name: object, level: str, group_key: str | None, members: np.ndarray) -> int:
         if isinstance(name, str) and name in row_of:
             if name not in keys:
-                keys[name] = len(rows)
-                rows.append(r[row_of[name]])
+                keys[name] = len(sources)
+                sources.append(row_of[name])
             return keys[name]
         if group_key is None or members.size == 0:
             return -1
         key = f"group:{level}:{group_key}"
         if key not in keys:
-            keys[key] = len(rows)
-            group = group_portfolio(r, members, panel.market_cap)
-            groups[keys[key]] = group
-            rows.append(group.full())
+            keys[key] = len(sources)
+            sources.append(members)
         return keys[key]
 
     asset_type = info["asset_type"].fillna("stock").to_numpy()
@@ -106,45 +173,32 @@ def factor_layout(panel: Panel, info: pd.DataFrame, r: np.ndarray) -> FactorLayo
         u_idx = factor(sub_etf, "subsector", u_group, sub_members)
         if u_idx >= 0:
             fidx[i, 2] = u_idx
-    factors = np.vstack(rows) if rows else np.empty((0, n_t))
-
-    model_fidx, loo_rows, imputed = _leave_one_out(groups, fidx, len(rows))
-    model_factors = np.vstack([factors, *loo_rows]) if loo_rows else factors
     key_list = [""] * len(keys)
     for key, j in keys.items():
         key_list[j] = key
-    return FactorLayout(
-        factors=factors,
-        keys=key_list,
-        fidx=fidx,
-        model_factors=np.ascontiguousarray(model_factors),
-        model_fidx=model_fidx,
-        caps_imputed=sorted(str(panel.symbols[i]) for i in imputed),
-    )
+    model_fidx, loo = _leave_one_out(sources, fidx)
+    return LayoutShape(keys=key_list, fidx=fidx, model_fidx=model_fidx, sources=sources, loo=loo)
 
 
 def _leave_one_out(
-    groups: dict[int, GroupPortfolio], fidx: np.ndarray, n_published: int
-) -> tuple[np.ndarray, list[np.ndarray], set[int]]:
+    sources: list[int | np.ndarray], fidx: np.ndarray
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """One leave-one-out row per (stock, group level) that uses a group portfolio: the model's
-    factor index of each row (pointing past the `n_published` rows), the extra rows, and the
-    rows whose weight came from the missing-cap rule in some group."""
+    factor index of each row (pointing past the published rows) and, per extra row, its group
+    (published row) and the member it leaves out."""
+    n_published = len(sources)
     model_fidx = fidx.copy()
-    loo_rows: list[np.ndarray] = []
-    imputed: set[int] = set()
-    for idx, group in groups.items():
-        members = group.members
-        imputed.update(members[group.imputed].tolist())
-        users = np.flatnonzero((fidx == idx).any(axis=1))
-        position = {int(m): j for j, m in enumerate(members.tolist())}
-        inside = [i for i in users.tolist() if i in position]
-        if not inside:
+    loo: list[tuple[int, int]] = []
+    for idx, source in enumerate(sources):
+        if isinstance(source, int):
             continue
-        loo = group.leave_one_out()
-        for i in inside:
-            model_fidx[i, fidx[i] == idx] = n_published + len(loo_rows)
-            loo_rows.append(loo[position[i]])
-    return model_fidx, loo_rows, imputed
+        users = np.flatnonzero((fidx == idx).any(axis=1))
+        position = {int(m): j for j, m in enumerate(source.tolist())}
+        for i in users.tolist():
+            if i in position:
+                model_fidx[i, fidx[i] == idx] = n_published + len(loo)
+                loo.append((idx, position[i]))
+    return model_fidx, loo
 
 
 def _first_valid(series: pd.Series) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,9 @@ from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
 from eqrisk.model.layout import FactorLayout, factor_layout
 from eqrisk.model.quality import hedge_quality
 from eqrisk.model.returns import log_returns, simple_returns
+
+if TYPE_CHECKING:
+    from eqrisk.model.plan_slices import LayoutOutline, PlanOutline
 
 ANNUALIZATION = np.sqrt(252.0)
 VOL_SHORT_WINDOW = 23
@@ -383,7 +386,7 @@ def finish_model(plan: ModelPlan, blocks: list[tuple[int, dict[str, np.ndarray]]
     return result_of(plan, join_metrics(joined, plan.price_metrics))
 
 
-def result_of(plan: ModelPlan, metrics: dict[str, np.ndarray]) -> ModelResult:
+def result_of(plan: ModelPlan | PlanOutline, metrics: dict[str, np.ndarray]) -> ModelResult:
     """The ModelResult of a plan and its metrics (whole arrays, or an incremental build's
     arrays of new sessions over the previous version's): the one place it is assembled."""
     layout = plan.layout
@@ -403,7 +406,7 @@ def result_of(plan: ModelPlan, metrics: dict[str, np.ndarray]) -> ModelResult:
         params=plan.shared.params,
         notes={
             "returns_excluded": plan.returns_excluded,
-            "leave_one_out_rows": int(layout.model_factors.shape[0] - layout.factors.shape[0]),
+            "leave_one_out_rows": layout.leave_one_out_rows,
             "caps_imputed": len(layout.caps_imputed),
             "caps_imputed_symbols": layout.caps_imputed,
         },
@@ -429,7 +432,7 @@ def run_model(
     )
 
 
-def _hierarchy(symbols: np.ndarray, layout: FactorLayout) -> pd.DataFrame:
+def _hierarchy(symbols: np.ndarray, layout: FactorLayout | LayoutOutline) -> pd.DataFrame:
     """Each row's factor key per level (None where the level is absent)."""
     fidx = layout.fidx
     n = fidx.shape[0]

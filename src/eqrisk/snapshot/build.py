@@ -14,9 +14,9 @@ import pandas as pd
 
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.corporate_actions import break_cells, return_breaks
-from eqrisk.data.ingested import Stored, read_master, read_panel, read_rows, stored
-from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel, shrink_reason
+from eqrisk.data.ingested import Stored, read_panel, read_rows
+from eqrisk.data.master import Mappings
+from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import (
@@ -28,12 +28,14 @@ from eqrisk.model.run import (
 )
 from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
 from eqrisk.snapshot import incremental, tail
+from eqrisk.snapshot.block_inputs import BlockSource, InMemory, StreamedPlan
 from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
 from eqrisk.snapshot.risk_evaluation import risk_accuracy
 from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs, risk_resumes
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
+from eqrisk.snapshot.universe import check_universe, open_universe, streamed_build
 from eqrisk.snapshot.versions import Snapshot, store_of
 
 if TYPE_CHECKING:
@@ -42,26 +44,6 @@ if TYPE_CHECKING:
 # An incremental build asked to run on Dask runs in process up to this many cells (symbols x
 # sessions computed): a one-session update of 5,000 symbols computes one chunk, 640,000 cells.
 DASK_MIN_CELLS = 20_000_000
-
-
-class UniverseShrank(ValueError):
-    """The new snapshot's universe is a sharp shrink of the current one's; `force` publishes."""
-
-
-def _check_universe(previous: Previous, shape: tuple[int, int]) -> None:
-    """Refuse (before the model runs) a panel far smaller than the current snapshot's."""
-    version = previous.current
-    if version is None or previous.snapshot is None or previous.snapshot.path.name != version:
-        return  # nothing good to protect: a new build is the repair
-    manifest = previous.snapshot.manifest
-    old = (int(manifest["universe_size"]), int(manifest["sessions"]))
-    why = shrink_reason(old, shape)
-    if why is not None:
-        raise UniverseShrank(
-            f"refused to publish {shape[0]} symbols x {shape[1]} sessions over the current "
-            f"snapshot {version} ({old[0]} x {old[1]}): {why}; nothing changed; check the "
-            "ingested data (`eqrisk ingest`) or pass --force to publish it anyway"
-        )
 
 
 def build_snapshot(
@@ -125,12 +107,13 @@ def build_snapshot(
     proof = tail.data_proof(found, breaks_list, classes)
 
     def publish_on(panel: Panel, **options: Any) -> dict[str, Any]:
+        streamed = options.get("streamed") is not None
         return publish_panel(
             store,
             panel,
             master,
             params,
-            breaks=return_breaks(breaks_list, panel.symbols, panel.sessions),
+            breaks=None if streamed else return_breaks(breaks_list, panel.symbols, panel.sessions),
             meta=found.meta,
             keep=keep,
             dask=dask,
@@ -147,16 +130,23 @@ def build_snapshot(
         manifest = _publish_tail(
             found, raw_master, classes, proof, params, previous, force, say, publish_on
         )
+    whole = full or previous is None or previous.snapshot is None
+    if manifest is None and whole and not accuracy:
+        # A build that cannot reuse anything (--full, or no version yet) plans the model one
+        # slice of sessions at a time and each block reads its own rows: no (n x T) array.
+        manifest = streamed_build(
+            found, raw_master, classes, master, params, store, say, publish_on,
+            block_symbols=block_symbols, check=None if force else previous,
+            dask_workers=dask_workers, block_rows=block_rows, full=full,
+        )  # fmt: skip
     if manifest is None:
-        # A build that cannot reuse anything (--full, or no version yet) reads the whole
-        # universe's model fields only; each block reads its other price fields when it is
-        # written (memory: two n x T arrays, not seven).
-        whole = full or previous is None or previous.snapshot is None
+        # The whole history read for the model: each block reads its other price fields when
+        # it is written (memory: two n x T arrays, not seven) when no chunk can be reused.
         fields = MODEL_FIELDS if whole else PANEL_FIELDS
         panel = read_panel(found, raw_master, classes, fields=fields)
         say(f"built the panel ({panel.shape[0]} symbols)")
         if not force:
-            _check_universe(previous, panel.shape)
+            check_universe(previous, panel.shape)
         say(f"estimating the model ({panel.shape[0]} symbols x {panel.shape[1]} sessions)")
 
         def rows(start: int, stop: int, names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -214,7 +204,7 @@ def _publish_tail(
         say(f"reading the whole history: {why}")
         return None
     if not force:
-        _check_universe(previous, (int(found.stats.index["symbol"].nunique()), len(calendar)))
+        check_universe(previous, (int(found.stats.index["symbol"].nunique()), len(calendar)))
     say(f"reading the ingested data from {window.since.date()} (the years before: unchanged)")
     panel = read_panel(found, raw_master, classes, since=window.since)
     excluded = len(break_cells(breaks_list, panel.symbols, window.calendar))
@@ -223,39 +213,6 @@ def _publish_tail(
     except WholeHistory as why_not:
         say(f"reading the whole history: {why_not}")
         return None
-
-
-def open_universe(
-    home: Path, mappings: Mappings, market_etf: str
-) -> tuple[Stored, pd.DataFrame, pd.DataFrame]:
-    """The ingested data set (found), its raw master of the symbols it prices and that master
-    classified. Symbols priced but absent from the master: registry ETFs classify themselves;
-    the rest are unclassified stocks (market level only)."""
-    found = stored(home)
-    if found is None:
-        raise FileNotFoundError(
-            f"no ingested data under {home}: run `eqrisk ingest PRICES --master FILE` or "
-            "`eqrisk demo` first"
-        )
-    raw_master = read_master(found)
-    present = pd.Index(sorted(found.stats.index["symbol"].unique()))
-    missing = present.difference(raw_master["symbol"].astype(str))
-    if len(missing):
-        raw_master = pd.concat(
-            [raw_master, pd.DataFrame({"symbol": missing, "asset_type": "stock"})],
-            ignore_index=True,
-        )
-    raw_master = raw_master[raw_master["symbol"].isin(present)]
-    return found, raw_master, classify(raw_master, mappings, market_etf=market_etf)
-
-
-def read_universe(
-    home: Path, mappings: Mappings, market_etf: str, share_classes: dict[str, str] | None = None
-) -> tuple[Panel, pd.DataFrame, dict[str, Any]]:
-    """The ingested data set as the model reads it: the panel (filled one symbol block at a
-    time), the classified master of its symbols (`open_universe`) and the ingest's meta."""
-    found, raw_master, master = open_universe(home, mappings, market_etf)
-    return read_panel(found, raw_master, share_classes), master, found.meta
 
 
 def publish_panel(
@@ -280,6 +237,7 @@ def publish_panel(
     window: tail.Window | None = None,
     returns_excluded: int = 0,
     rows: RowReader | None = None,
+    streamed: StreamedPlan | None = None,
 ) -> dict[str, Any]:
     """The model on a panel (and its classified master) published as a new version of the
     store (`home`: a store, or a home whose store it is): the half of `build_snapshot` after
@@ -291,26 +249,32 @@ def publish_panel(
 
     With `window`, `panel` holds the sessions from `window.base` on only (a tail build, see
     `tail`; `returns_excluded` counts the breaks over the whole calendar): raises WholeHistory
-    when the build cannot be incremental."""
+    when the build cannot be incremental. With `streamed` (`block_inputs.stream_plan`: a full
+    build's plan, `panel` only its symbols and sessions), the blocks read their rows there."""
     say = progress or (lambda _msg: None)
     store = store_of(home)
     meta = meta or {}
-    plan = plan_model(panel, master, params, exclude=breaks)
-    base, proved, total = 0, None, None
-    if window is not None:
-        if previous is None or previous.snapshot is None:
-            raise WholeHistory("no previous version")
-        plan = tail.with_history(plan, previous.snapshot.manifest)
-        base, total = window.base, len(window.calendar)
-        proved = list(previous.snapshot.manifest["inputs"]["chunks"][: window.proved])
-    digests = incremental.input_digests(
-        plan, panel, master, breaks, base=base, proved=proved, sessions=total
-    )
+    source: BlockSource
+    if streamed is None:
+        plan = plan_model(panel, master, params, exclude=breaks)
+        base, proved, total = 0, None, None
+        if window is not None:
+            if previous is None or previous.snapshot is None:
+                raise WholeHistory("no previous version")
+            plan = tail.with_history(plan, previous.snapshot.manifest)
+            base, total = window.base, len(window.calendar)
+            proved = list(previous.snapshot.manifest["inputs"]["chunks"][: window.proved])
+        digests = incremental.input_digests(
+            plan, panel, master, breaks, base=base, proved=proved, sessions=total
+        )
+        source = InMemory(plan)
+    else:
+        digests, source = dict(streamed.inputs), streamed
     if proof is not None:
         digests["data"] = proof
     fed = None  # the digests of the fields the blocks read (`rows`), fed as they read them
-    if panel.unread and rows is not None:
-        fed = incremental.RowDigests(panel.unread, *panel.shape)
+    if source.unread and rows is not None:
+        fed = incremental.RowDigests(source.unread, *source.shape)
         rows = _feeding(rows, fed)
     build: dict[str, Any]
 
@@ -348,12 +312,16 @@ def publish_panel(
             block=block_symbols,
             risk=reused.risk
             if reused is not None and reused.risk is not None
-            else RiskInputs.of(plan),
+            else RiskInputs.of(source.plan),
             risk_accuracy=_accuracy(result) if accuracy else _carried(reuse),
         )
         return store.write(content, keep=keep, progress=say)
 
-    if not full:
+    if streamed is not None:  # a build that cannot reuse anything (`build_snapshot`)
+        build = {"mode": "full", "reasons": ["--full" if full else _no_previous(previous)]}
+        if not full:
+            say(build["reasons"][0])
+    elif not full:
         if previous is None:
             previous = store.previous()
         limit = dask_min_cells if dask is not None else None
@@ -382,7 +350,7 @@ def publish_panel(
     if dask is not None:
         return _publish_dask(
             store,
-            plan,
+            source,
             publish,
             address=dask,
             workers=dask_workers,
@@ -394,7 +362,7 @@ def publish_panel(
     # In process too, block by block: each block computed, written and dropped (bounded memory).
     return _publish_dask(
         store,
-        plan,
+        source,
         publish,
         address=None,
         workers=None,
@@ -403,6 +371,13 @@ def publish_panel(
         say=say,
         rows=rows,
     )
+
+
+def _no_previous(previous: Previous | None) -> str:
+    """Why a build without --full reuses nothing (`incremental.decide`'s words)."""
+    if previous is not None and previous.problem is not None:
+        return f"previous version unusable: {previous.problem}"
+    return "no previous version"
 
 
 def _feeding(rows: RowReader, fed: incremental.RowDigests) -> RowReader:
@@ -434,7 +409,7 @@ def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
 
 def _publish_dask(
     store: VersionStore,
-    plan: ModelPlan,
+    source: BlockSource,
     publish: Callable[..., dict[str, Any]],
     *,
     address: str | None,
@@ -455,7 +430,7 @@ def _publish_dask(
 
         def write(client: Any) -> tuple[Staged, list[str]]:
             return write_model_dask(
-                plan,
+                source,
                 client,
                 staging,
                 previous=store.share_from(),
@@ -472,7 +447,7 @@ def _publish_dask(
             with dask_client(address, workers=workers) as client:
                 staged, names = write(client)
         written = open_arrays(staging, staged.arrays)
-        result = result_of(plan, {name: cast(np.ndarray, written[name]) for name in names})
+        result = result_of(source.plan, {name: cast(np.ndarray, written[name]) for name in names})
         _say_caps(result, say)
         return publish(result, staged=staged)
 

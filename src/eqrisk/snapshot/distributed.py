@@ -48,7 +48,6 @@ from eqrisk.data.panel import Panel
 from eqrisk.model.run import (
     BlockInput,
     ModelParams,
-    ModelPlan,
     ModelResult,
     PriceRows,
     SharedFactors,
@@ -59,6 +58,7 @@ from eqrisk.model.run import (
     run_block,
 )
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.block_inputs import PRICE_INPUTS, BlockSource, unless_all_nan
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Staged
 
 if TYPE_CHECKING:
@@ -324,17 +324,8 @@ class BlockWritten:
         )
 
 
-PRICE_INPUTS = ("close", "market_cap", *PANEL_ARRAYS)
 # Reads rows [start, stop) of some price fields (names): one array per field, rows x sessions.
 RowReader = Callable[[int, int, tuple[str, ...]], dict[str, np.ndarray]]
-
-
-def _unless_all_nan(values: np.ndarray) -> np.ndarray | None:
-    return None if np.isnan(values).all() else values
-
-
-def _rows_of(values: np.ndarray | None, start: int, stop: int) -> np.ndarray | None:
-    return values[start:stop] if values is not None else None
 
 
 class _Rows:
@@ -444,7 +435,7 @@ def _write_task_from(
 
 
 def write_model_dask(
-    plan: ModelPlan,
+    source: BlockSource,
     client: Client | None,
     folder: Path,
     *,
@@ -465,10 +456,10 @@ def write_model_dask(
     `client` None runs the tasks here, one after the other: the local full build, each block
     computed, written to its chunk files and dropped (no (n x T) output is ever held).
 
-    `rows` reads the rows [start, stop) of the price fields the plan's panel was read without
-    (a full build reads only MODEL_FIELDS whole: `build_snapshot`); each job holds its own."""
+    `rows` reads the rows [start, stop) of the price fields the source does not hold (a full
+    build holds none of them: `build_snapshot`); each job holds its own."""
     say = progress or (lambda _msg: None)
-    n, n_t = plan.returns.shape
+    n, n_t = source.shape
     grid = chunks.ChunkGrid(n, n_t, block_symbols)
     per_task = max(1, -(-block_rows // grid.block))
     bounds = [(b, min(b + per_task, grid.blocks)) for b in range(0, grid.blocks, per_task)]
@@ -478,22 +469,19 @@ def write_model_dask(
         workers, threads = 1, None
     else:
         workers, threads = _worker_threads(client)
-        shared = _shared_task(client, plan.shared, run_id)
-    rank = plan.cap_ranks()
+        shared = _shared_task(client, source.shared, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     inputs = folder / INPUTS
-    unread = plan.panel.unread  # read by each job (`rows`)
+    unread = source.unread  # read by each job (`rows`)
     if unread and rows is None:
-        plan.panel.require(*unread)
-    held = [name for name in PRICE_INPUTS if name not in unread]
-    sent = {name: _unless_all_nan(getattr(plan.panel, name)) for name in held}
+        raise ValueError(f"no reader of the price fields the source lacks: {unread}")
 
     def prices(start: int, stop: int) -> dict[str, np.ndarray | None]:
-        """The job's rows of every price input: the panel's, and the others read now."""
-        got = {name: _rows_of(values, start, stop) for name, values in sent.items()}
+        """The job's rows of every price input: the source's, and the others read now."""
+        got = source.prices(start, stop)
         if unread:
             assert rows is not None
-            got.update({k: _unless_all_nan(v) for k, v in rows(start, stop, unread).items()})
+            got.update({k: unless_all_nan(v) for k, v in rows(start, stop, unread).items()})
         return got
 
     def job(b0: int, b1: int, derive: tuple[str, ...] | None = None) -> BlockJob:
@@ -504,9 +492,9 @@ def write_model_dask(
             grid=grid,
             b0=b0,
             b1=b1,
-            rows=plan.block(start, stop),
+            rows=source.block(start, stop),
             prices=prices(start, stop),
-            rank=rank[start:stop] if rank is not None else None,
+            rank=source.rank(start, stop),
             derive=derive,
         )
 
@@ -536,7 +524,7 @@ def write_model_dask(
         got: list[BlockWritten] = []
         done_here: Iterator[tuple[Any, BlockWritten]]
         if client is None:
-            done_here = ((item, _write_task(plan.shared, job(*item), None)) for item in jobs)
+            done_here = ((item, _write_task(source.shared, job(*item), None)) for item in jobs)
         else:
             done_here = _in_flight(jobs, submit, workers)
         for done, (_item, written) in enumerate(done_here, start=1):

@@ -29,8 +29,8 @@ from eqrisk.data.panel import Panel
 from eqrisk.model.quality import pooled_hedge_quality, vasicek_market_beta
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import ModelParams, ModelResult, run_model
-from eqrisk.snapshot.build import read_universe
 from eqrisk.snapshot.risk_evaluation import risk_accuracy
+from eqrisk.snapshot.universe import read_universe
 
 DEFAULT_HALFLIVES = (63.0, 126.0)
 

@@ -28,6 +28,7 @@ import xxhash
 import eqrisk
 from eqrisk.data.panel import Panel
 from eqrisk.model.cascade import rolling_std
+from eqrisk.model.plan_slices import PlanOutline
 from eqrisk.model.run import (
     ANNUALIZATION,
     VOL_SHORT_MIN_OBS,
@@ -98,7 +99,42 @@ def input_digests(
     `sessions`) gives the chunks after the `proved` ones (the previous version's entries,
     which the data set proves unchanged, taken as they are); its arrays are exact there."""
     layout, flat = plan.layout, plan.flat
-    universe = {
+    universe = universe_digests(plan, master)
+    total = len(plan.sessions) + base if sessions is None else sessions
+    grid = chunks.ChunkGrid(len(plan.symbols), total)
+    days = np.asarray(plan.sessions).astype("datetime64[D]")
+    first = len(proved) if proved is not None else 0
+
+    def chunk(c: int) -> dict[str, Any]:
+        lo, hi = (t - base for t in grid.cols(c))
+        return chunk_digests(
+            days[lo:hi],
+            plan.returns[:, lo:hi],
+            breaks[:, lo:hi] if breaks is not None else None,
+            layout.model_factors[:, lo:hi],
+            digest(flat.returns[:, lo:hi], flat.sector_market_beta[:, lo:hi]),
+            {
+                "close": panel.close[:, lo:hi],
+                **{
+                    name: getattr(panel, name)[:, lo:hi]
+                    for name in PANEL_ARRAYS
+                    if name in panel.read  # the others: `RowDigests`, as the blocks read them
+                },
+                "market_cap": panel.market_cap[:, lo:hi],
+            },
+        )
+
+    # Threads over chunks: the strided copies of each chunk (numpy) release the GIL.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        per_chunk = list(pool.map(chunk, range(first, grid.chunks)))
+    return {"scheme": DIGESTS, "universe": universe, "chunks": [*(proved or []), *per_chunk]}
+
+
+def universe_digests(plan: ModelPlan | PlanOutline, master: pd.DataFrame) -> dict[str, str]:
+    """The digests of what a build's every session depends on: the universe, the method, the
+    code, the master and the factor layout."""
+    layout, flat = plan.layout, plan.flat
+    return {
         "symbols": digest(plan.symbols.astype(str).tolist()),
         "method": digest(plan.shared.params.describe()),
         "code": digest(eqrisk.__version__, DIGESTS),
@@ -108,34 +144,27 @@ def input_digests(
         ),
         "caps_imputed": digest(sorted(layout.caps_imputed)),
     }
-    total = len(plan.sessions) + base if sessions is None else sessions
-    grid = chunks.ChunkGrid(len(plan.symbols), total)
-    days = np.asarray(plan.sessions).astype("datetime64[D]")
-    first = len(proved) if proved is not None else 0
 
-    def chunk(c: int) -> dict[str, Any]:
-        lo, hi = (t - base for t in grid.cols(c))
-        digests = {
-            "sessions": digest(days[lo:hi]),
-            "returns": digest(
-                plan.returns[:, lo:hi], breaks[:, lo:hi] if breaks is not None else 0
-            ),
-            "factors": digest(layout.model_factors[:, lo:hi]),
-            "flat": digest(flat.returns[:, lo:hi], flat.sector_market_beta[:, lo:hi]),
-            "close": digest(panel.close[:, lo:hi]),
-            **{
-                name: digest(getattr(panel, name)[:, lo:hi])
-                for name in PANEL_ARRAYS
-                if name in panel.read  # the others: `RowDigests`, as the blocks read them
-            },
-            "market_cap": digest(panel.market_cap[:, lo:hi]),
-        }
-        return {"sessions": hi - lo, "digests": digests}
 
-    # Threads over chunks: the strided copies of each chunk (numpy) release the GIL.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        per_chunk = list(pool.map(chunk, range(first, grid.chunks)))
-    return {"scheme": DIGESTS, "universe": universe, "chunks": [*(proved or []), *per_chunk]}
+def chunk_digests(
+    days: np.ndarray,
+    returns: np.ndarray,
+    breaks: np.ndarray | None,
+    model_factors: np.ndarray,
+    flat: str,
+    prices: dict[str, np.ndarray],
+) -> dict[str, Any]:
+    """The digests of one time chunk of a build's inputs (each array: that chunk's columns):
+    its sessions, returns and returns left out, every factor row, the flat model's factors
+    (`flat`: their digest) and the price fields (`prices`, in their order)."""
+    digests = {
+        "sessions": digest(days),
+        "returns": digest(returns, breaks if breaks is not None else 0),
+        "factors": digest(model_factors),
+        "flat": flat,
+        **{name: digest(values) for name, values in prices.items()},
+    }
+    return {"sessions": len(days), "digests": digests}
 
 
 class RowDigests:

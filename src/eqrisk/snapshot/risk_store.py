@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from eqrisk.model.covariance import CovarianceState
+from eqrisk.model.plan_slices import PlanOutline
 from eqrisk.model.risk_model import (
     LEVEL_NAMES,
     RiskModelDay,
@@ -63,7 +64,9 @@ class RiskInputs:
     first: int = 0  # the session of the factors' first column (a tail plan's base)
 
     @classmethod
-    def of(cls, plan: ModelPlan, params: RiskParams | None = None, first: int = 0) -> RiskInputs:
+    def of(
+        cls, plan: ModelPlan | PlanOutline, params: RiskParams | None = None, first: int = 0
+    ) -> RiskInputs:
         layout = plan.layout
         return cls(layout.factors, list(layout.keys), layout.fidx, params or RiskParams(), first)
 
