@@ -92,7 +92,8 @@ def test_a_lean_full_build_equals_the_build_from_the_whole_panel(
     assert built["build"]["mode"] == "full"
     # Planned one slice of sessions at a time (`block_inputs.stream_plan`): two of 512.
     assert [m for m in said if m.startswith("planned")] == [
-        "planned sessions 512/700", "planned sessions 700/700"
+        "planned sessions 512/700",
+        "planned sessions 700/700",
     ]
     whole = read_panel(found, raw, read_share_classes(None))
     other = tmp_path / "whole"
