@@ -2,15 +2,16 @@
 worker writing the chunk files of its own blocks into the new version.
 
 The builder plans the run (returns, factor layout, flat factors, the cap rank: what needs the
-universe), hands the small shared factor series to the cluster once as a task of its own (the
-scheduler holds its inputs and recomputes it when the worker that held it is lost: scattered
-data would be lost with that worker, whose copies Dask's memory manager thins out), and sends
-each task the rows of whole blocks of the snapshot's chunk grid (`block_symbols` symbols each,
-the `block_symbols` setting): their returns, prices and leave-one-out factor rows, written to
-the staging folder (`.inputs/`, on the store every host mounts) and read there by the task,
-never scattered to one worker, so that the scheduler reruns the task of a lost worker on
-another (the rerun first removes what the lost one wrote of its blocks); the build fails, with
-one line (DaskUnavailable), only when the cluster is gone. The worker runs
+universe; a full build's plan one slice of sessions at a time, its rows in files:
+`block_inputs`), hands the small shared factor series to the cluster once as a task of its own
+(the scheduler holds its inputs and recomputes it when the worker that held it is lost:
+scattered data would be lost with that worker, whose copies Dask's memory manager thins out),
+and sends each task the rows of whole blocks of the snapshot's chunk grid (`block_symbols`
+symbols each, the `block_symbols` setting): their returns, prices and leave-one-out factor
+rows, written to the staging folder (`.inputs/`, on the store every host mounts) and read there
+by the task, never scattered to one worker, so that the scheduler reruns the task of a lost
+worker on another (the rerun first removes what the lost one wrote of its blocks); the build
+fails, with one line (DaskUnavailable), only when the cluster is gone. The worker runs
 `eqrisk.model.run.run_block`, the very function of the local build, adds the price metrics of
 its rows and writes its blocks' chunks (`chunks.write_block`, hard links to the previous
 version's equal files) into a staging folder of the snapshot store, which every host mounts at

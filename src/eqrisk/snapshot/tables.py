@@ -496,12 +496,7 @@ def write_security_history(
     symbols = pa.array(symbol_names, type=pa.string())
     days = np.asarray(sessions).astype("datetime64[D]")
     flow = np.array([k == "return" for k in keys])
-    n = grid.n
     files: list[str] = []
-
-    def block(lo: int, hi: int) -> np.ndarray:
-        return _history_block(fields, slice(0, n), lo, hi)
-
     (folder / HISTORY_DIR).mkdir(exist_ok=True)
     old = set(previous_files or [])
     if daily:
@@ -530,14 +525,20 @@ def write_security_history(
                 stats.shared += 1
                 files.append(str(rel))
             continue
-        values = block(int(where[0]), int(where[-1]) + 1)
-        m_level, month_dates = monthly_views(days[where], values[:, ~flow], flow=False)
-        m_flow, _ = monthly_views(days[where], values[:, flow], flow=True)
-        monthly = np.empty((*values.shape[:2], len(month_dates)))
-        monthly[:, ~flow] = m_level
-        monthly[:, flow] = m_flow
-        table = _history_table(symbols, None, monthly, month_dates, 1)
-        chunks.close_files(fields)  # this year's chunk files are read: unmapped
+        # Block by block of rows (a month's row is its symbol's alone): memory holds one
+        # block's year of the fields, whatever the universe; the rows keep their order.
+        pieces = []
+        for b in range(grid.blocks):
+            r0, r1 = grid.rows(b)
+            values = _history_block(fields, slice(r0, r1), int(where[0]), int(where[-1]) + 1)
+            m_level, month_dates = monthly_views(days[where], values[:, ~flow], flow=False)
+            m_flow, _ = monthly_views(days[where], values[:, flow], flow=True)
+            monthly = np.empty((*values.shape[:2], len(month_dates)))
+            monthly[:, ~flow] = m_level
+            monthly[:, flow] = m_flow
+            pieces.append(_history_table(symbols, np.arange(r0, r1), monthly, month_dates, 1))
+            chunks.close_files(fields)  # this block's chunk files are read: unmapped
+        table = pa.concat_tables(pieces).combine_chunks()
         if table.num_rows:
             rel = Path(HISTORY_DIR) / f"monthly-{year}.parquet"
             _share_history(folder, rel, parquet_bytes(table), previous, stats)
