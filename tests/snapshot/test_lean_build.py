@@ -16,7 +16,7 @@ import pytest
 
 from eqrisk.bench.daily import ingest_meta, synthetic_prices
 from eqrisk.data.corporate_actions import return_breaks
-from eqrisk.data.ingested import read_panel, read_rows, stored, write_ingested
+from eqrisk.data.ingested import ingested_dir, read_panel, read_rows, stored, write_ingested
 from eqrisk.data.master import Mappings
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS
 from eqrisk.data.share_classes import read_share_classes
@@ -170,3 +170,34 @@ def test_a_store_keeps_its_grid_and_a_new_one_starts_at_the_default(
     shutil.copytree(found.folder, fresh / "ingested")
     first = build_snapshot(fresh, PARAMS)
     assert first["arrays"]["grid"]["block"] == BLOCK_SYMBOLS == 512
+
+
+def test_a_dask_build_that_reads_the_whole_history_is_planned_by_slices(
+    home: Path, tmp_path: Path
+) -> None:
+    """A return break added to an early year changes the whole history: with Dask, the build
+    is a full one planned one slice of sessions at a time (no universe-sized array in the
+    builder), and its version equals the local full build's."""
+    dask_home, local_home = tmp_path / "dask", tmp_path / "local"
+    for copy in (dask_home, local_home):
+        shutil.copytree(home, copy, symlinks=True)
+        build_snapshot(copy, PARAMS, block_symbols=BLOCK, full=True)
+        meta_path = ingested_dir(copy) / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        days = sorted({d for _s, d in meta["return_breaks"]})
+        meta["return_breaks"].append(["S00003", "1996-03-01"])
+        assert days[0] > "1996-03-01"
+        meta_path.write_text(json.dumps(meta))
+    said: list[str] = []
+    built = build_snapshot(dask_home, PARAMS, dask="local", dask_workers=2, progress=said.append)
+    assert "reading the whole history: the return breaks changed" in said
+    assert built["build"] == {"mode": "full", "reasons": ["a Dask build"]}
+    assert "planned sessions 700/700" in said
+    local = build_snapshot(local_home, PARAMS, full=True)
+    assert built["model"]["returns_excluded"] == 5 == local["model"]["returns_excluded"]
+    a = Snapshot.open(snapshots_dir(dask_home) / built["model_version"])
+    b = Snapshot.open(snapshots_dir(local_home) / local["model_version"])
+    assert a.manifest["arrays"] == b.manifest["arrays"]
+    assert a.manifest["inputs"]["chunks"] == b.manifest["inputs"]["chunks"]
+    for name in ("return", "l2_sec_hr", "mktcap_rank"):
+        np.testing.assert_array_equal(a.array(name)[:], b.array(name)[:])

@@ -81,9 +81,10 @@ def build_snapshot(
 
     `block_symbols` is the chunk grid's block (S: the rows a Dask task writes as a unit, at
     least one block a task; None: the current version's, BLOCK_SYMBOLS for a first build, so
-    that a store keeps its grid and its updates stay incremental); an incremental build runs
-    on Dask only when it computes more than `dask_min_cells` (symbols x sessions), else in
-    process.
+    that a store keeps its grid and its updates stay incremental). With `dask`, a build that
+    reads the end of the data set (`tail`) runs in process when it computes at most
+    `dask_min_cells` (symbols x sessions); any other is a full Dask build, planned one slice of
+    sessions at a time (`universe.streamed_build`), as is every build that reuses nothing.
 
     `accuracy` measures the risk forecast out of sample on the whole data set
     (`risk_evaluation.risk_accuracy`: bias statistics and rolling MAD per family of portfolios)
@@ -131,9 +132,10 @@ def build_snapshot(
             found, raw_master, classes, proof, params, previous, force, say, publish_on
         )
     whole = full or previous is None or previous.snapshot is None
-    if manifest is None and whole and not accuracy:
-        # A build that cannot reuse anything (--full, or no version yet) plans the model one
-        # slice of sessions at a time and each block reads its own rows: no (n x T) array.
+    if manifest is None and (whole or dask is not None) and not accuracy:
+        # A build that cannot reuse anything (--full, or no version yet), or a Dask build that
+        # reads the whole history, plans the model one slice of sessions at a time and each
+        # block reads its own rows: the builder holds no (n x T) array.
         manifest = streamed_build(
             found, raw_master, classes, master, params, store, say, publish_on,
             block_symbols=block_symbols, check=None if force else previous,
@@ -318,9 +320,10 @@ def publish_panel(
         return store.write(content, keep=keep, progress=say)
 
     if streamed is not None:  # a build that cannot reuse anything (`build_snapshot`)
-        build = {"mode": "full", "reasons": ["--full" if full else _no_previous(previous)]}
-        if not full:
-            say(build["reasons"][0])
+        why = "--full" if full else "a Dask build" if dask is not None else _no_previous(previous)
+        build = {"mode": "full", "reasons": [why]}
+        if not full and dask is None:
+            say(why)
     elif not full:
         if previous is None:
             previous = store.previous()
