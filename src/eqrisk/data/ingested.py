@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
+from eqrisk.data.calendar import sessions_between
 from eqrisk.data.panel import (
     PANEL_FIELDS,
     PRICE_COLUMNS,
@@ -202,6 +203,18 @@ class Stored:
     block_symbols: int
     legacy: bool  # one prices.parquet (a data set written before partitions)
     digests: dict[Part, str] | None = None  # per partition (None: written before digests)
+
+    def symbols(self) -> np.ndarray:
+        """The universe's rows: every symbol priced, sorted (a panel's row order)."""
+        return np.array(sorted(self.stats.index["symbol"].unique()), dtype=object)
+
+    def calendar(self) -> pd.DatetimeIndex:
+        """The universe's columns: the NYSE sessions from the first priced one to the last
+        (empty when nothing is priced)."""
+        days = self.stats.sessions()
+        if days.empty:
+            return pd.DatetimeIndex([])
+        return sessions_between(days.index.min(), days.index.max())
 
     def read(
         self,
@@ -485,7 +498,7 @@ def read_panel(
     the partitions of its year and after. `fields`: the fields read (`fill_panel`); a full
     build reads MODEL_FIELDS here and the others block by block (`read_rows`). `until`: only
     the sessions up to that one (a session), from the partitions of its year and before."""
-    symbols = np.array(sorted(found.stats.index["symbol"].unique()), dtype=object)
+    symbols = found.symbols()
     sessions = found.stats.sessions()
     if sessions.empty:
         raise ValueError(f"the ingested data set under {found.folder} holds no price")

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from eqrisk.data.calendar import sessions_between
 from eqrisk.data.corporate_actions import break_cells, return_breaks
 from eqrisk.data.ingested import Stored, read_panel, read_rows
 from eqrisk.data.master import Mappings
@@ -194,10 +193,14 @@ def _publish_tail(
     partition digests. None when the whole history is to be read (the build then decides on
     it as before; why is said)."""
     snapshot = previous.snapshot
-    days = found.stats.sessions()
-    if previous.problem is not None or snapshot is None or not snapshot.chunked or days.empty:
+    calendar = found.calendar().to_numpy()
+    if (
+        previous.problem is not None
+        or snapshot is None
+        or not snapshot.chunked
+        or not len(calendar)
+    ):
         return None
-    calendar = sessions_between(days.index.min(), days.index.max()).to_numpy()
     breaks_list = found.meta.get("return_breaks", [])
     window, why = tail.window_of(
         proof, snapshot.manifest, calendar.astype("datetime64[D]"), params.window
@@ -206,7 +209,7 @@ def _publish_tail(
         say(f"reading the whole history: {why}")
         return None
     if not force:
-        check_universe(previous, (int(found.stats.index["symbol"].nunique()), len(calendar)))
+        check_universe(previous, (len(found.symbols()), len(calendar)))
     say(f"reading the ingested data from {window.since.date()} (the years before: unchanged)")
     panel = read_panel(found, raw_master, classes, since=window.since)
     excluded = len(break_cells(breaks_list, panel.symbols, window.calendar))

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eqrisk.data.calendar import sessions_between
 from eqrisk.data.corporate_actions import break_cells
 from eqrisk.data.ingested import Stored, read_master, read_panel, read_rows, stored
 from eqrisk.data.master import Mappings, classify
@@ -55,7 +54,7 @@ def open_universe(
             "`eqrisk demo` first"
         )
     raw_master = read_master(found)
-    present = pd.Index(sorted(found.stats.index["symbol"].unique()))
+    present = pd.Index(found.symbols())
     missing = present.difference(raw_master["symbol"].astype(str))
     if len(missing):
         raw_master = pd.concat(
@@ -95,11 +94,10 @@ def streamed_build(
     `check`: the previous version a much smaller universe is refused against (`--force`:
     None). `publish_on(panel, streamed=..., rows=..., **options)` publishes it
     (`build.publish_panel`); the panel it is given holds the symbols and sessions only."""
-    days = found.stats.sessions()
-    if days.empty:
+    calendar = found.calendar()
+    if calendar.empty:
         raise ValueError(f"the ingested data set under {found.folder} holds no price")
-    calendar = sessions_between(days.index.min(), days.index.max())
-    symbols = np.array(sorted(found.stats.index["symbol"].unique()), dtype=object)
+    symbols = found.symbols()
     if check is not None:
         check_universe(check, (len(symbols), len(calendar)))
     shape = plan_shape(symbols, calendar.to_numpy(), master, params)
