@@ -51,7 +51,7 @@ def _sliced(
     returns = np.hstack([p.returns for p in parts])
     model_factors = np.hstack([p.model_factors for p in parts])
     rank = np.hstack([p.rank for p in parts])
-    return returns, model_factors, rank, imputed, model_factors[: parts[0].published]
+    return returns, model_factors, rank, imputed, model_factors[: shape.layout.published]
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -69,7 +69,6 @@ class SliceRows:
     model_factors: np.ndarray  # ((F + L) x c): the published rows, then the leave-one-out rows
     rank: np.ndarray  # (n x c) the cap rank
     imputed: set[int]  # rows weighted by the missing-cap rule in some group on these sessions
-    published: int  # F: the model factors' first rows, the published ones
 
 
 def slice_rows(
@@ -93,7 +92,6 @@ def slice_rows(
         model_factors=np.ascontiguousarray(model_factors[:, lead:]),
         rank=cap_rank(market_cap[:, lead:], shape.is_stock),
         imputed=imputed,
-        published=shape.layout.published,
     )
 
 
