@@ -133,7 +133,7 @@ class StreamedPlan:
         top = 0
         for b, height in zip(blocks, heights, strict=True):
             for p, (t0, t1) in enumerate(self.pieces):
-                out[top : top + height, t0:t1] = np.load(self.folder / f"{name}.{b}.{p}.npy")
+                out[top : top + height, t0:t1] = np.load(piece_path(self.folder, name, b, p))
             top += height
         return out
 
@@ -168,6 +168,11 @@ class StreamedPlan:
 
 
 PRICE_HELD = ("close", "market_cap")  # what a streamed plan reads with the model's numbers
+
+
+def piece_path(folder: Path, name: str, block: int, piece: int) -> Path:
+    """The file of one field's rows of one grid block on one slice of sessions."""
+    return folder / f"{name}.{block}.{piece}.npy"
 
 
 def stream_plan(
@@ -219,8 +224,8 @@ def stream_plan(
         for b in range(grid.blocks):
             r0, r1 = grid.rows(b)
             for name, values in held.items():
-                np.save(folder / f"{name}.{b}.{p}.npy", values[r0:r1])
-            np.save(folder / f"loo.{b}.{p}.npy", part.model_factors[loo[b]])
+                np.save(piece_path(folder, name, b, p), values[r0:r1])
+            np.save(piece_path(folder, "loo", b, p), part.model_factors[loo[b]])
         for c in range(t0 // grid.chunk, -(-t1 // grid.chunk)):
             lo, hi = grid.cols(c)
             cols = slice(lo - t0, hi - t0)
