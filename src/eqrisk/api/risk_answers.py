@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from eqrisk.api.errors import ApiError
 from eqrisk.api.models import Enveloped
+from eqrisk.snapshot.portfolio import LOW_USED_SHARE
 from eqrisk.snapshot.versions import Snapshot
 
 DATE_DESCRIPTION = (
@@ -102,6 +103,14 @@ class PortfolioRiskResponse(Enveloped):
     hedge: PortfolioHedge
     unused: list[Unused]
     benchmark_unused: list[Unused]
+    used_share: float = Field(
+        description="The share of the book the answer covers: sum |position| of the positions "
+        "used over sum |position| of all given (1.0: every position used)."
+    )
+    partial: bool = Field(
+        description=f"True when used_share is below {LOW_USED_SHARE}: the figures describe "
+        "part of the book only (see `unused` for the rest)."
+    )
 
 
 class FactorCovarianceResponse(Enveloped):

@@ -1,5 +1,5 @@
 """A portfolio's risk on a session of a snapshot: the stored risk model of that session
-(`risk_store.model_day`) and `model.portfolio_risk` on it, with the ETF hedge at a chosen level.
+(`risk_days.risk_day`, read once and cached) and `model.portfolio_risk` on it, with the ETF hedge at a chosen level.
 
 The HTTP layer never imports the model: the route calls `portfolio_answer` here and receives
 plain numbers. The hedge at level L sells, per ETF of that level, the portfolio's exposure
@@ -17,24 +17,22 @@ from typing import Any
 
 import numpy as np
 
-from eqrisk.model.portfolio_risk import Attribution, PortfolioRisk, Unusable, portfolio_risk
+from eqrisk.model.portfolio_risk import (
+    Attribution,
+    PortfolioRisk,
+    Unusable,
+    portfolio_risk,
+    resolve,
+)
 from eqrisk.model.risk_model import ANNUALIZATION, RiskModelDay
-from eqrisk.snapshot.risk_store import model_day
+from eqrisk.snapshot.risk_days import day_level, risk_day
 from eqrisk.snapshot.versions import Snapshot
 
-__all__ = ["HedgeLegs", "PortfolioAnswer", "portfolio_answer", "risk_day"]
+__all__ = ["HedgeLegs", "PortfolioAnswer", "day_level", "portfolio_answer", "risk_day"]
 
-
-def risk_day(snap: Snapshot, t: int, level: int | None = None) -> RiskModelDay:
-    """The risk model of session t (exposures of `level`, default the model's)."""
-    arrays = {name: snap.array(name) for name in _needed(snap)}
-    return model_day(snap.path, snap.manifest, arrays, t, level=level)
-
-
-def _needed(snap: Snapshot) -> list[str]:
-    from eqrisk.snapshot.risk_store import HEDGE_FIELDS
-
-    return [*HEDGE_FIELDS, "risk_specific_var"]
+LOW_USED_SHARE = 0.9
+"""Below this share of the book's gross size used, the answer says that it describes part of
+the book only (`PortfolioAnswer.used_share`)."""
 
 
 @dataclass(frozen=True)
@@ -52,19 +50,27 @@ class PortfolioAnswer:
     session: int
     risk: PortfolioRisk
     hedge: HedgeLegs
+    used_share: float  # sum |w| of the positions used / sum |w| of all positions given
+
+    @property
+    def partial(self) -> bool:
+        """Whether the model used less than `LOW_USED_SHARE` of the book."""
+        return self.used_share < LOW_USED_SHARE
 
 
 def _exposure(day: RiskModelDay, positions: Mapping[str, float], keys: list[str]) -> list[float]:
-    """The factor exposure x = H'w of usable positions, per factor key."""
-    rows = [day.row_of.get(t, -1) for t in positions]
+    """The factor exposure x = H'w of usable positions, per factor key (summed position by
+    position, slot by slot)."""
+    row_of = day.row_of
+    rows = np.array([row_of.get(t, -1) for t in positions], dtype=np.int64)
+    w = np.fromiter(positions.values(), dtype=np.float64, count=len(rows))
+    ok = (rows >= 0) & np.isfinite(w)
+    ok[ok] = day.usable[rows[ok]]
+    idx = day.index[rows[ok]]
+    terms = day.values[rows[ok]] * w[ok][:, None]
+    has = idx >= 0
     x = np.zeros(len(day.factor_keys))
-    for r, w in zip(rows, positions.values(), strict=True):
-        if r < 0 or not day.usable[r] or not np.isfinite(w):
-            continue
-        for j in range(3):
-            k = int(day.index[r, j])
-            if k >= 0:
-                x[k] += day.values[r, j] * w
+    np.add.at(x, idx[has], terms[has])
     where = {k: i for i, k in enumerate(day.factor_keys)}
     return [float(x[where[k]]) for k in keys]
 
@@ -74,24 +80,31 @@ def portfolio_answer(
     t: int,
     positions: Mapping[str, float],
     *,
-    benchmark: Mapping[str, float] | None = None,
+    benchmark: str | Mapping[str, float] | None = None,
     hedge_level: int = 3,
 ) -> PortfolioAnswer:
-    """The risk of `positions` on session t, its tracking error against `benchmark`, and the
-    ETF hedge at `hedge_level` with the volatility left after it."""
+    """The risk of `positions` on session t, its tracking error against `benchmark` (positions,
+    or a ticker held for the net value of the positions used), and the ETF hedge at
+    `hedge_level` with the volatility left after it. The day's model is the cached one
+    (`risk_days`): O(positions x factors) arithmetic here."""
     day = risk_day(snap, t)
+    if isinstance(benchmark, str):
+        benchmark = {benchmark: float(resolve(day, positions).weights.sum())}
     risk = portfolio_risk(day, positions, benchmark=benchmark)
     at = day if hedge_level == day_level(snap) else risk_day(snap, t, level=hedge_level)
-    legs = portfolio_risk(at, positions).hedge
+    legs = risk.hedge if at is day else portfolio_risk(at, positions).hedge
     hedged = dict(positions)
     universe = day.row_of
     for key, notional, ok in zip(legs.keys, legs.notional.tolist(), legs.tradable, strict=True):
         if ok and key in universe:
             hedged[key] = hedged.get(key, 0.0) + notional
-    used = {k: v for k, v in hedged.items() if k not in {u.ticker for u in risk.unusable}}
+    unusable = {u.ticker for u in risk.unusable}
+    used = {k: v for k, v in hedged.items() if k not in unusable}
     after = portfolio_risk(day, used).portfolio.vol if used else 0.0
     tradable = [ok and key in universe for key, ok in zip(legs.keys, legs.tradable, strict=True)]
     exposure_after = _exposure(at, used, legs.keys)
+    gross = float(np.abs(np.fromiter(positions.values(), dtype=np.float64)).sum())
+    used_gross = float(np.abs(risk.portfolio.positions.weights).sum())
     return PortfolioAnswer(
         session=t,
         risk=risk,
@@ -103,11 +116,8 @@ def portfolio_answer(
             vol_after=after,
             exposure_after=exposure_after,
         ),
+        used_share=used_gross / gross if gross > 0.0 and np.isfinite(gross) else 0.0,
     )
-
-
-def day_level(snap: Snapshot) -> int:
-    return int(snap.manifest["risk"]["params"]["level"])
 
 
 def attribution_dict(a: Attribution) -> dict[str, Any]:

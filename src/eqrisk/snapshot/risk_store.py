@@ -347,6 +347,30 @@ def factor_covariance_of(folder: Path, manifest: Mapping[str, Any], t: int) -> F
     return FactorCovarianceDay(t, list(block["keys"]), list(block["levels"]), cov)
 
 
+@dataclass(frozen=True)
+class RiskRows:
+    """What every session's risk model of a version shares, read once per version: the
+    symbols of the rows, each row's factor slots (`fidx.npy`), the factor a row is itself
+    (its own ETF's key, -1 = none) and each factor's level."""
+
+    symbols: np.ndarray  # (n,) object
+    fidx: np.ndarray  # (n, 3)
+    own: np.ndarray  # (n,)
+    factor_level: np.ndarray  # (K,)
+
+    @classmethod
+    def read(cls, folder: Path, manifest: Mapping[str, Any]) -> RiskRows:
+        grid = risk_grid(manifest)
+        if grid is None:
+            raise KeyError("this version holds no risk model")
+        keys = list(manifest["risk"]["keys"])
+        fidx = np.load(folder / RISK_DIR / "fidx.npy")
+        symbols = np.asarray(_symbol_names(folder, grid.n), dtype=object)
+        where = {k: i for i, k in enumerate(keys)}
+        own = np.array([where.get(s, -1) for s in symbols.tolist()], dtype=np.int64)
+        return cls(symbols, fidx, own, factor_levels(fidx, len(keys)))
+
+
 def model_day(
     folder: Path,
     manifest: Mapping[str, Any],
@@ -354,34 +378,33 @@ def model_day(
     t: int,
     *,
     level: int | None = None,
+    rows: RiskRows | None = None,
 ) -> RiskModelDay:
     """The risk model of session t as a portfolio's risk needs it: F and D as stored, the
     exposures rebuilt from the hedge ratios published on t-1 exactly as the build did
     (`hedge_exposures`; those of `level` where given, the model's otherwise). `arrays`: the
-    version's fields (`Snapshot.array`)."""
+    version's fields (`Snapshot.array`); `rows`: the version's `RiskRows` where already read."""
     f = factor_covariance_of(folder, manifest, t)
     block = manifest["risk"]
-    fidx = np.load(folder / RISK_DIR / "fidx.npy")
-    keys = f.keys
-    grid = risk_grid(manifest)
-    assert grid is not None
-    symbols = np.asarray(_symbol_names(folder, grid.n), dtype=object)
-    own = np.array([keys.index(s) if s in keys else -1 for s in symbols.tolist()], dtype=np.int64)
+    rows = rows or RiskRows.read(folder, manifest)
+    n = len(rows.symbols)
     lo = max(t - 1, 0)
     hedge = {
         name: np.asarray(arrays[name][:, lo : t + 1], dtype=np.float64) for name in HEDGE_FIELDS
     }
     if t == 0:  # no previous session: nothing published
-        hedge = {name: np.column_stack([np.full(grid.n, np.nan), v]) for name, v in hedge.items()}
-    exp = hedge_exposures(hedge, fidx, own, level or int(block["params"]["level"]), start=1)
+        hedge = {name: np.column_stack([np.full(n, np.nan), v]) for name, v in hedge.items()}
+    exp = hedge_exposures(
+        hedge, rows.fidx, rows.own, level or int(block["params"]["level"]), start=1
+    )
     lev = exp.level[:, 0]
     index = np.where(lev[:, None] > np.arange(3)[None, :], exp.index, -1)
     d = np.asarray(arrays["risk_specific_var"][:, t], dtype=np.float64)
     return RiskModelDay(
         session=t,
-        symbols=symbols,
-        factor_keys=keys,
-        factor_level=factor_levels(fidx, len(keys)),
+        symbols=rows.symbols,
+        factor_keys=f.keys,
+        factor_level=rows.factor_level,
         cov=f.cov,
         index=index,
         values=np.where(index >= 0, exp.values[:, :, 0].T, 0.0),

@@ -4,6 +4,7 @@ contributions per level, factor and position, and its ETF hedge, from the snapsh
 
 # No `from __future__ import annotations`: pydantic and FastAPI read these annotations.
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,6 +33,9 @@ from eqrisk.snapshot.portfolio import (
 from eqrisk.snapshot.versions import Snapshot
 
 MAX_POSITIONS = 5000
+MAX_ABS_POSITION = 1e15
+"""The largest |position| (after the same ticker's entries add up): a book's arithmetic on
+positions up to it cannot overflow a float64, and no real book is larger (weights or dollars)."""
 LEVELS = {"L1": 1, "L2": 2, "L3": 3}
 
 
@@ -41,9 +45,10 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
         max_length=MAX_POSITIONS,
         description=(
             f"Ticker -> position (1 to {MAX_POSITIONS}), as weights or dollars (see `units`); "
-            "shorts are negative. Tickers are case-insensitive; the same ticker twice adds up."
+            "shorts are negative; each a finite number of magnitude at most "
+            f"{MAX_ABS_POSITION:.0e}. Tickers are case-insensitive; the same ticker twice adds up."
         ),
-        examples=[{"AAPL": 0.4, "MSFT": 0.35, "XOM": -0.25}],
+        examples=[{"AAPL": 0.4, "MSFT": 0.35, "NVDA": -0.25}],
     )
     units: Literal["weights", "dollars"] = Field(
         "weights",
@@ -71,6 +76,12 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
             if not key or len(key) > 32:
                 raise ValueError(f"{ticker!r} is not a ticker")
             out[key] = out.get(key, 0.0) + float(w)
+        for ticker, w in out.items():
+            if not math.isfinite(w) or abs(w) > MAX_ABS_POSITION:
+                raise ValueError(
+                    f"the position of {ticker} ({w:.6g}) is not a finite number of magnitude at "
+                    f"most {MAX_ABS_POSITION:.0e}"
+                )
         return out
 
     @field_validator("benchmark")
@@ -101,24 +112,27 @@ def asked_tickers(p: PortfolioRiskParams) -> list[str]:
 
 def plan_portfolio(snap: Snapshot, p: PortfolioRiskParams) -> PortfolioPlan:
     t = risk_session(snap, p.date)
-    benchmark: dict[str, float] | None = None
-    if isinstance(p.benchmark, dict):
-        benchmark = p.benchmark
-    first = portfolio_answer(snap, t, p.positions, hedge_level=LEVELS[p.level])
-    used = first.risk.portfolio.positions
+    answer = portfolio_answer(
+        snap, t, p.positions, benchmark=p.benchmark, hedge_level=LEVELS[p.level]
+    )
+    risk = answer.risk
+    used = risk.portfolio.positions
     if not used.tickers:
-        why = "; ".join(f"{u.ticker}: {u.reason}" for u in first.risk.unusable[:10])
+        why = "; ".join(f"{u.ticker}: {u.reason}" for u in risk.unusable[:10])
         raise ApiError(
             "NO_DATA",
             f"no position has a risk forecast on {session_date(snap, t)} ({why})",
-            unused=[u.ticker for u in first.risk.unusable],
+            unused=[u.ticker for u in risk.unusable],
         )
-    if isinstance(p.benchmark, str):
-        benchmark = {p.benchmark: float(used.weights.sum())}
-    answer = first
-    if benchmark is not None:
-        answer = portfolio_answer(
-            snap, t, p.positions, benchmark=benchmark, hedge_level=LEVELS[p.level]
+    figures = [risk.portfolio.vol, answer.hedge.vol_after, *answer.hedge.notional]
+    if risk.active is not None:
+        figures.append(risk.active.vol)
+    if not all(math.isfinite(x) for x in figures):
+        raise ApiError(
+            "INVALID_PARAMETER",
+            "the book's risk overflows a float64: scale the positions down (weights or "
+            "dollars in millions)",
+            parameter="positions",
         )
     return PortfolioPlan(answer, session_date(snap, t), len(used.tickers))
 
@@ -158,6 +172,8 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
         },
         "unused": unusable_list(risk.unusable),
         "benchmark_unused": unusable_list(risk.benchmark_unusable),
+        "used_share": a.used_share,
+        "partial": a.partial,
     }
     return document(call.snap, doc)
 

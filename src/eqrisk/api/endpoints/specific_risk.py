@@ -23,7 +23,7 @@ from eqrisk.api.risk_answers import (
     session_date,
 )
 from eqrisk.api.sizes import Size, approx_bytes
-from eqrisk.snapshot.portfolio import risk_day
+from eqrisk.snapshot.risk_days import risk_day
 from eqrisk.snapshot.versions import Snapshot
 
 SLOTS = ("market", "sector", "subsector")

@@ -1,0 +1,221 @@
+"""The served risk model read once (`snapshot.risk_days`) and the honest answers of
+`POST /api/portfolio/risk` on the demo snapshot: a 5,000-position book against a 5,000-position
+benchmark answers what the previous, uncached code path answered (kept here) to 1e-12 and a dense
+sqrt(w' Sigma w) built from the served F, H and D; each day's model and the version's rows are
+built once however many requests read them; non-finite and overflowing books are free 400s; the
+answer says which share of the book it used, and that it is partial below the threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from eqrisk.api.app import create_app
+from eqrisk.model.portfolio_risk import portfolio_risk
+from eqrisk.settings import Settings
+from eqrisk.snapshot import risk_days
+from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskRows, model_day
+from eqrisk.snapshot.versions import Snapshot
+from helpers import TEST_KEY
+
+AUTH = {"Authorization": f"Bearer {TEST_KEY}"}
+
+
+@pytest.fixture(scope="module")
+def client(demo_settings: Settings) -> TestClient:
+    return TestClient(create_app(demo_settings))
+
+
+@pytest.fixture(scope="module")
+def snap(client: TestClient) -> Snapshot:
+    from eqrisk.api.deps import snapshot_at
+
+    return snapshot_at(client.app.state, None)  # type: ignore[attr-defined]
+
+
+def _balance(client: TestClient) -> float:
+    doc: dict[str, Any] = client.get("/api/balance", headers=AUTH).json()
+    return float(doc["balance_tokens"])
+
+
+def _old_answer(
+    snap: Snapshot, t: int, positions: Mapping[str, float], benchmark: Mapping[str, float]
+) -> dict[str, Any]:
+    """The answer as the code before the cache computed it: the day's model rebuilt from the
+    files on each use (`model_day` reading the symbols itself), the hedge by a loop."""
+    arrays = {name: snap.array(name) for name in (*HEDGE_FIELDS, "risk_specific_var")}
+    day = model_day(snap.path, snap.manifest, arrays, t)
+    risk = portfolio_risk(day, positions, benchmark=benchmark)
+    legs = portfolio_risk(model_day(snap.path, snap.manifest, arrays, t), positions).hedge
+    hedged = dict(positions)
+    for key, notional, ok in zip(legs.keys, legs.notional.tolist(), legs.tradable, strict=True):
+        if ok and key in day.row_of:
+            hedged[key] = hedged.get(key, 0.0) + notional
+    bad = {u.ticker for u in risk.unusable}
+    used = {k: v for k, v in hedged.items() if k not in bad}
+    x = np.zeros(len(day.factor_keys))
+    for ticker, w in used.items():
+        r = day.row_of.get(ticker, -1)
+        if r < 0 or not day.usable[r]:
+            continue
+        for j in range(3):
+            if day.index[r, j] >= 0:
+                x[day.index[r, j]] += day.values[r, j] * w
+    where = {k: i for i, k in enumerate(day.factor_keys)}
+    assert risk.active is not None
+    return {
+        "vol": risk.portfolio.vol,
+        "te": risk.active.vol,
+        "contributions": dict(
+            zip(risk.portfolio.positions.tickers, risk.portfolio.positions.contribution.tolist())
+        ),
+        "legs": dict(zip(legs.keys, legs.notional.tolist(), strict=True)),
+        "after": portfolio_risk(day, used).portfolio.vol,
+        "exposure_after": {k: float(x[where[k]]) for k in legs.keys},
+    }
+
+
+def _dense(client: TestClient, date: str) -> tuple[dict[str, int], np.ndarray]:
+    """Sigma = H F H' + D of every symbol, from the served F, H and D only."""
+    f = client.get("/api/factor-covariance", params={"date": date}, headers=AUTH).json()
+    keys = f["factors"]
+    cov = np.array([[np.nan if v is None else v for v in row] for row in f["matrix"]])
+    rows = client.get("/api/specific-risk", params={"date": date}, headers=AUTH).json()["data"]
+    h = np.zeros((len(rows), len(keys)))
+    d = np.zeros(len(rows))
+    for i, r in enumerate(rows):
+        for slot in ("market", "sector", "subsector"):
+            if r[f"{slot}_factor"] is not None:
+                h[i, keys.index(r[f"{slot}_factor"])] += r[f"{slot}_exposure"]
+        d[i] = np.nan_to_num(np.nan if r["specific_var"] is None else r["specific_var"])
+    cols = np.flatnonzero((np.abs(h) > 0).any(axis=0))
+    sigma = h[:, cols] @ np.nan_to_num(cov[np.ix_(cols, cols)]) @ h[:, cols].T + np.diag(d)
+    return {r["ticker"]: i for i, r in enumerate(rows)}, sigma
+
+
+def _books(day_symbols: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """5,000 positions and a 5,000-position benchmark: every demo symbol, the rest unknown."""
+    rng = np.random.default_rng(32)
+    names = [*day_symbols, *(f"ZZ{i:05d}" for i in range(5000 - len(day_symbols)))]
+    book = dict(zip(names, rng.normal(0.0, 1e-3, 5000).tolist(), strict=True))
+    bench = dict(zip(names[::-1], rng.uniform(0.0, 4e-4, 5000).tolist(), strict=True))
+    return book, bench
+
+
+def test_a_5000_position_book_equals_the_old_path_and_the_dense_one(
+    client: TestClient, snap: Snapshot
+) -> None:
+    risk_days.clear()
+    t = len(snap.sessions) - 1
+    symbols = [str(s) for s in risk_days.risk_rows(snap).symbols.tolist()]
+    assert len(symbols) < 5000
+    book, bench = _books(symbols)
+    resp = client.post(
+        "/api/portfolio/risk", json={"positions": book, "benchmark": bench}, headers=AUTH
+    )
+    assert resp.status_code == 200, resp.text
+    doc = resp.json()
+    old = _old_answer(snap, t, book, bench)
+    p = doc["portfolio"]
+    assert p["vol_daily"] == pytest.approx(old["vol"], rel=1e-12, abs=0)
+    assert doc["tracking_error"]["vol_daily"] == pytest.approx(old["te"], rel=1e-12, abs=0)
+    got = {x["ticker"]: x["contribution"] for x in p["positions"]}
+    assert got.keys() == old["contributions"].keys()
+    for ticker, c in old["contributions"].items():
+        assert got[ticker] == pytest.approx(c, rel=1e-12, abs=1e-15 * old["vol"])
+    legs = doc["hedge"]["legs"]
+    assert {x["etf"]: x["notional"] for x in legs} == pytest.approx(old["legs"], rel=1e-12)
+    assert {x["etf"]: x["exposure_after"] for x in legs} == pytest.approx(
+        old["exposure_after"], rel=1e-12, abs=1e-15
+    )
+    assert doc["hedge"]["vol_after_daily"] == pytest.approx(old["after"], rel=1e-12, abs=0)
+
+    where, sigma = _dense(client, doc["date"])
+    used = [x["ticker"] for x in p["positions"]]
+    w = np.zeros(len(where))
+    for ticker in used:
+        w[where[ticker]] += book[ticker]
+    assert p["vol_daily"] == pytest.approx(float(np.sqrt(w @ sigma @ w)), rel=1e-12)
+    active = w.copy()
+    bench_used = set(bench) - {u["ticker"] for u in doc["benchmark_unused"]}
+    for ticker in bench_used:
+        active[where[ticker]] -= bench[ticker]
+    te = float(np.sqrt(active @ sigma @ active))
+    assert doc["tracking_error"]["vol_daily"] == pytest.approx(te, rel=1e-12)
+
+    gross = sum(abs(v) for v in book.values())
+    assert doc["used_share"] == pytest.approx(sum(abs(book[k]) for k in used) / gross, rel=1e-12)
+    assert doc["partial"] is True  # most of the 5,000 names are unknown
+    assert len(doc["unused"]) == 5000 - len(used)
+
+
+def test_each_days_model_is_built_once(
+    client: TestClient, snap: Snapshot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    risk_days.clear()
+    reads: list[str] = []
+    real = RiskRows.read.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[RiskRows], folder: Any, manifest: Any) -> RiskRows:
+        reads.append(str(folder))
+        result: RiskRows = real(cls, folder, manifest)
+        return result
+
+    monkeypatch.setattr(RiskRows, "read", classmethod(counted))
+    body = {"positions": {"NVDA": 0.5, "AAPL": 0.3, "MSFT": 0.2}, "benchmark": "SPY"}
+    first = None
+    for level in ("L3", "L2", "L2", "L3", "L1"):
+        resp = client.post("/api/portfolio/risk", json={**body, "level": level}, headers=AUTH)
+        assert resp.status_code == 200, resp.text
+        if level == "L3":
+            first = first or resp.json()["portfolio"]["vol_daily"]
+            assert resp.json()["portfolio"]["vol_daily"] == first
+    client.get("/api/specific-risk", headers=AUTH).raise_for_status()
+    t = len(snap.sessions) - 1
+    assert reads == [str(snap.path)]  # the symbols and factor slots: once for the version
+    assert sorted(risk_days.cached_days()) == [(str(snap.path), t, lv) for lv in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(
+    ("positions", "says"),
+    [
+        ({"NVDA": 1e300}, "finite number of magnitude at most 1e+15"),
+        ({"NVDA": 6e14, "nvda": 6e14}, "1.2e+15"),
+        ({"NVDA": -2e15, "AAPL": 0.5}, "NVDA"),
+    ],
+)
+def test_an_overflowing_book_is_a_free_400(
+    client: TestClient, positions: dict[str, float], says: str
+) -> None:
+    before = _balance(client)
+    resp = client.post("/api/portfolio/risk", json={"positions": positions}, headers=AUTH)
+    assert resp.status_code == 400, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    assert says in resp.json()["detail"]
+    assert _balance(client) == before
+
+
+def test_non_finite_numbers_are_refused_as_json(client: TestClient) -> None:
+    for text in ('{"positions": {"NVDA": NaN}}', '{"positions": {"NVDA": 1e400}}'):
+        resp = client.post(
+            "/api/portfolio/risk",
+            content=text,
+            headers={**AUTH, "Content-Type": "application/json"},
+        )
+        assert resp.status_code == 400, resp.text
+
+
+def test_the_answer_says_the_share_of_the_book_it_used(client: TestClient) -> None:
+    body = {"positions": {"AAPL": 0.3, "NOSUCH1": 0.5, "NOSUCH2": -0.2}}
+    doc = client.post("/api/portfolio/risk", json=body, headers=AUTH).json()
+    assert doc["used_share"] == pytest.approx(0.3, rel=1e-12)
+    assert doc["partial"] is True
+    assert {u["ticker"] for u in doc["unused"]} == {"NOSUCH1", "NOSUCH2"}
+    whole = client.post(
+        "/api/portfolio/risk", json={"positions": {"AAPL": 0.6, "MSFT": -0.4}}, headers=AUTH
+    ).json()
+    assert whole["used_share"] == 1.0 and whole["partial"] is False
