@@ -365,3 +365,61 @@ def test_the_http_endpoint_wants_a_key_and_logs_no_key(server: Server) -> None:
     assert not run("http", server.base, FUNDED, tool_call).is_error
     log = server.log_with("POST /mcp 200", "GET /api/metrics/AAPL 200")
     assert FUNDED not in log  # the key never reaches the log
+
+
+# ------------------------------------------------------------------ callers kept apart
+
+
+@asynccontextmanager
+async def from_address(base: str, key: str, address: str) -> AsyncIterator[McpClient]:
+    """An MCP client over HTTP whose connections come from `address` (a loopback address of
+    its own: two clients, two addresses, as two machines would be)."""
+    transport = httpx2.AsyncHTTPTransport(local_address=address)
+    http = httpx2.AsyncClient(headers=bearer(key), timeout=60, transport=transport)
+    async with McpClient(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
+        yield client
+
+
+def test_one_mcp_client_cannot_lock_another_out(server: Server) -> None:
+    """20 bad keys through /mcp from one client count against that client's address only:
+    it is then refused (even with a good key), while another MCP client and a REST caller
+    keep being served."""
+    attacker, victim = "127.0.0.2", "127.0.0.3"
+
+    async def main() -> tuple[list[Any], Any, Any]:
+        results = []
+        async with from_address(server.base, "not-a-key-" + "x" * 20, attacker) as bad:
+            for _ in range(21):
+                results.append(await bad.call_tool("risk_snapshot", {"ticker": "NVDA"}))
+        async with from_address(server.base, FUNDED, attacker) as good_from_bad:
+            locked = await good_from_bad.call_tool("risk_snapshot", {"ticker": "NVDA"})
+        async with from_address(server.base, FUNDED, victim) as other:
+            served = await other.call_tool("risk_snapshot", {"ticker": "NVDA"})
+        return results, locked, served
+
+    results, locked, served = asyncio.run(main())
+    assert all(r.is_error for r in results)
+    assert "401 INVALID_API_KEY" in results[0].content[0].text
+    assert "429 RATE_LIMIT_EXCEEDED" in results[-1].content[0].text
+    assert locked.is_error and "429 RATE_LIMIT_EXCEEDED" in locked.content[0].text
+    assert not served.is_error, served.content[0].text
+    assert served.structured_content["ticker"] == "NVDA"
+    route(server.base, FUNDED, "GET", "/api/metrics/NVDA")  # the REST caller too
+
+
+@pytest.mark.parametrize("ticker", ["../balance", "JPM?version=x", "NVDA#x", "%2F", "a/b"])
+def test_a_ticker_that_is_not_one_is_a_free_tool_error(
+    server: Server, accounts: Accounts, ticker: str
+) -> None:
+    account_id, key = new_key(accounts)
+
+    async def body(client: McpClient) -> list[Any]:
+        return [
+            await client.call_tool("risk_snapshot", {"ticker": ticker}),
+            await client.call_tool("returns_summary", {"ticker": ticker}),
+        ]
+
+    for result in run("http", server.base, key, body):
+        assert result.is_error
+        assert "ticker" in result.content[0].text and "pattern" in result.content[0].text
+    assert charges(accounts, account_id) == []

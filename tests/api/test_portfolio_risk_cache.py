@@ -71,7 +71,11 @@ def _old_answer(
         "vol": risk.portfolio.vol,
         "te": risk.active.vol,
         "contributions": dict(
-            zip(risk.portfolio.positions.tickers, risk.portfolio.positions.contribution.tolist())
+            zip(
+                risk.portfolio.positions.tickers,
+                risk.portfolio.positions.contribution.tolist(),
+                strict=True,
+            )
         ),
         "legs": dict(zip(legs.keys, legs.notional.tolist(), strict=True)),
         "after": portfolio_risk(day, used).portfolio.vol,

@@ -40,6 +40,7 @@ from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
 from eqrisk.api.security import SecurityHeaders, docs_pages
 from eqrisk.api.telemetry import Telemetry, metrics_route
+from eqrisk.api.work import work_pool
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot import row_kernel
 from eqrisk.snapshot.store import VersionStore
@@ -251,6 +252,10 @@ def create_app(
     app.state.render_pool = ThreadPoolExecutor(
         settings.render_threads, thread_name_prefix="render", initializer=lower_thread_priority
     )
+    # Plans and renders that compute (threaded endpoints, estimates): off the event loop, in
+    # a bounded pool, each call's CPU held to the budget (api/work.py).
+    app.state.work_pool = work_pool(settings.work_threads)
+    app.state.cpu_budget_s = settings.cpu_budget_ms / 1000
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
     engine = make_engine(settings.home_dir, database_url, timeouts=timeouts)

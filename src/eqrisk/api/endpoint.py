@@ -30,6 +30,7 @@ from eqrisk.api.formats import negotiate
 from eqrisk.api.gate import METER_KEY, Caller, Meter, Priced
 from eqrisk.api.params import Params, named_tickers, query_of
 from eqrisk.api.sizes import ONE_CALL, Size
+from eqrisk.api.work import offload
 from eqrisk.snapshot.versions import Snapshot
 
 Service = Literal["daily", "risk"]
@@ -83,10 +84,10 @@ def no_tickers(plan_or_params: Any) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Endpoint(Generic[P, T]):
     """One route. `plan(snap, params)` decides what the request asks for, raising the API's
-    errors (it runs on the event loop: it decides, the renderer reads the rows); `size(plan,
-    params)` counts what the answer holds (None: one unit a call, and not offered by
-    /api/estimate); `render(call)` answers from the plan (`threaded`: in a worker thread, for
-    answers that read or write much). `reader` reads `params` (default: the query string for
+    errors (on the event loop, or with `threaded` in the app's work threads: `api/work`);
+    `size(plan, params)` counts what the answer holds (None: one unit a call, and not offered
+    by /api/estimate); `render(call)` answers from the plan (`threaded`: in the work threads
+    too, for calls that compute, read or write much; their CPU is held to the call's budget). `reader` reads `params` (default: the query string for
     GET, the JSON body for POST); `formats` are negotiated (`format` parameter, else Accept)
     before planning. The demo key's rules read `asked(params)`, the tickers the request names
     (default: its `ticker`, `etf`, `tickers` and `symbols` fields), before planning, and
@@ -204,7 +205,10 @@ def metered(spec: Endpoint[P, T]) -> Callable[..., Any]:
         meter.screen(spec.asked(params))
         snap = snapshot_at(request.app.state, getattr(params, "version", None))
         fmt = negotiate(request, _format_of(params), spec.formats) if spec.formats else ""
-        plan = plan_of(snap, params)  # on the loop: a plan decides, the renderer reads rows
+        if spec.threaded:  # a plan that computes: in the work threads, within the budget
+            plan = await offload(request, plan_of, snap, params)
+        else:  # a plan that only decides: on the loop
+            plan = plan_of(snap, params)
         quote = spec.quote(plan, params, request.app.state.prices)
         assert spec.price_key is not None
         tickers = tuple(spec.tickers(plan))
@@ -274,8 +278,8 @@ def register(app: FastAPI, spec: Endpoint[Any, Any], schemas: dict[str, Any]) ->
 
     if spec.threaded:
 
-        def handler(call: Call[Any, Any]) -> Response:
-            return render(call)
+        async def handler(call: Call[Any, Any]) -> Response:
+            return await offload(call.request, render, call)
 
     else:
 

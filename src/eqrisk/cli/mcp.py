@@ -71,13 +71,17 @@ def with_mcp(api: Any) -> Any:
     from eqrisk.mcp.server import http_app
     from eqrisk.mcp.tools import key_of
 
-    transport = httpx.ASGITransport(api)
     settings = api.state.settings
     demo_key = settings.demo_key.get_secret_value()
+    server_side = httpx.ASGITransport(api)
 
-    def connect(key: str | None) -> AsyncClient:
-        # Tools always have the caller's key (a request without one is refused below); the
-        # static resources get no request, and read public lineage with the demo key.
+    def connect(key: str | None, address: tuple[str, int] | None) -> AsyncClient:
+        # Tools always have the caller's key (a request without one is refused below) and
+        # address: the API sees each tool call from the MCP client's own address, so its
+        # limits (the invalid-key one counts per address) count that client, never the
+        # server's. The static resources get no request, and read public lineage with the
+        # demo key from the server's side.
+        transport = server_side if address is None else httpx.ASGITransport(api, client=address)
         return AsyncClient(INTERNAL_URL, key or demo_key, transport=transport)
 
     inner = http_app(connect)

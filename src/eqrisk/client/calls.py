@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
 import pandas as pd
@@ -132,7 +133,8 @@ def tickers(
 
 
 def metrics(ticker: str) -> Call[dict[str, Any]]:
-    return Call("GET", f"/api/metrics/{ticker.strip().upper()}", _dict)
+    # One path segment, percent-encoded: a ticker can never name another route or a query.
+    return Call("GET", f"/api/metrics/{quote(ticker.strip().upper(), safe='')}", _dict)
 
 
 def ticker_returns(

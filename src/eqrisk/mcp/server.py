@@ -96,7 +96,7 @@ def build(connect: Connect) -> EqriskMCP:
         # key) asks the free estimate, whose answer carries the lineage as every answer does.
         # The risk forecast's accuracy on the snapshot's data (when it was measured) comes with
         # the version from the free /api/health.
-        async with connect(None) as client:
+        async with connect(None, None) as client:
             answer = await client.estimate("tickers")
             health = await client.health()
         lineage = dict(answer.get("_metadata") or {})
@@ -120,4 +120,4 @@ def http_app(connect: Connect) -> Starlette:
 
 def run_stdio(url: str | None = None) -> None:
     """Serve over stdin/stdout with the key of EQRISK_API_KEY (the client's default)."""
-    build(lambda key: AsyncClient(url, key)).run("stdio")
+    build(lambda key, address: AsyncClient(url, key)).run("stdio")

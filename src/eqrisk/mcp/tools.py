@@ -30,8 +30,11 @@ from eqrisk.client import (
 from eqrisk.mcp import results
 from eqrisk.mcp.results import Charge
 
-# The client a tool calls with: made per call from the caller's key (None: the configured one).
-Connect = Callable[[str | None], AsyncClient]
+# The client a tool calls with: made per call from the caller's key (None: the configured one)
+# and address (host, port) as the MCP request came (None over stdio), so that the API's limits
+# count the real client, never the MCP server.
+Address = tuple[str, int]
+Connect = Callable[[str | None, Address | None], AsyncClient]
 Tool = Callable[..., Awaitable[Any]]
 TOOLS: list[Tool] = []
 
@@ -53,6 +56,15 @@ def key_of(headers: Any) -> str | None:
         return token.strip()
     key = headers.get("x-api-key")
     return str(key).strip() or None if key else None
+
+
+def address_of(ctx: Context) -> Address | None:
+    """The address the MCP request came from (the HTTP transport's request; None over stdio)."""
+    request = ctx.request_context.request
+    client = getattr(request, "client", None)
+    if client is None:
+        return None
+    return (str(client.host), int(client.port or 0))
 
 
 def advice(exc: EqriskError) -> str:
@@ -107,15 +119,23 @@ class Calls:
 async def api(ctx: Context) -> AsyncIterator[Calls]:
     """A client with the caller's key for one tool call; its errors become tool errors."""
     connect: Connect = getattr(ctx.mcp_server, "connect")  # noqa: B009 - set by server.build
-    async with connect(key_of(ctx.headers)) as client:
+    async with connect(key_of(ctx.headers), address_of(ctx)) as client:
         try:
             yield Calls(client)
         except EqriskError as exc:
             raise ToolError(advice(exc)) from exc
 
 
+TICKER_PATTERN = r"^\s*[A-Za-z0-9][A-Za-z0-9.\-]{0,31}\s*$"
 Ticker = Annotated[
-    str, Field(description="A ticker symbol, e.g. NVDA (case-insensitive).", min_length=1)
+    str,
+    Field(
+        description="A ticker symbol, e.g. NVDA (case-insensitive): letters, digits, '.' and "
+        "'-', at most 32.",
+        min_length=1,
+        max_length=40,
+        pattern=TICKER_PATTERN,
+    ),
 ]
 
 

@@ -161,6 +161,7 @@ ENDPOINT = Endpoint(
     params=EstimateRequest,
     plan=no_plan,
     render=render,
+    threaded=True,  # it plans the call it prices: in the work threads, within the budget
     doc=Doc(
         name="estimate",
         summary="Pre-flight cost estimate (free)",

@@ -197,7 +197,12 @@ function riskTables(book, doc) {
   const unused = doc.unused.length
     ? el("p", { class: "note" }, `Not used: ${doc.unused.map((u) => `${u.ticker} (${u.reason})`).join(", ")}.`)
     : null;
-  return [stats,
+  // Below the threshold (doc.partial) the figures describe part of the book only: say so.
+  const partial = doc.partial
+    ? el("p", { class: "note warn", id: "risk-partial", dataset: { usedShare: String(doc.used_share) } },
+      `Partial answer: the risk model used ${fmtPct(doc.used_share)} of the book's gross size; the figures leave the rest out.`)
+    : null;
+  return [partial, stats,
     el("div", { class: "tables" },
       table("risk-by-level", "Risk by level", "Level", rows(levels, "level")),
       table("risk-by-position", "Risk by position", "Ticker", rows(p.positions, "ticker"))),
