@@ -172,15 +172,25 @@ def test_the_readme_client_example_runs_with_the_evaluation_key(
     assert (tmp_path / "nvda-hedge-ratios.html").stat().st_size > 0
 
 
-def test_the_readme_portfolio_risk_examples_run_with_the_evaluation_key(
-    walk_home: Path, walk_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("which", ["evaluation", "demo"])
+def test_the_readme_portfolio_risk_examples_run_with_either_key(
+    walk_home: Path,
+    walk_server: Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    which: str,
 ) -> None:
     """The "Portfolio risk" section's curl line in bash and its Python block, as written, with
-    the evaluation key exported: answered, and each answer's contributions add up to its
+    the evaluation key or the demo key exported: answered (no 403: the demo key may name the
+    ETFs its seven imply), no position dropped, and each answer's contributions add up to its
     volatility (Euler), the covariance symmetric with positive variances."""
     if shutil.which("curl") is None:
         pytest.skip("the README's examples need curl")
-    key = (walk_home / "demo" / "evaluation-key").read_text().strip()
+    key = (
+        (walk_home / "demo" / "evaluation-key").read_text().strip()
+        if which == "evaluation"
+        else "eqrisk-demo"
+    )
     block = readme_block("Portfolio risk", "bash")
     assert block.startswith("curl ") and "/api/portfolio/risk" in block
     env = {
@@ -198,6 +208,7 @@ def test_the_readme_portfolio_risk_examples_run_with_the_evaluation_key(
     assert run.returncode == 0, run.stdout + run.stderr
     answer = json.loads(run.stdout)
     book = answer["portfolio"]
+    assert answer["unused"] == [] and answer["used_share"] == 1.0
     assert book["vol_daily"] > 0 and answer["tracking_error"]["vol_daily"] > 0
     assert math.isclose(sum(book["by_level"].values()), book["vol_daily"], rel_tol=1e-12)
 

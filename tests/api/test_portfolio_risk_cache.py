@@ -223,3 +223,31 @@ def test_the_answer_says_the_share_of_the_book_it_used(client: TestClient) -> No
         "/api/portfolio/risk", json={"positions": {"AAPL": 0.6, "MSFT": -0.4}}, headers=AUTH
     ).json()
     assert whole["used_share"] == 1.0 and whole["partial"] is False
+
+
+def test_the_demo_key_may_name_the_etfs_its_seven_imply(client: TestClient, snap: Snapshot) -> None:
+    from eqrisk.data.master import MAG7
+
+    demo = {"Authorization": "Bearer eqrisk-demo"}
+    etfs = risk_days.implied_etfs(snap, MAG7)
+    assert "SPY" in etfs and "XLK" in etfs
+    # The ETFs are those the model ties the seven to, read here from the served H.
+    rows = client.get("/api/specific-risk", headers=AUTH).json()["data"]
+    tied = {
+        r[f"{slot}_factor"]
+        for r in rows
+        if r["ticker"] in MAG7
+        for slot in ("market", "sector", "subsector")
+        if r[f"{slot}_factor"] and not r[f"{slot}_factor"].startswith("group:")
+    }
+    assert tied <= set(etfs)
+    body = {"positions": {"NVDA": 0.5, "AAPL": 0.5}, "benchmark": "SPY"}
+    ok = client.post("/api/portfolio/risk", json=body, headers=demo)
+    assert ok.status_code == 200, ok.text
+    assert {leg["etf"] for leg in ok.json()["hedge"]["legs"]} <= set(etfs)
+    other = next(str(s) for s in risk_days.risk_rows(snap).symbols if str(s) not in {*MAG7, *etfs})
+    refused = client.post(
+        "/api/portfolio/risk", json={"positions": {"NVDA": 0.5, other: 0.5}}, headers=demo
+    )
+    assert refused.status_code == 403, refused.text
+    assert other in refused.json()["detail"] and "SPY" in refused.json()["allowed_tickers"]

@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from eqrisk.accounts.pricing import PriceTable
 from eqrisk.api.body import JSON_MEDIA_TYPE, body_of
-from eqrisk.api.deps import daily_caller, risk_caller, snapshot_at
+from eqrisk.api.deps import daily_caller, risk_caller, served_snapshot, snapshot_at
 from eqrisk.api.errors import ApiError
 from eqrisk.api.formats import negotiate
 from eqrisk.api.gate import METER_KEY, Caller, Meter, Priced
@@ -111,6 +111,9 @@ class Endpoint(Generic[P, T]):
     tickers: Callable[[T], Iterable[str]] = no_tickers
     threaded: bool = False
     replayed: bool = False
+    # Symbols the demo key may also name and be served here, beyond its seven (portfolio
+    # risk: the ETFs the seven imply, the benchmark and hedge legs), of the served snapshot.
+    demo_also: Callable[[Snapshot], Iterable[str]] | None = None
     handler: Callable[..., Any] | None = None
     open: bool = False  # no key, never metered
 
@@ -202,7 +205,10 @@ def metered(spec: Endpoint[P, T]) -> Callable[..., Any]:
 
     async def dependency(request: Request, caller: Caller, params: P) -> Call[P, T]:
         meter = _meter(request)
-        meter.screen(spec.asked(params))
+        also: tuple[str, ...] = ()
+        if spec.demo_also is not None and meter.caller.is_demo:
+            also = tuple(spec.demo_also(served_snapshot(request.app.state.snapshots)))
+        meter.screen(spec.asked(params), also)
         snap = snapshot_at(request.app.state, getattr(params, "version", None))
         fmt = negotiate(request, _format_of(params), spec.formats) if spec.formats else ""
         if spec.threaded:  # a plan that computes: in the work threads, within the budget
@@ -214,7 +220,7 @@ def metered(spec: Endpoint[P, T]) -> Callable[..., Any]:
         tickers = tuple(spec.tickers(plan))
         digest = await _digest(request)
         priced = Priced(
-            spec.price_key, quote.tokens, quote.demo_tokens, tickers, digest, spec.replayed
+            spec.price_key, quote.tokens, quote.demo_tokens, tickers, digest, spec.replayed, also
         )
         await meter.admit(priced)
         return Call(request, snap, caller, params, plan, fmt)

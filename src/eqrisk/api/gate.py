@@ -60,6 +60,7 @@ class Priced:
     tickers: tuple[str, ...]  # the symbols the answer covers, as served (the demo key's rule)
     digest: str  # SHA-256 of the call as sent (path, query, body): the ledger's params digest
     replayed: bool = False  # its 200 is a function of (version, path, query): see `Replays`
+    demo_also: tuple[str, ...] = ()  # symbols the demo key may also be served on this route
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -100,11 +101,12 @@ class Meter:
         )
         self.priced: Priced | None = None
 
-    def screen(self, asked: Iterable[str]) -> None:
+    def screen(self, asked: Iterable[str], also: Iterable[str] = ()) -> None:
         """Refuse, before any work, a call naming tickers this key may not ask for (the demo
-        key: its seven tickers and their share-class twins), known or not."""
+        key: its seven tickers and their share-class twins, and on some routes the ETFs its
+        seven imply: `also`), known or not."""
         if self.record.is_demo:
-            demo_names(asked)
+            demo_names(asked, also)
 
     async def admit(self, priced: Priced) -> None:
         """Refuse the call (ApiError) unless the demo rules, or the account's state and
@@ -437,27 +439,34 @@ def _admissible(record: KeyRecord, priced: Priced) -> None:
         raise _short(priced.tokens, record.balance_tokens)
 
 
-def _outside(tickers: Iterable[str]) -> None:
+def _outside(tickers: Iterable[str], also: set[str] | None = None) -> None:
     outside = list(dict.fromkeys(tickers))
     if outside:
+        etfs = f" (and here their ETFs {', '.join(sorted(also))})" if also else ""
         raise ApiError(
             "DEMO_RESTRICTED",
-            f"the demo key covers only {', '.join(MAG7)}; not {', '.join(outside)}",
-            allowed_tickers=list(MAG7),
+            f"the demo key covers only {', '.join(MAG7)}{etfs}; not {', '.join(outside)}",
+            allowed_tickers=[*MAG7, *sorted(also or ())],
         )
 
 
-def demo_names(asked: Iterable[str]) -> None:
+def demo_names(asked: Iterable[str], also: Iterable[str] = ()) -> None:
     """The demo key asks for the seven tickers of `MAG7` only, or the share-class twin the real
-    client sends for one of them (GOOG for GOOGL): what it is served is checked by
-    `demo_rules`."""
-    _outside(t for t in asked if t not in MAG7 and CLASS_TWINS.get(t) not in MAG7)
+    client sends for one of them (GOOG for GOOGL), or a symbol of `also` (the ETFs the seven
+    imply, where the route allows them): what it is served is checked by `demo_rules`."""
+    extra = set(also)
+    _outside(
+        (t for t in asked if t not in MAG7 and CLASS_TWINS.get(t) not in MAG7 and t not in extra),
+        extra,
+    )
 
 
 def demo_rules(priced: Priced) -> None:
     """The demo key is served the seven tickers of `MAG7` only (a twin the data set holds, GOOG,
-    is not one of them, whatever the request named), and at most `DEMO_MAX_TOKENS` a request."""
-    _outside(t for t in priced.tickers if t not in MAG7)
+    is not one of them, whatever the request named) and the route's `demo_also`, and at most
+    `DEMO_MAX_TOKENS` a request."""
+    extra = set(priced.demo_also)
+    _outside((t for t in priced.tickers if t not in MAG7 and t not in extra), extra)
     if priced.demo_tokens > DEMO_MAX_TOKENS:
         raise ApiError(
             "DEMO_RESTRICTED",

@@ -14,6 +14,7 @@ from worker threads; two requests for a day not yet cached build it once (the se
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from cachetools import LRUCache
 
@@ -27,6 +28,7 @@ __all__ = [
     "cached_days",
     "clear",
     "day_level",
+    "implied_etfs",
     "risk_day",
     "risk_rows",
 ]
@@ -92,6 +94,19 @@ def risk_day(snap: Snapshot, t: int, level: int | None = None) -> RiskModelDay:
                 _days[key] = found
                 _building.pop(key, None)
     return found
+
+
+def implied_etfs(snap: Snapshot, tickers: Iterable[str]) -> list[str]:
+    """The ETFs the risk model ties `tickers` to (each one's market, sector and subsector
+    factor that is an ETF, not a group portfolio): a book of these tickers' benchmark and hedge
+    legs. Sorted; empty for a version without the risk model."""
+    if "risk" not in snap.manifest:
+        return []
+    rows = risk_rows(snap)
+    keys = list(snap.manifest["risk"]["keys"])
+    found = [rows.row_of[t] for t in tickers if t in rows.row_of]
+    slots = {int(k) for k in rows.fidx[found].ravel().tolist() if k >= 0}
+    return sorted(keys[k] for k in slots if not keys[k].startswith("group:"))
 
 
 def cached_days() -> list[DayKey]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +358,10 @@ class RiskRows:
     fidx: np.ndarray  # (n, 3)
     own: np.ndarray  # (n,)
     factor_level: np.ndarray  # (K,)
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return {str(s): i for i, s in enumerate(self.symbols.tolist())}
 
     @classmethod
     def read(cls, folder: Path, manifest: Mapping[str, Any]) -> RiskRows:

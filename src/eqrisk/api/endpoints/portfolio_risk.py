@@ -23,6 +23,7 @@ from eqrisk.api.risk_answers import (
     session_date,
 )
 from eqrisk.api.sizes import Size
+from eqrisk.data.master import MAG7
 from eqrisk.snapshot.portfolio import (
     ANNUAL,
     PortfolioAnswer,
@@ -30,6 +31,7 @@ from eqrisk.snapshot.portfolio import (
     portfolio_answer,
     unusable_list,
 )
+from eqrisk.snapshot.risk_days import implied_etfs
 from eqrisk.snapshot.versions import Snapshot
 
 MAX_POSITIONS = 5000
@@ -137,6 +139,12 @@ def plan_portfolio(snap: Snapshot, p: PortfolioRiskParams) -> PortfolioPlan:
     return PortfolioPlan(answer, session_date(snap, t), len(used.tickers))
 
 
+def demo_etfs(snap: Snapshot) -> list[str]:
+    """What the demo key may also name here: the ETFs its seven tickers imply (SPY, their
+    sector and subsector ETFs), so that its books have a benchmark and a hedge."""
+    return implied_etfs(snap, MAG7)
+
+
 def size(plan: PortfolioPlan, p: PortfolioRiskParams) -> Size:
     """One unit per position used (a position the model cannot use is not charged)."""
     rows = plan.used
@@ -190,6 +198,7 @@ ENDPOINT = Endpoint(
     tickers=served,
     render=render,
     threaded=True,
+    demo_also=demo_etfs,
     doc=Doc(
         name="portfolio_risk",
         summary="A portfolio's predicted risk, its attribution and its ETF hedge",
