@@ -251,3 +251,26 @@ def test_the_demo_key_may_name_the_etfs_its_seven_imply(client: TestClient, snap
     )
     assert refused.status_code == 403, refused.text
     assert other in refused.json()["detail"] and "SPY" in refused.json()["allowed_tickers"]
+
+
+def test_the_estimate_tells_the_caps_and_a_larger_book_is_a_free_400(
+    client: TestClient,
+) -> None:
+    body = {"positions": {"NVDA": 0.5}}
+    est = client.post(
+        "/api/estimate", json={"endpoint": "portfolio/risk", "params": body}, headers=AUTH
+    ).json()
+    assert est["limits"] == {"positions": 5000, "benchmark_positions": 5000, "abs_position": 1e15}
+    batch = client.post(
+        "/api/estimate",
+        json={"endpoint": "batch/analyze", "params": {"tickers": ["NVDA"]}},
+        headers=AUTH,
+    ).json()
+    assert batch["limits"] == {"tickers": 100}
+    before = _balance(client)
+    too_many = {f"ZZ{i:05d}": 1e-3 for i in range(5001)}
+    for big in ({"positions": too_many}, {"positions": {"NVDA": 1.0}, "benchmark": too_many}):
+        resp = client.post("/api/portfolio/risk", json=big, headers=AUTH)
+        assert resp.status_code == 400, resp.text
+        assert "5000" in resp.json()["detail"]
+    assert _balance(client) == before

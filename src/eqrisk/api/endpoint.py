@@ -114,6 +114,9 @@ class Endpoint(Generic[P, T]):
     # Symbols the demo key may also name and be served here, beyond its seven (portfolio
     # risk: the ETFs the seven imply, the benchmark and hedge legs), of the served snapshot.
     demo_also: Callable[[Snapshot], Iterable[str]] | None = None
+    # Caps on what one call may ask where the price does not scale with the work (documented,
+    # enforced by the parameters model, told by /api/estimate as `limits`).
+    limits: Mapping[str, float] | None = None
     handler: Callable[..., Any] | None = None
     open: bool = False  # no key, never metered
 

@@ -299,6 +299,11 @@ class EstimateResponse(Enveloped):
     unit_cost_usd: float
     pricing_model: str
     note: str
+    limits: dict[str, float] = Field(
+        default_factory=dict,
+        description="The route's caps where its price does not scale with the work (a larger "
+        "request is a 400), e.g. portfolio/risk's positions; empty for a route without caps.",
+    )
 
 
 class HealthResponse(BaseModel):

@@ -51,6 +51,46 @@ def bench_risk(
     print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
 
 
+@bench_app.command("cost")
+def bench_cost(
+    repeats: Annotated[int, typer.Option(help="Timed calls per case.")] = 10,
+    seconds: Annotated[float, typer.Option(help="Seconds of /api/health per load.")] = 5.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """CPU-seconds per USD per route at each route's worst case (largest body, most and most
+    unknown tickers, longest range), the free calls' CPU, and /api/health's latency alone and
+    with four worst-case portfolio and estimate calls running, on one `eqrisk serve`."""
+    from eqrisk.bench.cost import run
+
+    figures = run(repeats=repeats, seconds=seconds, say=err.print)
+    if as_json:
+        print_json(figures)
+        return
+    result_table(
+        ("route", "case", "status", "USD", "CPU ms", "CPU-s / USD"),
+        (
+            (
+                row["route"],
+                row["case"],
+                row["status"],
+                f"{row['usd']:.4f}",
+                f"{row['cpu_ms']:.1f}",
+                "free" if row["cpu_s_per_usd"] is None else f"{row['cpu_s_per_usd']:.2f}",
+            )
+            for row in figures["routes"]
+        ),
+    )
+    print_mapping(
+        {
+            **figures["summary"],
+            **{f"health_alone_{k}": v for k, v in figures["health_alone"].items()},
+            **{f"health_loaded_{k}": v for k, v in figures["health_under_load"].items()},
+        },
+        False,
+        "measure",
+    )
+
+
 @bench_app.command("serve")
 def bench_serve(
     seconds: Annotated[float, typer.Option(help="Load duration per target.")] = 5.0,

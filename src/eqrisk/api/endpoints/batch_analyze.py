@@ -164,6 +164,7 @@ ENDPOINT = Endpoint(
     method="POST",
     service="risk",
     price_key="batch/analyze",
+    limits={"tickers": MAX_BATCH_TICKERS},
     params=BatchParams,
     plan=plan_batch,
     size=size,

@@ -133,6 +133,7 @@ def estimate(
         "unit_cost_usd": price.usd,
         "pricing_model": model,
         "note": "; ".join(notes),
+        "limits": dict(spec.limits or {}),
     }
 
 

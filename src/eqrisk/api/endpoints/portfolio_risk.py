@@ -60,7 +60,8 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
         None,
         description=(
             "Optional benchmark for the tracking error: a ticker (for example SPY, held for "
-            "the net value of the positions used) or positions in the same units."
+            f"the net value of the positions used) or 1 to {MAX_POSITIONS} positions in the "
+            "same units."
         ),
         examples=["SPY"],
     )
@@ -95,6 +96,8 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
                 raise ValueError(f"{value!r} is not a ticker")
             return key
         if isinstance(value, dict):
+            if not 1 <= len(value) <= MAX_POSITIONS:
+                raise ValueError(f"a benchmark holds 1 to {MAX_POSITIONS} positions")
             return cls._upper(value)
         return value
 
@@ -199,6 +202,11 @@ ENDPOINT = Endpoint(
     render=render,
     threaded=True,
     demo_also=demo_etfs,
+    limits={
+        "positions": MAX_POSITIONS,
+        "benchmark_positions": MAX_POSITIONS,
+        "abs_position": MAX_ABS_POSITION,
+    },
     doc=Doc(
         name="portfolio_risk",
         summary="A portfolio's predicted risk, its attribution and its ETF hedge",

@@ -1,0 +1,226 @@
+"""`eqrisk bench cost`: what a call costs the server next to what it costs the caller: the
+server's CPU seconds per USD charged, per route, at each route's worst case (largest body, most
+tickers, most unknown tickers, longest range), and the CPU of the free calls (estimates, 404s,
+the demo key's); then `/api/health`'s latency alone and with four worst-case portfolio and
+estimate calls running at once.
+
+The server is a real `eqrisk serve` (one worker) over a demo market built for the bench in a
+temporary home; its CPU is read from /proc (user + system, every thread) before and after each
+case's calls, so a case's figure is all the server did for it: parsing, planning, pricing,
+rendering, the ledger. Each case runs once to warm (caches, compiled kernels), then `repeats`
+times sequentially; the figure is the mean per call.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from eqrisk.bench.serve import _bench_server, _server_cpu_s, prepare_home
+
+DEMO_KEY = "eqrisk-demo"
+
+
+@dataclass(frozen=True)
+class Case:
+    route: str
+    case: str
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+    demo: bool = False
+    repeats: int | None = None  # None: the run's
+
+
+def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
+    """Each route's ordinary call and its worst cases, on the demo market's tickers."""
+    stocks = [t for t in tickers if t not in etfs]
+    rng = np.random.default_rng(3)
+    known = stocks[: min(len(stocks), 5000)]
+    pad = [f"ZZ{i:05d}" for i in range(5000 - len(known))]
+    big = dict(zip([*known, *pad], rng.normal(0, 1e-3, 5000).tolist(), strict=True))
+    bench = dict(zip([*pad, *known], rng.uniform(0, 4e-4, 5000).tolist(), strict=True))
+    unknown = {f"ZZ{i:05d}": 1e-3 for i in range(4999)}
+    one_known = {**unknown, "NVDA": 1e-3}
+    ordinary = {"positions": {"NVDA": 0.5, "AAPL": 0.3, "MSFT": 0.2}, "benchmark": "SPY"}
+    batch = {"tickers": stocks[:100], "metrics": ["full_metrics", "returns"], "years": 15}
+    return [
+        Case("portfolio/risk", "3 positions, SPY", "POST", "/api/portfolio/risk", ordinary),
+        Case(
+            "portfolio/risk",
+            "5,000 positions, 5,000-position benchmark",
+            "POST",
+            "/api/portfolio/risk",
+            {"positions": big, "benchmark": bench},
+        ),
+        Case(
+            "portfolio/risk",
+            "4,999 unknown + 1 known",
+            "POST",
+            "/api/portfolio/risk",
+            {"positions": one_known, "benchmark": {k: 1e-3 for k in one_known}},
+        ),
+        Case(
+            "portfolio/risk",
+            "5,000 unknown (404, free)",
+            "POST",
+            "/api/portfolio/risk",
+            {"positions": {**unknown, "ZZ99999": 1.0}},
+        ),
+        Case(
+            "estimate",
+            "of the 5,000/5,000 book (free)",
+            "POST",
+            "/api/estimate",
+            {"endpoint": "portfolio/risk", "params": {"positions": big, "benchmark": bench}},
+        ),
+        Case("metrics", "NVDA", "GET", "/api/metrics/NVDA"),
+        Case("ticker-returns", "NVDA, 15 years", "GET", "/api/ticker-returns?ticker=NVDA&years=15"),
+        Case(
+            "ticker-returns",
+            "NVDA, 15 years, Parquet",
+            "GET",
+            "/api/ticker-returns?ticker=NVDA&years=15&format=parquet&nocache=true",
+        ),
+        Case("batch/analyze", "100 tickers, 15 years", "POST", "/api/batch/analyze", batch),
+        Case("specific-risk", "every row, JSON", "GET", "/api/specific-risk"),
+        Case("factor-covariance", "latest", "GET", "/api/factor-covariance"),
+        Case("metrics", "demo key (free)", "GET", "/api/metrics/AAPL", demo=True, repeats=3),
+        Case(
+            "portfolio/risk",
+            "demo key, 3 positions, SPY (free)",
+            "POST",
+            "/api/portfolio/risk",
+            ordinary,
+            demo=True,
+            repeats=1,
+        ),
+    ]
+
+
+def _call(client: httpx.Client, base: str, case: Case, key: str) -> tuple[int, float]:
+    headers = {"Authorization": f"Bearer {DEMO_KEY if case.demo else key}"}
+    response = client.request(case.method, base + case.path, json=case.json, headers=headers)
+    return response.status_code, float(response.headers.get("x-api-cost-usd") or 0.0)
+
+
+def measure(base: str, pid: int, key: str, case: Case, repeats: int) -> dict[str, Any]:
+    """One case: warmed once, then `repeats` calls; CPU and USD per call."""
+    n = case.repeats or repeats
+    with httpx.Client(timeout=120) as client:
+        _call(client, base, case, key)
+        cpu0 = _server_cpu_s(pid)
+        statuses, usd = set(), 0.0
+        for _ in range(n):
+            status, cost = _call(client, base, case, key)
+            statuses.add(status)
+            usd += cost
+        cpu = (_server_cpu_s(pid) - cpu0) / n
+    usd /= n
+    return {
+        "route": case.route,
+        "case": case.case,
+        "status": ",".join(str(s) for s in sorted(statuses)),
+        "usd": usd,
+        "cpu_ms": cpu * 1e3,
+        "cpu_s_per_usd": cpu / usd if usd > 0 else None,
+    }
+
+
+def health_latency(base: str, seconds: float, load: list[Case], key: str) -> dict[str, float]:
+    """Sequential /api/health calls for `seconds`, with each case of `load` called in a loop
+    by a thread of its own meanwhile: p50, p99 and max in ms, and the load calls made."""
+    stop = threading.Event()
+    made = [0]
+
+    def loop(case: Case) -> None:
+        with httpx.Client(timeout=120) as client:
+            while not stop.is_set():
+                _call(client, base, case, key)
+                made[0] += 1
+
+    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in load]
+    for t in threads:
+        t.start()
+    times = []
+    with httpx.Client(timeout=30) as client:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            client.get(f"{base}/api/health").raise_for_status()
+            times.append((time.perf_counter() - t0) * 1e3)
+    stop.set()
+    for t in threads:
+        t.join(timeout=120)
+    lat = np.array(times)
+    return {
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "max_ms": float(lat.max()),
+        "calls": len(times),
+        "load_calls": made[0],
+    }
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paid cases' CPU-s per USD (median, worst and their ratio) and the free calls'
+    largest CPU."""
+    paid = [r for r in rows if r["cpu_s_per_usd"] is not None]
+    free = [r for r in rows if r["cpu_s_per_usd"] is None]
+    per_usd = [r["cpu_s_per_usd"] for r in paid]
+    median = statistics.median(per_usd) if per_usd else 0.0
+    worst = max(paid, key=lambda r: r["cpu_s_per_usd"]) if paid else None
+    heaviest_free = max(free, key=lambda r: r["cpu_ms"]) if free else None
+    return {
+        "median_cpu_s_per_usd": median,
+        "worst_cpu_s_per_usd": worst["cpu_s_per_usd"] if worst else 0.0,
+        "worst_case": f"{worst['route']}: {worst['case']}" if worst else "",
+        "worst_over_median": worst["cpu_s_per_usd"] / median if worst and median else 0.0,
+        "max_free_cpu_ms": heaviest_free["cpu_ms"] if heaviest_free else 0.0,
+        "max_free_case": (
+            f"{heaviest_free['route']}: {heaviest_free['case']}" if heaviest_free else ""
+        ),
+    }
+
+
+def run(
+    *, repeats: int = 10, seconds: float = 5.0, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="eqrisk-bench-cost-") as tmp:
+        home = Path(tmp)
+        key = prepare_home(home, say)
+        with _bench_server(home) as (base, pid):
+            rows = httpx.get(
+                f"{base}/api/specific-risk", headers={"Authorization": f"Bearer {key}"}, timeout=60
+            ).json()["data"]
+            tickers = [r["ticker"] for r in rows]
+            etfs = sorted(
+                {r[f"{s}_factor"] for r in rows for s in ("market", "sector", "subsector")} - {None}
+            )
+            all_cases = cases(tickers, etfs)
+            results = []
+            for case in all_cases:
+                say(f"{case.route}: {case.case}")
+                results.append(measure(base, pid, key, case, repeats))
+            say("/api/health alone, then with 4 worst-case portfolio and estimate calls")
+            alone = health_latency(base, seconds, [], key)
+            heavy = [all_cases[1], all_cases[2], all_cases[4], all_cases[3]]
+            loaded = health_latency(base, seconds, heavy, key)
+            final_cpu = _server_cpu_s(pid)
+    return {
+        "routes": results,
+        "summary": summary(results),
+        "health_alone": alone,
+        "health_under_load": loaded,
+        "server_cpu_s": final_cpu,
+    }
