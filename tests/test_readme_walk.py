@@ -224,6 +224,7 @@ def test_the_readme_portfolio_risk_examples_run_with_either_key(
     assert risk.positions["contribution"].sum() == pytest.approx(risk.vol, rel=1e-12)  # type: ignore[attr-defined]
     assert risk.tracking_error is not None and risk.tracking_error > 0  # type: ignore[attr-defined]
     assert 0 <= risk.vol_after_hedge < risk.vol  # type: ignore[attr-defined]
+    assert risk.used_share == 1.0 and not risk.partial  # type: ignore[attr-defined]
     matrix = np.asarray(cov, dtype=float)
     assert matrix.shape[0] == matrix.shape[1] > 1
     assert np.array_equal(matrix, matrix.T) and (np.diag(matrix) > 0).all()

@@ -285,15 +285,12 @@ def register(app: FastAPI, spec: Endpoint[Any, Any], schemas: dict[str, Any]) ->
         route["openapi_extra"], components = body_openapi(spec.params)
         schemas.update(components)
 
-    if spec.threaded:
+    threaded = spec.threaded
 
-        async def handler(call: Call[Any, Any]) -> Response:
+    async def handler(call: Call[Any, Any]) -> Response:
+        if threaded:  # in the work threads, within the call's CPU budget (api/work.py)
             return await offload(call.request, render, call)
-
-    else:
-
-        async def handler(call: Call[Any, Any]) -> Response:  # type: ignore[misc]
-            return render(call)
+        return render(call)
 
     _sign(handler, call=Annotated[Call, Depends(metered(spec))])
     app.add_api_route(spec.path, handler, **route)

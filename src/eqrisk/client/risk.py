@@ -48,6 +48,15 @@ class PortfolioRisk:
         active = self.raw.get("tracking_error")
         return None if active is None else float(active["vol_daily"])
 
+    @property
+    def used_share(self) -> float:
+        """The share of the book's gross size the answer used (`partial` below 0.9)."""
+        return float(self.raw.get("used_share", 1.0))
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.raw.get("partial", False))
+
 
 SUMMARY = ("vol_daily", "vol_annual", "factor_vol_daily", "specific_vol_daily")
 
