@@ -181,14 +181,15 @@ class Settings(BaseSettings):
         "below the event loop's (more compete with the event loop for the GIL).",
     )
     work_threads: int = Field(
-        default=4,
+        default=2,
         ge=1,
         le=64,
         description="Threads per process that plan and render the heavier calls (portfolio "
-        "risk, estimates, threaded routes) off the event loop; more calls wait for one.",
+        "risk, estimates, threaded routes) off the event loop, at a CPU priority 10 below the "
+        "event loop's; more calls wait for one.",
     )
     cpu_budget_ms: int = Field(
-        default=2000,
+        default=5000,
         ge=10,
         description="CPU a call's plan and render may use in the work threads; a call over it "
         "is answered 503 and not charged.",

@@ -254,7 +254,7 @@ def create_app(
     )
     # Plans and renders that compute (threaded endpoints, estimates): off the event loop, in
     # a bounded pool, each call's CPU held to the budget (api/work.py).
-    app.state.work_pool = work_pool(settings.work_threads)
+    app.state.work_pool = work_pool(settings.work_threads, lower_thread_priority)
     app.state.cpu_budget_s = settings.cpu_budget_ms / 1000
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)

@@ -30,8 +30,10 @@ BUDGET = "cpu_budget_s"
 _USED = "eqrisk.cpu_s"  # the request scope's running total of its work threads' CPU
 
 
-def work_pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix="work")
+def work_pool(threads: int, initializer: Callable[[], None] | None = None) -> ThreadPoolExecutor:
+    """The app's work threads (`initializer`: the app lowers their CPU priority below the
+    event loop's, as the render pool's)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="work", initializer=initializer)
 
 
 def cpu_used(request: Request) -> float:
