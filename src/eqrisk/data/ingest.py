@@ -59,6 +59,7 @@ from eqrisk.data.merge_rows import combine, previous_master, whole_reasons
 from eqrisk.data.price_files import data_source_name, empty_prices, read_prices
 from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
 from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
+from eqrisk.data.return_signatures import price_kind
 from eqrisk.data.row_checks import large_moves, rejected_frame, row_examples, validate_rows
 
 # More than this share of rejected rows means a wrong file or layout, not a few bad rows.
@@ -196,6 +197,11 @@ def ingest(
         issues,
         say,
     )
+    kind = price_kind(
+        basis["prices_basis"],
+        [str(f.attrs.get("basis", "unknown")) for f in inputs.frames],
+        old_meta.get("price_kind") if old_meta is not None else None,
+    )
     say("validating")
     checked = _check_rows(inputs, issues, limits)
     why_whole = whole_reasons(
@@ -211,7 +217,7 @@ def ingest(
     judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
     cleaned = _clean(
         final, inputs, old_master, home, old_meta, decisions, basis["keep_split_moves"], judged,
-        issues,
+        issues, kind,
     )  # fmt: skip
     final = cleaned.final
     flagged = _flag_moves(final, max_move, issues)
@@ -270,6 +276,7 @@ def ingest(
             "cap_dates": cap_dates,
             "max_move": max_move,
             "prices_basis": basis["prices_basis"],
+            "price_kind": kind,
             "actions": str(actions) if actions is not None else None,
             "return_breaks": cleaned.breaks,
             "return_decisions": [d.to_dict() for d in cleaned.decisions],
@@ -543,9 +550,10 @@ def _clean(
     keep: bool,
     judged: np.ndarray | None,
     issues: Issues,
+    kind: str,
 ) -> Cleaned:
     """The return-cleaning stage (`return_cleaning.clean_returns`) on the combined rows, each
-    stock grouped with its GICS sector; on a merge the decisions stored with the data set stay
+    stock grouped with its GICS sector and judged as `kind` closes; on a merge the decisions stored with the data set stay
     in force under the new ones, and only the `judged` rows are judged (the stored verdicts
     stand on the others)."""
     masters = [m for m in (inputs.master, old_master) if m is not None]
@@ -565,7 +573,7 @@ def _clean(
         stored = old_meta.get("return_breaks", []) if judged is not None else None
     cleaned = clean_returns(
         final, groups, decisions=merged(applied, decisions), applied=applied, keep_detected=keep,
-        judged=judged,
+        judged=judged, kind=kind,
     )  # fmt: skip
     if stored is not None and judged is not None:
         decided = {(d.symbol, d.date) for d in cleaned.decisions}
