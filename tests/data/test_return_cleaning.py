@@ -21,6 +21,9 @@ from eqrisk.data.ingest_report import IngestError
 from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.data.return_cleaning import PriceRows, detect_events
 from eqrisk.data.return_decisions import read_decisions
+from eqrisk.model.run import ModelParams
+from eqrisk.snapshot.build import build_snapshot
+from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 from helpers import shared_file
 
 # The public ex-dates of three spin-offs the file books as dividends (PayPal, Baxalta,
@@ -295,7 +298,16 @@ def test_the_decisions_file_keeps_drops_and_adjusts(ohlcv, master, tmp_path) -> 
         [table, pd.DataFrame({"symbol": ["VZ"], "date": ["2012-01-03"], "action": ["drop"]})]
     )
     decisions = _write(edits, tmp_path / "decisions.csv")
-    before = read_ingested(home)[0].set_index(["symbol", "date"])["close"]
+    # The stage itself re-based TMUS's closes before the jump by 1 / its 1:2 ratio (the served
+    # close shows no jump the model leaves out), where --keep-split-moves leaves them as read.
+    stage = read_ingested(home)[0].set_index(["symbol", "date"])["close"]
+    plain = tmp_path / "plain"
+    ingest([prices], master, home=plain, prices_basis="raw", keep_split_moves=True)
+    before = read_ingested(plain)[0].set_index(["symbol", "date"])["close"]
+    assert table.loc[tmus, "factor"].item() == 2.0
+    rebased = (stage / before).loc["TMUS"]
+    np.testing.assert_allclose(rebased[rebased.index.astype(str) < "2013-05-01"], 2.0, rtol=1e-12)
+    np.testing.assert_allclose(rebased[rebased.index.astype(str) >= "2013-05-01"], 1.0, rtol=0)
     report = ingest([prices], master, home=home, prices_basis="raw", return_decisions=decisions)
     codes = {i["code"] for i in report.issues}
     assert "RETURN_DECISIONS" in codes and "FACTOR_MISMATCH" not in codes  # no jump left
@@ -357,3 +369,34 @@ def test_decisions_file_spellings(tmp_path: Path) -> None:
         {"symbol": "AAPL", "date": "2020-01-02", "action": "adjust", "factor": 0.5},
         {"symbol": "MSFT", "date": "2020-01-03", "action": "keep", "factor": 1.0},
     ]
+
+
+def test_a_left_out_split_is_in_the_served_close(ohlcv, master, tmp_path) -> None:
+    """Issue 39: DISCA 2014-08-07 (its C-share distribution, a 2:1 in effect), read from the
+    file's traded prices without its factor columns, is left out as a split; the close the
+    snapshot serves (`/daily` `close` is its `price_close`) is re-based with it, so it books the
+    file's own adjusted move that day within 0.05, and the day's return stays null."""
+    keep = ["date", "symbol", "open", "high", "low", "close", "volume"]
+    frame = ohlcv[ohlcv["symbol"].isin([*COMMS, "DISCA"]) & ohlcv["date"].between(
+        "2013-06-01", "2015-06-30")]  # fmt: skip
+    home = tmp_path / "home"
+    report = ingest([_write(frame[keep], tmp_path / "traded.csv")], master, home=home)
+    table = _decisions(report.report_dir).set_index(["symbol", "date"])
+    day = ("DISCA", "2014-08-07")
+    assert (table.loc[day, "kind"], table.loc[day, "action"]) == ("split", "drop")
+    assert table.loc[day, "factor"] == 0.5
+    assert _breaks(home) == {day, ("GOOGL", "2014-04-03")}  # GOOGL's own C-share split
+    manifest = build_snapshot(home, ModelParams())
+    snap = Snapshot.open(snapshots_dir(home) / manifest["model_version"])
+    sessions = list(snap.sessions.astype("datetime64[D]").astype(str))
+    t, row = sessions.index(day[1]), snap.row_of["DISCA"]
+    served = snap.array("price_close")[row, t - 3 : t + 3]
+    disca = frame[frame["symbol"] == "DISCA"].set_index("date")
+    at = disca.index.get_loc(day[1])
+    adjusted = disca["adjusted_close"].iloc[at - 3 : at + 3].to_numpy()
+    traded = disca["close"].iloc[at - 3 : at + 3].to_numpy()
+    # The served close: the traded one from the split on, half of it before.
+    np.testing.assert_allclose(served, traded * np.r_[[0.5] * 3, [1.0] * 3], rtol=1e-12)
+    moves = served[1:] / served[:-1] - adjusted[1:] / adjusted[:-1]
+    assert np.abs(moves).max() < 0.05
+    assert np.isnan(snap.array("return")[row, t])

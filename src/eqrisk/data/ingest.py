@@ -209,16 +209,22 @@ def ingest(
         master_caps=_caps_need_prices(inputs.master), whole=whole,
     )  # fmt: skip
     size = block_symbols or ingested.BLOCK_SYMBOLS
-    combined = combine(_kept_rows(checked, inputs, issues), found, not why_whole, size)
+    kept_rows = _kept_rows(checked, inputs, issues)
+    combined = combine(kept_rows, found, not why_whole, size)
     final, old_days = combined.frame, combined.old_days
     old_master = ingested.read_master(found) if found is not None else None
     if not merge and master is None:
         old_master = previous_master(home)
     judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
-    cleaned = _clean(
-        final, inputs, old_master, home, old_meta, decisions, basis["keep_split_moves"], judged,
-        issues, kind,
-    )  # fmt: skip
+    how = (inputs, old_master, home, old_meta, decisions, kind, basis["keep_split_moves"])
+    cleaned = _clean(final, how, judged)
+    if cleaned.rebased and combined.base is not None:
+        # A level the stage re-based reaches back through the symbol's whole history.
+        why_whole.append("a split or distribution found in the new rows rescales a history")
+        combined = combine(kept_rows, found, False, size)
+        final, old_days = combined.frame, combined.old_days
+        cleaned = _clean(final, how, None if rejudge else final["_fresh"].to_numpy(dtype=bool))
+    report_cleaning(cleaned, basis["keep_split_moves"], issues)
     final = cleaned.final
     flagged = _flag_moves(final, max_move, issues)
     fresh = bool(final["_fresh"].any())
@@ -542,20 +548,17 @@ def _read_decisions(path: Path | None) -> list[Decision]:
 
 def _clean(
     final: pd.DataFrame,
-    inputs: _Inputs,
-    old_master: pd.DataFrame | None,
-    home: Path,
-    old_meta: dict[str, Any] | None,
-    decisions: list[Decision],
-    keep: bool,
+    how: tuple[
+        _Inputs, pd.DataFrame | None, Path, dict[str, Any] | None, list[Decision], str, bool
+    ],
     judged: np.ndarray | None,
-    issues: Issues,
-    kind: str,
 ) -> Cleaned:
     """The return-cleaning stage (`return_cleaning.clean_returns`) on the combined rows, each
     stock grouped with its GICS sector and judged as `kind` closes; on a merge the decisions stored with the data set stay
     in force under the new ones, and only the `judged` rows are judged (the stored verdicts
-    stand on the others)."""
+    stand on the others). `how`: the inputs, the stored master, the home, the stored meta, the
+    user's decisions, the kind of closes and --keep-split-moves."""
+    inputs, old_master, home, old_meta, decisions, kind, keep = how
     masters = [m for m in (inputs.master, old_master) if m is not None]
     if not masters and (previous := previous_master(home)) is not None:
         masters.append(previous)
@@ -578,5 +581,4 @@ def _clean(
     if stored is not None and judged is not None:
         decided = {(d.symbol, d.date) for d in cleaned.decisions}
         cleaned.breaks = kept_breaks(cleaned.breaks, stored, cleaned.final, judged, decided)
-    report_cleaning(cleaned, keep, issues)
     return cleaned

@@ -353,6 +353,7 @@ class Cleaned:
     breaks: list[list[str]]
     table: pd.DataFrame
     decisions: list[Decision]
+    rebased: int = 0
 
 
 def clean_returns(
@@ -414,7 +415,39 @@ def clean_returns(
     table = table.sort_values(["symbol", "date"], ignore_index=True)
     dropped = table["action"] == "drop"
     breaks = [[s, d] for s, d in zip(table["symbol"][dropped], table["date"][dropped], strict=True)]
-    return Cleaned(final, breaks, table, decisions)
+    final, rebased = _rebase(final, table)
+    return Cleaned(final, breaks, table, decisions, rebased)
+
+
+# The kinds whose left-out return moved the price's level for good.
+LEVEL_KINDS: tuple[str, ...] = ("split", "distribution", "factor_mismatch")
+
+
+def _rebase(final: pd.DataFrame, table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The closes before each level change the stage leaves out (and the user did not
+    overrule) multiplied by its factor, as a vendor's adjusted close is: 1 / the split ratio,
+    else the day's close over the one before (`table`'s `factor` and `reason` say which). The
+    served close then shows no jump the model does not count as a return; the return itself
+    stays left out. Applied in date order, so that later ones multiply earlier ones (as a
+    later `eqrisk update` would). Returns the rows and how many levels were re-based."""
+    on = (table["action"] == "drop") & (table["detected"] == "drop")
+    on &= table["kind"].isin(LEVEL_KINDS).to_numpy()
+    if not on.any() or not len(final):
+        return final, 0
+    close = final["close"].to_numpy(dtype=np.float64).copy()
+    sym = final["symbol"].to_numpy(dtype=object)
+    day = final["date"].to_numpy().astype("datetime64[D]")
+    order = table.index[on][np.argsort(table.loc[on, "date"].to_numpy(), kind="stable")]
+    for i in order:
+        ratio = float(table.at[i, "ratio"])
+        factor = 1.0 / ratio if np.isfinite(ratio) else 1.0 + float(table.at[i, "return"])
+        lo = int(np.searchsorted(sym, table.at[i, "symbol"], side="left"))
+        hi = int(np.searchsorted(sym, table.at[i, "symbol"], side="right"))
+        stop = lo + int(np.searchsorted(day[lo:hi], np.datetime64(table.at[i, "date"], "D")))
+        close[lo:stop] *= factor
+        table.at[i, "factor"] = factor
+        table.at[i, "reason"] = f"{table.at[i, 'reason']}; the closes before it x {factor:.6g}"
+    return final.assign(close=close), len(order)
 
 
 # The report's issue code of each kind the stage leaves out.
