@@ -437,17 +437,20 @@ def _rebase(final: pd.DataFrame, table: pd.DataFrame) -> tuple[pd.DataFrame, int
     close = final["close"].to_numpy(dtype=np.float64).copy()
     sym = final["symbol"].to_numpy(dtype=object)
     day = final["date"].to_numpy().astype("datetime64[D]")
-    order = table.index[on][np.argsort(table.loc[on, "date"].to_numpy(), kind="stable")]
-    for i in order:
-        ratio = float(table.at[i, "ratio"])
-        factor = 1.0 / ratio if np.isfinite(ratio) else 1.0 + float(table.at[i, "return"])
-        lo = int(np.searchsorted(sym, table.at[i, "symbol"], side="left"))
-        hi = int(np.searchsorted(sym, table.at[i, "symbol"], side="right"))
-        stop = lo + int(np.searchsorted(day[lo:hi], np.datetime64(table.at[i, "date"], "D")))
-        close[lo:stop] *= factor
-        table.at[i, "factor"] = factor
-        table.at[i, "reason"] = f"{table.at[i, 'reason']}; the closes before it x {factor:.6g}"
-    return final.assign(close=close), len(order)
+    events = table[on].sort_values("date", kind="stable")
+    ratios = events["ratio"].to_numpy(dtype=np.float64)
+    moves = events["return"].to_numpy(dtype=np.float64)
+    factors = np.where(np.isfinite(ratios), 1.0 / ratios, 1.0 + moves)
+    names = events["symbol"].to_numpy(dtype=object)
+    dates = events["date"].to_numpy().astype("datetime64[D]")
+    for name, date, factor in zip(names, dates, factors, strict=True):
+        lo = int(np.searchsorted(sym, name, side="left"))
+        hi = int(np.searchsorted(sym, name, side="right"))
+        close[lo : lo + int(np.searchsorted(day[lo:hi], date))] *= factor
+    table.loc[events.index, "factor"] = factors
+    notes = [f"; the closes before it x {f:.6g}" for f in factors]
+    table.loc[events.index, "reason"] = events["reason"].astype(str) + notes
+    return final.assign(close=close), len(events)
 
 
 # The report's issue code of each kind the stage leaves out.
