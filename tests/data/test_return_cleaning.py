@@ -186,7 +186,8 @@ def test_raw_closes_without_factor_columns(ohlcv, master) -> None:
     assert len(keys) == 136 and len(missed) <= 0.02 * len(keys)
     assert missed == set(doc_table("no-factors-missed-splits"))
     assert left[("NFLX", "2015-07-15")] == "split" and left[("KIE", "2017-11-30")] == "split"
-    quiet = {k: v for k, v in left.items() if k not in _factor_days(ohlcv)}
+    factor_days = _factor_days(ohlcv)
+    quiet = {k: v for k, v in left.items() if k not in factor_days}
     assert quiet == {k: v for k, v in EXCEPTIONS.items() if v == "bad_print"}
     table = events.set_index(["symbol", "date"])
     for key in CRASHES:
@@ -400,3 +401,30 @@ def test_a_left_out_split_is_in_the_served_close(ohlcv, master, tmp_path) -> Non
     moves = served[1:] / served[:-1] - adjusted[1:] / adjusted[:-1]
     assert np.abs(moves).max() < 0.05
     assert np.isnan(snap.array("return")[row, t])
+
+
+def test_a_split_in_an_update_rebases_like_a_first_ingest(ohlcv, master, tmp_path) -> None:
+    """A 3:2 split nobody adjusted in XOM's rows of a merge (the update's first session): the
+    merge rewrites the whole history re-based, and the data set equals the one a first ingest
+    of all the rows makes, close for close and break for break."""
+    frame = ohlcv[ohlcv["symbol"].isin(ENERGY)][["date", "symbol", "open", "close", "volume"]]
+    frame = frame[(frame["date"] >= "2015-01-01") & (frame["date"] <= "2016-12-31")]
+    after = (frame["symbol"] == "XOM") & (frame["date"] >= "2016-06-01")
+    frame = frame.assign(
+        close=np.where(after, frame["close"] / 1.5, frame["close"]),
+        open=np.where(after, frame["open"] / 1.5, frame["open"]),
+        volume=np.where(after, frame["volume"] * 1.5, frame["volume"]),
+    )
+    whole, daily = tmp_path / "whole", tmp_path / "daily"
+    ingest([_write(frame, tmp_path / "all.csv")], master, home=whole)
+    early = frame["date"] < "2016-06-01"
+    ingest([_write(frame[early], tmp_path / "first.csv")], master, home=daily)
+    ingest([_write(frame[~early], tmp_path / "update.csv")], None, home=daily, merge=True)
+    assert _breaks(daily) == _breaks(whole) == {("XOM", "2016-06-01")}
+    one, two = read_ingested(whole)[0], read_ingested(daily)[0]
+    np.testing.assert_array_equal(one["close"].to_numpy(), two["close"].to_numpy())
+    xom = one[one["symbol"] == "XOM"].set_index("date")["close"]
+    traded = frame[frame["symbol"] == "XOM"].set_index("date")["close"]
+    ratio = xom.to_numpy() / traded.to_numpy()
+    np.testing.assert_allclose(ratio, np.where(early[frame["symbol"] == "XOM"], 1 / 1.5, 1.0),
+                               rtol=1e-12)  # fmt: skip
