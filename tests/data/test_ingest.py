@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from data.measured import doc_table
 from eqrisk.data import ingested as store
 from eqrisk.data import panel
 from eqrisk.data.ingest import ingest
@@ -141,6 +142,36 @@ def test_render_report(wide_ingest: tuple[IngestReport, Path]) -> None:
     assert "LARGE_MOVE" in text
     assert str(Path(report.report_dir) / "rejected.csv") in text
     assert "574 symbols" in text and "4,169 sessions" in text
+
+
+# Issue 33: real falls of the adjusted-close file an earlier rule took for spin-offs and a
+# 3:2 split (the raw OHLCV file shows no split or dividend on those days, and 6-60x volume).
+WIDE_CRASHES = [("PCG", "2019-01-14"), ("GL", "2024-04-11"), ("FISV", "2025-10-29"),
+                ("SMCI", "2018-10-04"), ("DXCM", "2024-07-26"), ("CNC", "2025-07-02"),
+                ("FLEX", "2018-10-26")]  # fmt: skip
+
+
+@needs_data
+@pytest.mark.slow
+def test_real_wide_file_keeps_its_crashes(wide_ingest: tuple[IngestReport, Path]) -> None:
+    """The closes-only file: every return the stage leaves out is named on the decision page
+    (none today), and the seven crashes are returns of the model, listed with why."""
+    report, home = wide_ingest
+    table = pd.read_csv(Path(report.report_dir) / "return_decisions.csv", dtype={"date": str})
+    dropped = table[table["action"] == "drop"]
+    keys = zip(dropped["symbol"], dropped["date"], strict=True)
+    assert dict(zip(keys, dropped["kind"], strict=True)) == doc_table("wide-closes-only")
+    meta = json.loads((store.ingested_dir(home) / "meta.json").read_text())
+    assert meta["return_breaks"] == [] and meta["price_kind"] == "raw"
+    listed = table.set_index(["symbol", "date"])
+    wide = pd.read_csv(WIDE, usecols=["date", *{s for s, _ in WIDE_CRASHES}]).set_index("date")
+    for symbol, day in WIDE_CRASHES:
+        row = listed.loc[(symbol, day)]
+        assert (row["kind"], row["action"]) == ("move", "keep")
+        assert "closes only" in row["reason"]
+        falls = wide[symbol].pct_change()[day]
+        assert row["return"] == pytest.approx(falls, rel=1e-9)
+        assert falls < -0.3
 
 
 @needs_data

@@ -59,6 +59,7 @@ from eqrisk.data.merge_rows import combine, previous_master, whole_reasons
 from eqrisk.data.price_files import data_source_name, empty_prices, read_prices
 from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
 from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
+from eqrisk.data.return_signatures import price_kind
 from eqrisk.data.row_checks import large_moves, rejected_frame, row_examples, validate_rows
 
 # More than this share of rejected rows means a wrong file or layout, not a few bad rows.
@@ -196,6 +197,11 @@ def ingest(
         issues,
         say,
     )
+    kind = price_kind(
+        basis["prices_basis"],
+        [str(f.attrs.get("basis", "unknown")) for f in inputs.frames],
+        old_meta.get("price_kind") if old_meta is not None else None,
+    )
     say("validating")
     checked = _check_rows(inputs, issues, limits)
     why_whole = whole_reasons(
@@ -203,16 +209,22 @@ def ingest(
         master_caps=_caps_need_prices(inputs.master), whole=whole,
     )  # fmt: skip
     size = block_symbols or ingested.BLOCK_SYMBOLS
-    combined = combine(_kept_rows(checked, inputs, issues), found, not why_whole, size)
+    kept_rows = _kept_rows(checked, inputs, issues)
+    combined = combine(kept_rows, found, not why_whole, size)
     final, old_days = combined.frame, combined.old_days
     old_master = ingested.read_master(found) if found is not None else None
     if not merge and master is None:
         old_master = previous_master(home)
     judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
-    cleaned = _clean(
-        final, inputs, old_master, home, old_meta, decisions, basis["keep_split_moves"], judged,
-        issues,
-    )  # fmt: skip
+    how = (inputs, old_master, home, old_meta, decisions, kind, basis["keep_split_moves"])
+    cleaned = _clean(final, how, judged)
+    if cleaned.rebased and combined.base is not None:
+        # A level the stage re-based reaches back through the symbol's whole history.
+        why_whole.append("a split or distribution found in the new rows rescales a history")
+        combined = combine(kept_rows, found, False, size)
+        final, old_days = combined.frame, combined.old_days
+        cleaned = _clean(final, how, None if rejudge else final["_fresh"].to_numpy(dtype=bool))
+    report_cleaning(cleaned, basis["keep_split_moves"], issues)
     final = cleaned.final
     flagged = _flag_moves(final, max_move, issues)
     fresh = bool(final["_fresh"].any())
@@ -270,6 +282,7 @@ def ingest(
             "cap_dates": cap_dates,
             "max_move": max_move,
             "prices_basis": basis["prices_basis"],
+            "price_kind": kind,
             "actions": str(actions) if actions is not None else None,
             "return_breaks": cleaned.breaks,
             "return_decisions": [d.to_dict() for d in cleaned.decisions],
@@ -535,19 +548,17 @@ def _read_decisions(path: Path | None) -> list[Decision]:
 
 def _clean(
     final: pd.DataFrame,
-    inputs: _Inputs,
-    old_master: pd.DataFrame | None,
-    home: Path,
-    old_meta: dict[str, Any] | None,
-    decisions: list[Decision],
-    keep: bool,
+    how: tuple[
+        _Inputs, pd.DataFrame | None, Path, dict[str, Any] | None, list[Decision], str, bool
+    ],
     judged: np.ndarray | None,
-    issues: Issues,
 ) -> Cleaned:
     """The return-cleaning stage (`return_cleaning.clean_returns`) on the combined rows, each
-    stock grouped with its GICS sector; on a merge the decisions stored with the data set stay
+    stock grouped with its GICS sector and judged as `kind` closes; on a merge the decisions stored with the data set stay
     in force under the new ones, and only the `judged` rows are judged (the stored verdicts
-    stand on the others)."""
+    stand on the others). `how`: the inputs, the stored master, the home, the stored meta, the
+    user's decisions, the kind of closes and --keep-split-moves."""
+    inputs, old_master, home, old_meta, decisions, kind, keep = how
     masters = [m for m in (inputs.master, old_master) if m is not None]
     if not masters and (previous := previous_master(home)) is not None:
         masters.append(previous)
@@ -565,10 +576,9 @@ def _clean(
         stored = old_meta.get("return_breaks", []) if judged is not None else None
     cleaned = clean_returns(
         final, groups, decisions=merged(applied, decisions), applied=applied, keep_detected=keep,
-        judged=judged,
+        judged=judged, kind=kind,
     )  # fmt: skip
     if stored is not None and judged is not None:
         decided = {(d.symbol, d.date) for d in cleaned.decisions}
         cleaned.breaks = kept_breaks(cleaned.breaks, stored, cleaned.final, judged, decided)
-    report_cleaning(cleaned, keep, issues)
     return cleaned

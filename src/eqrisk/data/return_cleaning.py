@@ -7,10 +7,11 @@ it, on evidence, into a return that stays in the model or one that is left out:
 
 - `bad_print`: a print that reverses within three sessions (back by the next open where the file
   has opens), without a volume rush and without its group: every return of the print is dropped;
-- `split`: a move of a split ratio whose level stays, opened at the new level, without a volume
-  rush and without co-movers: an unadjusted split;
+- `split`: a move of a split ratio whose level stays, opened at the new level, without the
+  dollar turnover of a crash and without co-movers: an unadjusted split (raw closes only);
 - `distribution`: a large fall that stays, opened at the new level, without a volume rush and
-  without co-movers: a spin-off or special dividend without a factor;
+  without co-movers: a spin-off or special dividend without a factor (raw closes with an open
+  or a volume only);
 - `factor_mismatch`: one of the two above on a day the vendor's split/dividend factors changed
   the price, or a factor that made a move the traded prices do not show: the factors do not
   explain the jump;
@@ -20,9 +21,10 @@ it, on evidence, into a return that stays in the model or one that is left out:
 The evidence per move (`moves`): its log move against the stock's robust daily volatility and
 its group's median move that day, the share of the move given back within five sessions, the
 share already in the open, the volume against its 63-session median in shares and in dollars,
-and how many other symbols moved half as much the same day. Thresholds are in `CleaningRule`;
-their figures on the real data are in docs/decisions/return-cleaning.md. Pure: arrays in, a
-frame out; the decisions a user feeds back are applied by `eqrisk.data.return_decisions`.
+and how many other symbols moved half as much the same day. Which evidence counts depends on
+what the closes are (`return_signatures`: on adjusted closes only a print is left out). The
+thresholds are in `CleaningRule`; their figures on the real data are in
+docs/decisions/return-cleaning.md. Pure: arrays in, a frame out; the decisions a user feeds back are applied by `eqrisk.data.return_decisions`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from eqrisk.data.calendar import sessions_between
 from eqrisk.data.corporate_actions import SPLIT_RATIOS
 from eqrisk.data.ingest_report import MAX_EXAMPLES, Issues, issue_message
 from eqrisk.data.return_decisions import Decision, price_factors
+from eqrisk.data.return_signatures import CleaningRule, classify, describe, rush
 
 __all__ = [
     "DROPPED_KINDS",
@@ -56,63 +59,6 @@ EVENT_COLUMNS: list[str] = [
     "group_return", "excess_sigmas", "ratio", "giveback", "open_share", "volume_ratio",
     "dollar_volume_ratio", "co_movers", "factor_day", "reason",
 ]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class CleaningRule:
-    """The thresholds of the cleaning stage (log moves; sigma = the stock's robust daily vol).
-
-    A move is examined when its excess over the group's median move that day is at least
-    `floor` and `min_sigmas` sigma. It is left out when one signature holds in full:
-
-    - print: reversed by `reversal` (a share of the move) within `max_run` returns, both ends
-      `print_sigmas` sigma and `print_floor`, each day's group move at most `group_share` of
-      the stock's, back by the next open (`print_open_back`) where opens are known;
-    - split: within the split tolerance of a ratio of SPLIT_RATIOS, the level stays;
-    - distribution: a fall of `dist_floor` and `dist_sigmas` sigma whose level stays;
-    and for the last two: the open at `open_share` of the move where opens are known (the
-    price was re-based overnight), no volume rush (`spike` times the 63-session median in shares
-    and in dollars) where volume is known, fewer co-movers than `comove_min` or `comove_share`
-    of the session's symbols (others moving half as much the same way). "The level stays":
-    within `horizon` sessions the price gives back less than `max_giveback` of the move.
-    """
-
-    floor: float = 0.10
-    min_sigmas: float = 8.0
-    lookback: int = 63
-    min_history: int = 20
-    default_sigma: float = 0.02
-    sigma_floor: float = 0.005
-    min_group: int = 5
-    horizon: int = 5
-    max_giveback: float = 0.5
-    open_share: tuple[float, float] = (0.7, 1.3)
-    spike: float = 5.0
-    split_spike: float = 5.0
-    dist_spike: float = 10.0
-    comove_min: int = 3
-    comove_share: float = 0.01
-    split_tolerance: float = 0.03
-    split_tol_sigmas: float = 3.0
-    split_max_tolerance: float = 0.06
-    split_max_tolerance_large: float = 0.12
-    fraction_tolerance: float = 0.005
-    dist_floor: float = 0.20
-    dist_sigmas: float = 15.0
-    print_floor: float = 0.15
-    print_sigmas: float = 10.0
-    reversal: tuple[float, float] = (0.7, 1.4)
-    max_run: int = 3
-    print_open_back: float = 0.6
-    group_share: float = 0.25
-    factor_eps: float = 1e-6
-    # Rows without an open and a volume ("blind": a close-only file) have less evidence, so
-    # they need more of what is left.
-    blind_dist_floor: float = 0.5
-    blind_dist_sigmas: float = 25.0
-    blind_print_sigmas: float = 25.0
-    blind_split_sigmas: float = 20.0
-    blind_max_run: int = 2
 
 
 @dataclass(frozen=True)
@@ -168,12 +114,17 @@ class _Series:
 
 
 def detect_events(
-    rows: PriceRows, rule: CleaningRule | None = None, only: np.ndarray | None = None
+    rows: PriceRows,
+    rule: CleaningRule | None = None,
+    only: np.ndarray | None = None,
+    kind: str = "raw",
 ) -> pd.DataFrame:
     """Every examined move with its evidence, kind and action (`EVENT_COLUMNS`): `drop` for
     the kinds of DROPPED_KINDS (a print drops each of its returns: one row per return), `keep`
-    for a `move`. Moves kept are listed when their excess is at least `dist_floor`. `only`
-    (a row mask): examine the moves into those rows only (all rows still give the context)."""
+    for a `move`. Moves kept are listed when their excess is at least `list_floor`. `only`
+    (a row mask): examine the moves into those rows only (all rows still give the context).
+    `kind` (`return_signatures.PRICE_KINDS`): what the closes are; on `adjusted` closes only a
+    print that reverses is left out."""
     rule = rule or CleaningRule()
     if len(rows.close) < 2:
         return pd.DataFrame(columns=EVENT_COLUMNS)
@@ -200,10 +151,10 @@ def detect_events(
                 row = ev if k == 0 else _evidence(rows, s, i, sigma, history, ratios, rule)
                 out.append(_event(rows, i, row, "bad_print", "drop", why + note))
             continue
-        kind, why = _classify(ev, rule)
-        if kind == "move" and abs(s.e[j]) < rule.dist_floor:
+        found, why = classify(ev, rule, kind)
+        if found == "move" and abs(s.e[j]) < rule.list_floor:
             continue
-        out.append(_event(rows, j, ev, kind, "keep" if kind == "move" else "drop", why))
+        out.append(_event(rows, j, ev, found, "keep" if found == "move" else "drop", why))
     frame = pd.DataFrame(out, columns=EVENT_COLUMNS)
     return frame.sort_values(["symbol", "date"], ignore_index=True)
 
@@ -271,7 +222,8 @@ def _evidence(
     start, end = int(s.run_start[j]), int(s.run_end[j])
     ahead = rows.close[j + 1 : min(end, j + rule.horizon) + 1]
     ahead = ahead[np.isfinite(ahead) & (ahead > 0)]
-    giveback = float(np.max(-np.log(ahead / rows.close[j]) / x)) if len(ahead) else np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        giveback = float(np.max(-np.log(ahead / rows.close[j]) / x)) if len(ahead) else np.nan
     scale = rows.close[j] / rows.close_raw[j] if np.isfinite(rows.close_raw[j]) else 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
         open_share = float(np.log(rows.open[j] * scale / rows.close[j - 1]) / x)
@@ -283,7 +235,7 @@ def _evidence(
     blind = not (np.isfinite(rows.open[j]) or np.isfinite(rows.volume[j]))
     cap = rule.split_max_tolerance if size < 2.5 else rule.split_max_tolerance_large
     tol = min(max(rule.split_tolerance, rule.split_tol_sigmas * sigma), cap)
-    if blind and size < 2.5:
+    if blind:
         tol = rule.split_tolerance
     if abs(size - round(size)) > 1e-9:
         tol = rule.fraction_tolerance  # 3:2 and 5:2 sit where real crashes and rallies fall
@@ -314,81 +266,6 @@ def _evidence(
     }
 
 
-def _stays(ev: dict[str, float], rule: CleaningRule) -> bool:
-    """The level stays (unknown on the last session: taken as staying until later data)."""
-    return not ev["giveback"] >= rule.max_giveback
-
-
-def _rebased(ev: dict[str, float], rule: CleaningRule) -> bool:
-    """Opened at the new level (true where the file has no opens)."""
-    lo, hi = rule.open_share
-    return not np.isfinite(ev["open_share"]) or lo <= ev["open_share"] <= hi
-
-
-def _rush(ev: dict[str, float], rule: CleaningRule) -> bool:
-    """A print's volume rush: shares and dollars both `spike` x their median (false where
-    the file has no volume)."""
-    return bool(ev["volume_ratio"] >= rule.spike and ev["dollar_volume_ratio"] >= rule.spike)
-
-
-def _split_rush(ev: dict[str, float], rule: CleaningRule) -> bool:
-    """Volume a split does not explain: the turnover at `split_spike` x its median counted in
-    the new shares and in the old ones (a k:1 split makes k shares of one)."""
-    shares = ev["volume_ratio"]
-    return bool(min(shares, shares / ev["ratio"]) >= rule.split_spike)
-
-
-def _distribution_rush(ev: dict[str, float], rule: CleaningRule) -> bool:
-    """Volume a distribution does not explain: `dist_spike` x the median share turnover (index
-    funds trade a spin-off's parent on its ex-date: up to 7x on the real data's) or `spike` x
-    the median dollar turnover (the parent is worth less after it: about 2-4x on those days)."""
-    return bool(ev["volume_ratio"] >= rule.dist_spike or ev["dollar_volume_ratio"] >= rule.spike)
-
-
-def _classify(ev: dict[str, float], rule: CleaningRule) -> tuple[str, str]:
-    """The kind of a move that is no print, and why."""
-    desc = _describe(ev)
-    if ev["factor_day"] and np.isfinite(ev["raw_e"]):
-        raw_z = abs(ev["raw_e"]) / ev["sigma"]
-        if abs(ev["raw_e"]) < rule.floor or raw_z < rule.min_sigmas:
-            return "factor_mismatch", (
-                f"{desc}; the traded price moved {np.expm1(ev['raw_e'] + ev['g']):+.1%}: the "
-                "vendor's split/dividend factors made a move the prices do not show"
-            )
-    against: list[str] = []
-    if not _stays(ev, rule):
-        against.append(f"gave back {ev['giveback']:.0%} within {rule.horizon} sessions")
-    if not _rebased(ev, rule):
-        against.append(f"opened at {ev['open_share']:.0%} of the move")
-    if ev["co_movers"] >= ev["co_limit"]:
-        against.append(f"{ev['co_movers']:.0f} other symbols moved half as much")
-    blind = bool(ev["blind"])
-    ratio = np.isfinite(ev["ratio"]) and not (blind and abs(ev["z"]) < rule.blind_split_sigmas)
-    fall = (
-        ev["x"] < 0
-        and ev["e"] <= -(rule.blind_dist_floor if blind else rule.dist_floor)
-        and ev["z"] <= -(rule.blind_dist_sigmas if blind else rule.dist_sigmas)
-        and ev["history"] >= rule.min_history
-    )
-    split = ratio and not _split_rush(ev, rule)
-    if fall and _distribution_rush(ev, rule):
-        fall = False
-        against.append(f"volume {ev['volume_ratio']:.1f}x its median: a rush")
-    elif ratio and not split:
-        against.append(f"volume {ev['volume_ratio']:.1f}x its median: a rush")
-    if (split or fall) and not against:
-        kind = "split" if split else "distribution"
-        what = (
-            f"a {_ratio_text(ev['ratio'])} split nobody adjusted"
-            if split
-            else "a spin-off or special dividend without a factor"
-        )
-        if ev["factor_day"]:
-            return "factor_mismatch", f"{desc}: the vendor's factors do not explain it ({what}?)"
-        return kind, f"{desc}: {what}"
-    return "move", f"{desc}; a real move: " + ("; ".join(against) or "no event signature")
-
-
 def _print_run(
     rows: PriceRows, s: _Series, j: int, sigma: float, ev: dict[str, float], rule: CleaningRule
 ) -> tuple[list[int], str]:
@@ -398,7 +275,7 @@ def _print_run(
     sigmas = rule.blind_print_sigmas if blind else rule.print_sigmas
     if abs(x) < rule.print_floor or abs(ev["e"]) < sigmas * sigma:
         return [], ""
-    if abs(s.g[j]) > rule.group_share * abs(x) or _rush(ev, rule):
+    if abs(s.g[j]) > rule.group_share * abs(x) or rush(ev, rule):
         return [], ""
     end = int(s.run_end[j])
     back = 0.0
@@ -423,7 +300,7 @@ def _print_run(
             if np.isfinite(back_open) and back_open < rule.print_open_back:
                 return [], ""  # traded at the print's level the next morning: a real whipsaw
             why = (
-                f"{_describe(ev)}; reversed {share:.0%} within {k} session(s)"
+                f"{describe(ev)}; reversed {share:.0%} within {k} session(s)"
                 + (f", {back_open:.0%} back by the next open" if np.isfinite(back_open) else "")
                 + ": a print that reverses"
             )
@@ -431,30 +308,6 @@ def _print_run(
         if k < max_run and abs(float(s.x[i])) > abs(x) / 3:
             return [], ""  # a run of a print moves little in between
     return [], ""
-
-
-def _describe(ev: dict[str, float]) -> str:
-    parts = [
-        f"{np.expm1(ev['x']):+.1%} ({ev['z']:+.0f} sigma over its group's {np.expm1(ev['g']):+.1%})"
-    ]
-    if np.isfinite(ev["open_share"]):
-        parts.append(f"open at {ev['open_share']:.0%} of the move")
-    if np.isfinite(ev["giveback"]):
-        parts.append(f"gave back {ev['giveback']:.0%}")
-    else:
-        parts.append("level not seen yet (last session)")
-    if np.isfinite(ev["volume_ratio"]):
-        parts.append(
-            f"volume {ev['volume_ratio']:.1f}x shares, {ev['dollar_volume_ratio']:.1f}x dollars"
-        )
-    return ", ".join(parts)
-
-
-def _ratio_text(ratio: float) -> str:
-    if ratio >= 1:
-        return f"{ratio:g}:1" if ratio == round(ratio) else f"{2 * ratio:g}:2"
-    inverse = 1.0 / ratio
-    return f"1:{inverse:g}" if abs(inverse - round(inverse)) < 1e-9 else f"2:{2 * inverse:g}"
 
 
 def _date(rows: PriceRows, j: int) -> str:
@@ -500,6 +353,7 @@ class Cleaned:
     breaks: list[list[str]]
     table: pd.DataFrame
     decisions: list[Decision]
+    rebased: int = 0
 
 
 def clean_returns(
@@ -511,6 +365,7 @@ def clean_returns(
     keep_detected: bool = False,
     rule: CleaningRule | None = None,
     judged: np.ndarray | None = None,
+    kind: str = "raw",
 ) -> Cleaned:
     """The cleaning stage on the ingest's rows (sorted by symbol, date; `_new` marks this
     ingest's rows): the user's adjustments applied (`applied`: those the stored rows already
@@ -518,7 +373,8 @@ def clean_returns(
     stage found (`keep_detected`: keep every return the stage would leave out).
 
     `judged` (a row mask; a merge's new or changed rows): only the moves into those rows are
-    examined (`daily.kept_breaks` keeps the stored verdicts on the others)."""
+    examined (`daily.kept_breaks` keeps the stored verdicts on the others). `kind`: what the
+    closes are (`return_signatures.price_kind`)."""
     if len(final):
         factors = price_factors(
             final["symbol"].to_numpy(dtype=object),
@@ -529,7 +385,7 @@ def clean_returns(
         )
         if (factors != 1.0).any():
             final = final.assign(close=final["close"].to_numpy() * factors)
-    events = detect_events(PriceRows.of(final, groups), rule, judged)
+    events = detect_events(PriceRows.of(final, groups), rule, judged, kind)
     events["detected"] = events["action"]
     if keep_detected:
         events["action"] = "keep"
@@ -559,7 +415,42 @@ def clean_returns(
     table = table.sort_values(["symbol", "date"], ignore_index=True)
     dropped = table["action"] == "drop"
     breaks = [[s, d] for s, d in zip(table["symbol"][dropped], table["date"][dropped], strict=True)]
-    return Cleaned(final, breaks, table, decisions)
+    final, rebased = _rebase(final, table)
+    return Cleaned(final, breaks, table, decisions, rebased)
+
+
+# The kinds whose left-out return moved the price's level for good.
+LEVEL_KINDS: tuple[str, ...] = ("split", "distribution", "factor_mismatch")
+
+
+def _rebase(final: pd.DataFrame, table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The closes before each level change the stage leaves out (and the user did not
+    overrule) multiplied by its factor, as a vendor's adjusted close is: 1 / the split ratio,
+    else the day's close over the one before (`table`'s `factor` and `reason` say which). The
+    served close then shows no jump the model does not count as a return; the return itself
+    stays left out. Applied in date order, so that later ones multiply earlier ones (as a
+    later `eqrisk update` would). Returns the rows and how many levels were re-based."""
+    on = (table["action"] == "drop") & (table["detected"] == "drop")
+    on &= table["kind"].isin(LEVEL_KINDS).to_numpy()
+    if not on.any() or not len(final):
+        return final, 0
+    close = final["close"].to_numpy(dtype=np.float64).copy()
+    sym = final["symbol"].to_numpy(dtype=object)
+    day = final["date"].to_numpy().astype("datetime64[D]")
+    events = table[on].sort_values("date", kind="stable")
+    ratios = events["ratio"].to_numpy(dtype=np.float64)
+    moves = events["return"].to_numpy(dtype=np.float64)
+    factors = np.where(np.isfinite(ratios), 1.0 / ratios, 1.0 + moves)
+    names = events["symbol"].to_numpy(dtype=object)
+    dates = events["date"].to_numpy().astype("datetime64[D]")
+    for name, date, factor in zip(names, dates, factors, strict=True):
+        lo = int(np.searchsorted(sym, name, side="left"))
+        hi = int(np.searchsorted(sym, name, side="right"))
+        close[lo : lo + int(np.searchsorted(day[lo:hi], date))] *= factor
+    table.loc[events.index, "factor"] = factors
+    notes = [f"; the closes before it x {f:.6g}" for f in factors]
+    table.loc[events.index, "reason"] = events["reason"].astype(str) + notes
+    return final.assign(close=close), len(events)
 
 
 # The report's issue code of each kind the stage leaves out.
