@@ -134,6 +134,7 @@ def ingest(
     mappings: Mappings | None = None,
     whole: bool = False,
     block_symbols: int | None = None,
+    skip_bad_rows: bool = False,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -168,6 +169,10 @@ def ingest(
     return decisions, a share-count file, master market caps) or `whole` asks for it. A new
     data set stores `block_symbols` symbols per block (None: `ingested.BLOCK_SYMBOLS`); a merge
     keeps the stored set's.
+
+    All or nothing: an ingest with any rejected row (or malformed line) raises IngestRefused
+    (report written, data set unchanged) unless `skip_bad_rows`, which takes the good rows
+    (`report.rows_kept` of them).
     """
     say = progress or (lambda _message: None)
     started = _utc_now()
@@ -252,9 +257,10 @@ def ingest(
     report.shares = shares_summary
     report.coverage = [c.to_dict() for c in sessions]
     report.nothing_new = unchanged
-    refusal = None if merge or replace or not len(counts) else _refusal(home, report)
-    if refusal is None and not partial and not unchanged:
-        refusal = coverage_refusal(sessions, min_coverage)
+    refusal = _refused(
+        home, report, issues, (merge, replace, partial, skip_bad_rows), unchanged,
+        lambda: coverage_refusal(sessions, min_coverage),
+    )  # fmt: skip
     if refusal is not None:
         _write_report(report, issues, {"ok": False, "refused": refusal})
         raise IngestRefused(f"{refusal}; nothing changed (report: {report_dir})")
@@ -499,6 +505,39 @@ def _write_report(report: IngestReport, issues: Issues, extra: dict[str, Any]) -
     report.finished_at = _utc_now().isoformat()
     doc = {**report.to_dict(), **extra}
     Path(report.report_dir, "report.json").write_text(json.dumps(doc, indent=2, default=str))
+
+
+def _refused(
+    home: Path,
+    report: IngestReport,
+    issues: Issues,
+    how: tuple[bool, bool, bool, bool],
+    unchanged: bool,
+    coverage_check: Callable[[], str | None],
+) -> str | None:
+    """Why this ingest changes nothing, or None: rejected rows (all or nothing, unless
+    --skip-bad-rows), a much smaller or mostly rejected replacement (unless --replace), a new
+    session that prices too few symbols (unless --partial). `how`: merge, replace, partial,
+    skip_bad_rows."""
+    merge, replace, partial, skip_bad_rows = how
+    if report.rows_rejected and not skip_bad_rows:
+        return bad_rows_refusal(report, issues)
+    if not (merge or replace or not report.sessions):
+        refusal = _refusal(home, report)
+        if refusal is not None:
+            return refusal
+    return None if partial or unchanged else coverage_check()
+
+
+def bad_rows_refusal(report: IngestReport, issues: Issues) -> str:
+    """The one line of an ingest refused for its rejected rows (all or nothing)."""
+    codes = (*ROW_CODES, "MALFORMED_ROW")
+    reasons = ", ".join(f"{i['count']} {i['code']}" for i in issues.as_list() if i["code"] in codes)
+    return (
+        f"refused: {report.rows_rejected} of {report.rows_read} rows rejected ({reasons}; listed "
+        f"in {Path(report.report_dir) / 'rejected.csv'}): all or nothing, so nothing was taken; "
+        f"fix the file, or pass --skip-bad-rows to take the {report.rows_kept} good rows"
+    )
 
 
 def _refusal(home: Path, report: IngestReport) -> str | None:
