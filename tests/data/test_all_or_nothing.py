@@ -6,7 +6,6 @@ rejected rows."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from eqrisk.data.ingest import ingest
 from eqrisk.data.ingest_report import IngestRefused
 from eqrisk.data.ingested import read_ingested
 from eqrisk.data.row_checks import bad_symbols
+from helpers import tree_hash
 
 SYMBOLS = ["AAA", "BBB", "CCC", "DDD"]
 
@@ -32,16 +32,6 @@ def _frame(start: str, end: str, seed: int = 3) -> pd.DataFrame:
     closes = 20 * np.exp(np.cumsum(rng.normal(0, 0.01, (len(SYMBOLS), len(days))), axis=1))
     return pd.DataFrame({"date": np.tile(days.strftime("%Y-%m-%d"), len(SYMBOLS)),
                          "symbol": np.repeat(SYMBOLS, len(days)), "close": closes.ravel()})  # fmt: skip
-
-
-def tree_hash(home: Path) -> dict[str, str]:
-    """Every file of the home but the report folders (a refused command writes its report),
-    by path, with the hash of its bytes."""
-    return {
-        str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(home.rglob("*"))
-        if p.is_file() and p.relative_to(home).parts[0] != "reports"
-    }
 
 
 def _eqrisk(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -104,9 +94,7 @@ def test_cli_update_with_a_bad_row_exits_1_and_builds_nothing(home: Path, tmp_pa
     assert "=HYPERLINK(X)" not in set(read_ingested(home)[0]["symbol"])
 
 
-def test_a_stated_date_format_the_column_contradicts_is_refused(
-    home: Path, tmp_path: Path
-) -> None:
+def test_a_stated_date_format_the_column_contradicts_is_refused(home: Path, tmp_path: Path) -> None:
     new = _frame("2022-04-01", "2022-04-29", seed=6)
     new["date"] = pd.to_datetime(new["date"]).dt.strftime("%d/%m/%Y")  # day first
     path = tmp_path / "ddmm.csv"
