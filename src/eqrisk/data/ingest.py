@@ -56,7 +56,7 @@ from eqrisk.data.master_files import (
     read_shares_checked,
 )
 from eqrisk.data.merge_rows import combine, previous_master, whole_reasons
-from eqrisk.data.price_files import data_source_name, empty_prices, read_prices
+from eqrisk.data.price_files import empty_prices, read_prices, source_label
 from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
 from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
 from eqrisk.data.row_checks import large_moves, rejected_frame, row_examples, validate_rows
@@ -250,7 +250,7 @@ def ingest(
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
     files += [str(shares)] if shares is not None else []
-    first = data_source_name(price_paths[0]) if price_paths else "merge"
+    first = source_label([Path(p) for p in prices], price_paths)
     source, merged_files = merged_meta(old_meta, files, data_source, first)
     report = _report(started, files, source, (checked, inputs), (symbols, counts), len(flagged),
                      report_dir)  # fmt: skip

@@ -85,10 +85,12 @@ def shape_problem(result: Any) -> str | None:
     indicators = result.get("indicators") or {}
     quotes = indicators.get("quote") if isinstance(indicators, dict) else None
     adjclose = indicators.get("adjclose") if isinstance(indicators, dict) else None
-    quote = quotes[0] if isinstance(quotes, list) and quotes else None
-    if stamps and not isinstance(quote, dict):
+    quote: Any = quotes[0] if isinstance(quotes, list) and quotes else None
+    if not isinstance(quote, dict):
+        quote = None if stamps else {}
+    if quote is None:
         return "no indicators.quote object"
-    for name in _QUOTES if isinstance(quote, dict) else ():
+    for name in _QUOTES:
         problem = number_list_problem(quote.get(name), len(stamps), name)
         if problem:
             return problem
