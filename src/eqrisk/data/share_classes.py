@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-
 CARRY_SESSIONS = 5  # equal to snapshot.index.RECENT_SESSIONS (a test keeps them equal)
 
 
