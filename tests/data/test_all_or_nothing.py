@@ -7,6 +7,7 @@ rejected rows."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.dates import DateFormatError
@@ -77,21 +79,44 @@ def test_a_merge_with_bad_rows_changes_nothing_unless_skip_bad_rows(
     assert len(prices[prices["date"] >= pd.Timestamp("2022-04-01")]) == 22
 
 
-def test_cli_update_with_a_bad_row_exits_1_and_builds_nothing(home: Path, tmp_path: Path) -> None:
-    new = _frame("2022-04-01", "2022-04-05", seed=5)
-    new.loc[0, "symbol"] = "=HYPERLINK(X)"
+def _demo_copy(demo_home: Path, target: Path) -> Path:
+    """The demo home's data set copied and its versions hard-linked (a refused command writes
+    none of them; the hash of the tree says so)."""
+    target.mkdir()
+    shutil.copytree(demo_home / "ingested", target / "ingested")
+    shutil.copytree(demo_home / "snapshots", target / "snapshots", copy_function=os.link)
+    return target
+
+
+def test_cli_update_with_a_bad_row_exits_1_and_changes_nothing(
+    demo_home: Path, tmp_path: Path
+) -> None:
+    home = _demo_copy(demo_home, tmp_path / "home")
+    prices, _, _ = read_ingested(home)
+    last = prices[prices["date"] == prices["date"].max()]
+    day = pd.DataFrame({"date": "2026-11-02", "symbol": last["symbol"].to_numpy(),
+                        "close": last["close"].to_numpy() * 1.01})  # fmt: skip
+    day.loc[3, "symbol"] = "=HYPERLINK(X)"
     path = tmp_path / "day.csv"
-    new.to_csv(path, index=False)
+    day.to_csv(path, index=False)
     before = tree_hash(home)
+    assert any(name.startswith("snapshots/") for name in before)
     proc = _eqrisk(home, "update", str(path))
     assert proc.returncode == 1, proc.stderr
-    assert "1 BAD_SYMBOL" in proc.stderr and "nothing was taken" in proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert f"1 of {len(day)} rows rejected (1 BAD_SYMBOL" in said and "nothing was taken" in said
     assert tree_hash(home) == before
 
+
+def test_skip_bad_rows_takes_the_good_rows_and_says_so(home: Path, tmp_path: Path) -> None:
+    new = _frame("2022-04-01", "2022-04-05", seed=5)
+    new.loc[0, "symbol"] = "<SCRIPT>"
+    path = tmp_path / "day.csv"
+    new.to_csv(path, index=False)
     proc = _eqrisk(home, "ingest", "--merge", "--skip-bad-rows", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "took 11 good rows of 12" in " ".join(proc.stderr.split())
-    assert "=HYPERLINK(X)" not in set(read_ingested(home)[0]["symbol"])
+    assert "<SCRIPT>" not in set(read_ingested(home)[0]["symbol"])
 
 
 def test_a_stated_date_format_the_column_contradicts_is_refused(home: Path, tmp_path: Path) -> None:
@@ -113,16 +138,31 @@ def test_a_stated_date_format_the_column_contradicts_is_refused(home: Path, tmp_
     assert (dates.min(), dates.max()) == (pd.Timestamp("2022-04-01"), pd.Timestamp("2022-04-29"))
 
 
-def test_commands_that_need_a_home_refuse_a_missing_one(home: Path, tmp_path: Path) -> None:
+def test_commands_that_need_a_home_refuse_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eqrisk.cli import app
+    from eqrisk.settings import get_settings
+
     typo = tmp_path / "hoem"
     path = tmp_path / "day.csv"
     _frame("2022-04-01", "2022-04-01").to_csv(path, index=False)
-    for args in (("update", str(path)), ("build",), ("snapshots",)):
-        proc = _eqrisk(typo, *args)
-        assert proc.returncode == 3, (args, proc.stderr)
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and f"EQRISK_HOME {typo} does not exist" in lines[0], lines
-        assert not typo.exists()
+    monkeypatch.setenv("EQRISK_HOME", str(typo))
+    get_settings.cache_clear()
+    try:
+        for args in (
+            ["update", str(path)],
+            ["build"],
+            ["snapshots"],
+            ["fetch", "--provider", "yahoo"],
+        ):
+            result = CliRunner().invoke(app, args)
+            assert result.exit_code == 3, (args, result.output)
+            lines = [line for line in result.stderr.splitlines() if line.strip()]
+            assert len(lines) == 1 and f"EQRISK_HOME {typo} does not exist" in lines[0], lines
+            assert not typo.exists()
+    finally:
+        get_settings.cache_clear()
 
 
 def test_the_symbol_set() -> None:
