@@ -520,12 +520,12 @@ def _refused(
     session that prices too few symbols (unless --partial). `how`: merge, replace, partial,
     skip_bad_rows."""
     merge, replace, partial, skip_bad_rows = how
-    if report.rows_rejected and not skip_bad_rows:
-        return bad_rows_refusal(report, issues)
     if not (merge or replace or not report.sessions):
         refusal = _refusal(home, report)
         if refusal is not None:
             return refusal
+    if report.rows_rejected and not skip_bad_rows:
+        return bad_rows_refusal(report, issues)
     return None if partial or unchanged else coverage_check()
 
 
@@ -547,8 +547,8 @@ def _refusal(home: Path, report: IngestReport) -> str | None:
         return (
             f"refused: {share:.0%} of the rows were rejected ({report.rows_rejected} of "
             f"{report.rows_read}; at most {MAX_REJECTED_SHARE:.0%} without --replace), which "
-            "looks like a wrong file or layout; see rejected.csv, or pass --replace to keep the "
-            "good rows anyway"
+            "looks like a wrong file or layout; see rejected.csv, or pass --replace "
+            "--skip-bad-rows to keep the good rows anyway"
         )
     old = ingested.ingested_counts(home)
     if old is None:
