@@ -322,7 +322,9 @@ def test_crafted_bad_file(tmp_path: Path) -> None:
         }
     ]
     # a higher threshold flags nothing
-    again = ingest([prices_path], master_path, home=tmp_path / "home2", max_move=0.7, skip_bad_rows=True)
+    again = ingest(
+        [prices_path], master_path, home=tmp_path / "home2", max_move=0.7, skip_bad_rows=True
+    )
     assert _issue(again, "LARGE_MOVE") is None and again.rows_flagged == 0
 
 

@@ -37,12 +37,6 @@ class Answer:
         self.body = body
         self.text = text
 
-    def json(self) -> Any:
-        """The decoded body; ValueError when it was not JSON (as httpx.Response.json)."""
-        if self.body is None:
-            raise ValueError("not JSON")
-        return self.body
-
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port
