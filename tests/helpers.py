@@ -239,3 +239,15 @@ class Server:
         self.proc.terminate()
         self.proc.wait(timeout=30)
         self._log.close()
+
+
+def tree_hash(home: Path) -> dict[str, str]:
+    """Every file of an eqrisk home but its report folders (a refused command writes its
+    report), by path, with the hash of its bytes: equal before and after a refused command."""
+    import hashlib
+
+    return {
+        str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(home.rglob("*"))
+        if p.is_file() and p.relative_to(home).parts[0] != "reports"
+    }

@@ -166,6 +166,25 @@ class Settings(BaseSettings):
         description='Base URL per price provider, e.g. {"yahoo": "http://proxy:8080"} (a JSON '
         "object); unset providers use their public address.",
     )
+    feed_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds one request to a price provider may take, all of it (connect, "
+        "head and body); then the fetch ends (exit 3).",
+    )
+    feed_fetch_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds a whole fetch (every symbol) may take; then it ends, writing "
+        "nothing (exit 3).",
+    )
+    feed_max_bytes: int = Field(
+        default=20_000_000,
+        ge=1024,
+        description="The largest answer read from a price provider (bytes); a larger one is "
+        "refused (exit 3), never read whole.",
+    )
 
     services: list[str] = Field(
         default_factory=lambda: ["daily", "risk"], description="Services the app serves."

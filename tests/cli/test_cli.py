@@ -80,7 +80,9 @@ def test_config_masks_secrets(tmp_path: Path) -> None:
     assert "pw" not in proc.stdout
 
 
-def test_bad_input_gives_a_report_a_nonzero_exit_and_keeps_good_rows(tmp_path: Path) -> None:
+def test_bad_input_is_refused_whole_unless_skip_bad_rows_keeps_the_good_rows(
+    tmp_path: Path,
+) -> None:
     prices = tmp_path / "prices.csv"
     prices.write_text(
         "date,symbol,close\n"
@@ -93,7 +95,12 @@ def test_bad_input_gives_a_report_a_nonzero_exit_and_keeps_good_rows(tmp_path: P
     )
     home = tmp_path / "home"
     proc = run(home, "ingest", str(prices), "--master", str(master), "--json")
-    assert proc.returncode == 1
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "refused: 3 of 6 rows rejected" in " ".join(proc.stderr.split())
+    assert not (home / "ingested").exists()  # all or nothing: nothing stored
+    proc = run(home, "ingest", str(prices), "--master", str(master), "--json", "--skip-bad-rows")
+    assert proc.returncode == 0, proc.stderr
+    assert "took 3 good rows of 6" in " ".join(proc.stderr.split())
     report = json.loads(proc.stdout)
     assert report["rows_read"] == 6 and report["rows_kept"] == 3 and report["rows_rejected"] == 3
     codes = {i["code"]: i["count"] for i in report["issues"]}

@@ -168,12 +168,15 @@ def test_ingest_refuses_mostly_rejected_rows_but_merge_adds(
     assert proc.returncode == 1
     assert "rejected.csv" in one_line_error(proc)
     assert not ingested_dir(fresh).exists()
-    # --merge adds the good rows, as before.
-    report = ingest([files["garbled"]], None, home=home, merge=True)
+    # --merge is all or nothing too; with --skip-bad-rows it adds the good rows.
+    with pytest.raises(IngestRefused, match=r"7 of 10 rows rejected"):
+        ingest([files["garbled"]], None, home=home, merge=True)
+    assert digest(ingested_dir(home)) == before
+    report = ingest([files["garbled"]], None, home=home, merge=True, skip_bad_rows=True)
     assert report.rows_kept == 3 and report.symbols == 12
-    # --replace keeps the good rows of the file and nothing else.
-    proc = run(fresh, "ingest", str(files["garbled"]), "--replace", "--json")
-    assert proc.returncode == 1  # rows were rejected: the report says which
+    # --replace --skip-bad-rows keeps the good rows of the file and nothing else.
+    proc = run(fresh, "ingest", str(files["garbled"]), "--replace", "--json", "--skip-bad-rows")
+    assert proc.returncode == 0, proc.stderr  # the good rows taken, as asked
     prices, _, _ = read_ingested(fresh)
     assert prices["close"].tolist() == [12.5, 12.5, 12.5]
 

@@ -276,7 +276,7 @@ def test_crafted_bad_file(tmp_path: Path) -> None:
     prices_path = _write(tmp_path / "bad.csv", BAD_LONG)
     master_path = _write(tmp_path / "master.csv", SMALL_MASTER_CSV)
     home = tmp_path / "home"
-    report = ingest([prices_path], master_path, home=home)
+    report = ingest([prices_path], master_path, home=home, skip_bad_rows=True)
     assert not report.ok
     assert _codes(report) == {
         "DUPLICATE_ROW": 1,
@@ -353,7 +353,9 @@ def test_crafted_bad_file(tmp_path: Path) -> None:
         }
     ]
     # a higher threshold flags nothing
-    again = ingest([prices_path], master_path, home=tmp_path / "home2", max_move=0.7)
+    again = ingest(
+        [prices_path], master_path, home=tmp_path / "home2", max_move=0.7, skip_bad_rows=True
+    )
     assert _issue(again, "LARGE_MOVE") is None and again.rows_flagged == 0
 
 
@@ -371,7 +373,7 @@ date,AAA,brk.b , CCC
     frame = read_prices(path)
     assert list(frame.columns[:9]) == panel.PRICE_COLUMNS
     assert len(frame) == 8  # empty and NA cells are no rows
-    report = ingest([path], None, home=tmp_path / "home")
+    report = ingest([path], None, home=tmp_path / "home", skip_bad_rows=True)
     assert not report.ok
     assert _codes(report) == {"NON_NUMERIC_PRICE": 1}
     assert report.rows_read == 8 and report.rows_kept == 7 and report.rows_rejected == 1
@@ -435,7 +437,7 @@ def test_parquet_equals_csv(tmp_path: Path) -> None:
 
     def stored(path: Path) -> pd.DataFrame:
         home = tmp_path / f"home-{path.name}"
-        ingest([path], None, home=home)
+        ingest([path], None, home=home, skip_bad_rows=True)
         return _stored(home)[0]
 
     from_csv = stored(csv_path)
@@ -599,7 +601,7 @@ def test_empty_and_malformed_files(tmp_path: Path) -> None:
 
     # nothing usable at all: the data set on disk is left as it was
     all_bad = _write(tmp_path / "bad.csv", "date,symbol,close\n2021-01-02,AAA,10\n")
-    report = ingest([all_bad], None, home=home)
+    report = ingest([all_bad], None, home=home, skip_bad_rows=True)
     assert _codes(report) == {"NOT_A_SESSION": 1, "EMPTY": 1, "NO_DATA": 1}
     assert report.symbols == 0 and report.first_date is None
     assert _price(_stored(home)[0], "AAA", "2021-01-04") == 10
@@ -614,7 +616,7 @@ date,symbol,close
 2021-01-07,AAA,x
 """,
     )
-    report = ingest([ragged], None, home=home)
+    report = ingest([ragged], None, home=home, skip_bad_rows=True)
     assert _codes(report) == {"MALFORMED_ROW": 1, "NON_NUMERIC_PRICE": 1}
     assert report.rows_read == 4 and report.rows_rejected == 2
     rejected = pd.read_csv(

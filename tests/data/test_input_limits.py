@@ -51,7 +51,7 @@ def test_absurd_prices_are_rejected_counted_and_listed(tmp_path: Path) -> None:
     path = tmp_path / "absurd.csv"
     path.write_text(ABSURD)
     home = tmp_path / "home"
-    report = ingest([path], None, home=home, replace=True)
+    report = ingest([path], None, home=home, replace=True, skip_bad_rows=True)
     out_of_range = _issue(report, "PRICE_OUT_OF_RANGE")
     assert out_of_range["count"] == 4
     assert "[0.0001, 1e+07]" in out_of_range["message"]
@@ -81,7 +81,9 @@ def test_the_bounds_are_settable(tmp_path: Path) -> None:
     path = tmp_path / "absurd.csv"
     path.write_text(ABSURD)
     limits = InputLimits(min_price=1e-5, max_price=1e8)
-    report = ingest([path], None, home=tmp_path / "home", replace=True, limits=limits)
+    report = ingest(
+        [path], None, home=tmp_path / "home", replace=True, limits=limits, skip_bad_rows=True
+    )
     assert _issue(report, "PRICE_OUT_OF_RANGE")["count"] == 2  # 1e308 and 1e-300 only
     prices, _, _ = store.read_ingested(tmp_path / "home")
     assert list(prices["close"]) == [100.0, 101.0, 102.0, 0.00005, 20000000.0, 103.0]
@@ -92,6 +94,7 @@ def test_the_ingest_command_takes_the_bounds(tmp_path: Path) -> None:
     path.write_text(ABSURD)
     env = {**os.environ, "EQRISK_HOME": str(tmp_path / "home")}
     command = [sys.executable, "-m", "eqrisk.cli", "ingest", str(path), "--replace", "--json"]
+    command.append("--skip-bad-rows")
     done = subprocess.run(
         [*command, "--min-price", "1e-5", "--max-price", "1e8"],
         env=env,

@@ -2,12 +2,16 @@
 their documented formats, from a market written here (`Market`): no request leaves this
 machine. It also plays their errors: an unknown symbol (404 in each one's shape), a rate limit
 once for one symbol (429: Yahoo's plain text without Retry-After, Tiingo's JSON detail with
-Retry-After), a symbol that is always rate limited, and Tiingo's refusal of a wrong token."""
+Retry-After), a symbol that is always rate limited, and Tiingo's refusal of a wrong token.
+And the hostile answers of `HOSTILE` (issue 33): malformed bodies, impossible values, a body
+dripped a byte a second, a 300 MB body made as it is sent, redirects elsewhere and in a loop."""
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -145,6 +149,55 @@ def tiingo_prices(market: Market, symbol: str, start: str, end: str) -> list[dic
     ]
 
 
+def _first_day(market: Market) -> dict[str, Any]:
+    """A whole, well-formed chart of the market's first symbol over every day (mutated below)."""
+    symbol = next(iter(market.close))
+    return yahoo_chart(market, symbol, 0, 2**31)
+
+
+def _mutated(market: Market, change: Any) -> bytes:
+    chart = copy.deepcopy(_first_day(market))
+    change(chart["chart"]["result"][0])
+    return json.dumps(chart).encode()
+
+
+def _quote(result: dict[str, Any]) -> dict[str, Any]:
+    quote: dict[str, Any] = result["indicators"]["quote"][0]
+    return quote
+
+
+def _set(target: dict[str, Any], key: str, value: Any) -> None:
+    target[key] = value
+
+
+# Yahoo symbols answered with a malformed body or an impossible value (200, JSON unless said).
+HOSTILE: dict[str, Any] = {
+    "XHUGETS": lambda m: _mutated(m, lambda r: r["timestamp"].__setitem__(0, 10**20)),
+    "XSTRTS": lambda m: _mutated(
+        m, lambda r: _set(r, "timestamp", [str(t) for t in r["timestamp"]])
+    ),
+    "XTRUNC": lambda m: _mutated(m, lambda r: None)[:300],
+    "XHTML": lambda m: b"<html><body><h1>Service unavailable</h1></body></html>",
+    "XSHAPE": lambda m: _mutated(m, lambda r: _set(r["indicators"], "quote", "closed")),
+    "XSPLIT00": lambda m: _mutated(
+        m,
+        lambda r: _set(
+            r["events"],
+            "splits",
+            {"1": {"date": r["timestamp"][1], "numerator": 0, "denominator": 0}},
+        ),
+    ),
+    "XLENGTH": lambda m: _mutated(m, lambda r: _set(_quote(r), "close", _quote(r)["close"][:-1])),
+    "XINF": lambda m: _mutated(m, lambda r: _quote(r)["close"].__setitem__(1, float("inf"))),
+    "XE308": lambda m: _mutated(m, lambda r: _quote(r)["close"].__setitem__(1, 1e308)),
+    "XNEG": lambda m: _mutated(m, lambda r: _quote(r)["close"].__setitem__(1, -5.0)),
+    "XOUTSIDE": lambda m: _mutated(m, lambda r: r["timestamp"].__setitem__(0, 978_345_000)),
+}
+DRIP, HUGE, HUGE_STREAMED, AWAY, LOOP = "XDRIP", "XHUGE", "XHUGESTREAM", "XAWAY", "XLOOP"
+TIINGO_STRING = "XSTRING"  # Tiingo: a close that is a string
+HUGE_BYTES = 300_000_000
+
+
 class FixtureServer:
     """The server, with the requests it received (path, query, headers) for assertions."""
 
@@ -152,6 +205,7 @@ class FixtureServer:
         self.market = market
         self.requests: list[dict[str, Any]] = []
         self.limited: set[str] = set()
+        self.sent: dict[str, int] = {}  # bytes of the streamed answers sent, by symbol
         handler = self._handler()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -163,6 +217,13 @@ class FixtureServer:
         as_json = {"Content-Type": "application/json"}
         if parts[:3] == ["v8", "finance", "chart"] and len(parts) == 4:
             symbol = parts[3]
+            if symbol in HOSTILE:
+                kind = "text/html" if symbol == "XHTML" else "application/json"
+                return 200, {"Content-Type": kind}, HOSTILE[symbol](self.market)
+            if symbol == AWAY:
+                return 302, {"Location": "http://elsewhere.invalid/v8/finance/chart/AAPL"}, b""
+            if symbol == LOOP:
+                return 302, {"Location": path}, b""
             if self._limited(symbol):
                 return 429, {"Content-Type": "text/plain"}, b"Too Many Requests\r\n"
             if symbol not in self.market.close:
@@ -178,6 +239,11 @@ class FixtureServer:
             if headers.get("authorization") != f"Token {TIINGO_KEY}":
                 return 401, as_json, json.dumps({"detail": "Invalid token."}).encode()
             symbol = parts[2]
+            if symbol == TIINGO_STRING:
+                symbol = next(iter(self.market.close))
+                days = tiingo_prices(self.market, symbol, query["startDate"], query["endDate"])
+                days[0]["close"] = f"{days[0]['close']}"
+                return 200, as_json, json.dumps(days).encode()
             if self._limited(symbol):
                 detail = {"detail": "Error: You have run over your hourly request allocation."}
                 return 429, {**as_json, "Retry-After": "0"}, json.dumps(detail).encode()
@@ -205,6 +271,10 @@ class FixtureServer:
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 server.requests.append({"path": url.path, "query": url.query, "headers": headers})
+                symbol = url.path.rstrip("/").split("/")[-1]
+                if symbol in (DRIP, HUGE, HUGE_STREAMED):
+                    self._stream(symbol)
+                    return
                 status, extra, body = server._answer(url.path, query, headers)
                 self.send_response(status)
                 for name, value in extra.items():
@@ -212,6 +282,26 @@ class FixtureServer:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _stream(self, symbol: str) -> None:
+                """A body made as it is sent: a byte a second (DRIP), or 300 MB with its
+                length (HUGE) or without one, ended by closing (HUGE_STREAMED)."""
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if symbol != HUGE_STREAMED:
+                    self.send_header("Content-Length", str(1000 if symbol == DRIP else HUGE_BYTES))
+                self.end_headers()
+                server.sent[symbol] = 0
+                piece, pause = (b"{", 1.0) if symbol == DRIP else (b" " * 65536, 0.0)
+                try:
+                    while server.sent[symbol] < (1000 if symbol == DRIP else HUGE_BYTES):
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        server.sent[symbol] += len(piece)
+                        if pause:
+                            time.sleep(pause)
+                except OSError:  # the client hung up: what it should do
+                    return
 
             def log_message(self, *args: Any) -> None:
                 pass

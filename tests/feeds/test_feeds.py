@@ -238,14 +238,14 @@ def test_the_tiingo_key_is_a_header_and_reaches_no_log_or_file(
         "--symbols", "NVDA", "--out", str(tmp_path / "no.csv"),
         **feed_env(fixture_server, key="wrong-key-0123"),
     )  # fmt: skip
-    assert wrong.returncode == 1
+    assert wrong.returncode == 3
     assert "EQRISK_TIINGO_API_KEY" in wrong.stderr and "wrong-key-0123" not in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) <= 2 and "Traceback" not in wrong.stderr
     keyless = eqrisk(
         demo_home, "fetch", "--provider", "tiingo", "--symbols", "NVDA",
         "--since", "2026-11-02", **feed_env(fixture_server, key=""),
     )  # fmt: skip
-    assert keyless.returncode == 1 and "set EQRISK_TIINGO_API_KEY" in keyless.stderr
+    assert keyless.returncode == 3 and "set EQRISK_TIINGO_API_KEY" in keyless.stderr
 
 
 def test_a_provider_that_stays_rate_limited_ends_the_fetch_with_advice(
@@ -255,7 +255,7 @@ def test_a_provider_that_stays_rate_limited_ends_the_fetch_with_advice(
         demo_home, "fetch", "--provider", "tiingo", "--since", "2026-11-02",
         "--symbols", ALWAYS_LIMITED, "--out", str(tmp_path / "x.csv"), **feed_env(fixture_server),
     )  # fmt: skip
-    assert proc.returncode == 1
+    assert proc.returncode == 3
     assert "rate limited" in proc.stderr and "try again later" in proc.stderr
     assert not (tmp_path / "x.csv").exists()
 

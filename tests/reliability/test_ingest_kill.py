@@ -19,6 +19,7 @@ import pytest
 from eqrisk.data import ingested as store
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
+from helpers import tree_hash
 
 pytestmark = pytest.mark.reliability
 
@@ -83,6 +84,7 @@ def test_an_ingest_killed_at_any_step_leaves_the_old_or_the_new_set(
     base = tmp_path / "base"
     ingest([first], None, home=base)
     old, new = (len(days) - 1, "first"), (len(days), "first")
+    old_tree = tree_hash(base)
 
     reference = tmp_path / "reference"
     shutil.copytree(base, reference)
@@ -103,6 +105,8 @@ def test_an_ingest_killed_at_any_step_leaves_the_old_or_the_new_set(
             assert list(home.glob(".ingest-old-*")), f"no data set at all after step {kill_at}"
         state = _state(home)  # the next start: recovers a set left aside
         assert state in (old, new), (kill_at, state)
+        if state == old:  # the old set, byte for byte (report folders aside)
+            assert tree_hash(home) == old_tree, kill_at
         seen["old" if state == old else "new"] += 1
         left = sorted(p.name for p in home.glob(".ingest-*"))
         assert left == [], (kill_at, left)

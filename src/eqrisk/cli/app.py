@@ -137,6 +137,13 @@ app = typer.Typer(
 )
 
 
+# Commands that work on an existing home: a missing one is a typo or a lost mount, never a
+# new home to create (only `ingest` and `demo` create one).
+NEEDS_HOME = frozenset(
+    {"build", "update", "serve", "snapshots", "export", "evaluate", "mcp", "fetch"}
+)
+
+
 @app.callback()
 def _every_command(ctx: typer.Context) -> None:
     # A home that is a file fails every state-reading command in its own way; say it once.
@@ -144,6 +151,11 @@ def _every_command(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand not in ("config", "bench") and home.exists() and not home.is_dir():
         raise EnvironmentProblem(
             f"EQRISK_HOME {home} is not a directory: point EQRISK_HOME at a directory"
+        )
+    if ctx.invoked_subcommand in NEEDS_HOME and not home.exists():
+        raise EnvironmentProblem(
+            f"EQRISK_HOME {home} does not exist: point EQRISK_HOME at your home, or create one "
+            "with `eqrisk ingest` (or `eqrisk demo`)"
         )
 
 

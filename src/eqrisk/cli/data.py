@@ -98,6 +98,14 @@ MaxPriceOpt = Annotated[
     float | None,
     typer.Option(help="Reject a price above this (default EQRISK_MAX_PRICE, 1e7).", min=0),
 ]
+SkipBadRowsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-bad-rows",
+        help="Take the good rows of a file with rejected rows (default: all or nothing, a file "
+        "with any rejected row changes nothing); says how many were taken.",
+    ),
+]
 PricesArg = Annotated[
     list[Path], typer.Argument(metavar="PRICES", help="Price files: CSV, CSV.gz or Parquet.")
 ]
@@ -151,6 +159,20 @@ def _ingest(
         raise fail(str(exc)) from exc
 
 
+def _taken(report: IngestReport, skip_bad_rows: bool) -> bool:
+    """Whether the ingest counts as done: a clean report, or --skip-bad-rows with good rows
+    taken (said in one line)."""
+    if report.ok:
+        return True
+    if not (skip_bad_rows and report.rows_kept):
+        return False
+    note(
+        f"--skip-bad-rows: took {report.rows_kept} good rows of {report.rows_read}; "
+        f"{report.rows_rejected} rejected rows listed in {Path(report.report_dir) / 'rejected.csv'}"
+    )
+    return True
+
+
 @app.command()
 def ingest(
     prices: PricesArg,
@@ -182,12 +204,14 @@ def ingest(
     date_format: DateFormatOpt = None,
     min_price: MinPriceOpt = None,
     max_price: MaxPriceOpt = None,
+    skip_bad_rows: SkipBadRowsOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Validate and ingest daily prices and a security master. Rejected rows go to the report;
-    the good rows are kept. Exit 1 when any row was rejected. Refuses (exit 1, nothing changed)
-    to replace the data set with one of less than half its symbols or sessions, or when more
-    than half of the rows are rejected, unless --replace."""
+    """Validate and ingest daily prices and a security master. All or nothing: a file with any
+    rejected row is refused (exit 1, nothing changed, the rows listed in the report's
+    rejected.csv) unless --skip-bad-rows, which takes the good rows and says how many. Refuses
+    (exit 1, nothing changed) to replace the data set with one of less than half its symbols
+    or sessions, or when more than half of the rows are rejected, unless --replace."""
     from eqrisk.data.columns import parse_mapping
     from eqrisk.data.ingest_report import render_report
 
@@ -216,12 +240,13 @@ def ingest(
         rejudge=rejudge,
         partial=partial,
         date_format=date_format,
+        skip_bad_rows=skip_bad_rows,
     )
     if as_json:
         print_json(report.to_dict())
     else:
         render_report(report, out)
-    if not report.ok:
+    if not _taken(report, skip_bad_rows):
         raise typer.Exit(1)
 
 
@@ -374,11 +399,13 @@ def update(
     date_format: DateFormatOpt = None,
     min_price: MinPriceOpt = None,
     max_price: MaxPriceOpt = None,
+    skip_bad_rows: SkipBadRowsOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The daily job: merge new price files, then build. The files are merged into the ingested
     data set (`ingest --merge`), then the build runs (incremental when the history is
-    unchanged). Exit 1, without building, when the ingest rejected rows. `--from PROVIDER`
+    unchanged). All or nothing: a file with rejected rows is refused (exit 1, nothing merged,
+    nothing built) unless --skip-bad-rows. `--from PROVIDER`
     fetches the new sessions first (`eqrisk fetch`). The merge keeps the data set's basis (the
     options of its first ingest: a different --prices or --max-move is refused), judges only
     the new rows' returns, and is refused when a new session prices less than
@@ -412,10 +439,11 @@ def update(
         rejudge=rejudge,
         partial=partial,
         date_format=date_format,
+        skip_bad_rows=skip_bad_rows,
     )
     if not as_json:
         render_report(report, out)
-    if not report.ok:
+    if not _taken(report, skip_bad_rows):
         if as_json:
             print_json({"ingest": report.to_dict()})
         raise typer.Exit(1)

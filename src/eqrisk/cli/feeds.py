@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from eqrisk.cli.app import JsonOpt, app, err, fail, show, stages
+from eqrisk.cli.app import EXIT_ENVIRONMENT, JsonOpt, app, err, fail, show, stages
 from eqrisk.settings import Settings, get_settings
 
 ProviderOpt = Annotated[
@@ -76,13 +76,19 @@ def fetch_file(
         raise fail("no symbols to fetch: give --symbols, or ingest a data set first", 2)
     key = settings.tiingo_api_key.get_secret_value() if settings.tiingo_api_key else None
     access = Access(
-        settings.provider_urls.get(feed.name, feed.url), key if feed.key_setting else None
+        settings.provider_urls.get(feed.name, feed.url),
+        key if feed.key_setting else None,
+        timeout=settings.feed_timeout_s,
+        max_bytes=settings.feed_max_bytes,
     )
     try:
         with stages(f"fetch from {feed.name}") as say:
-            fetched = fetch(feed, access, tickers, start, end, anchors, progress=say)
+            fetched = fetch(
+                feed, access, tickers, start, end, anchors, progress=say,
+                fetch_timeout=settings.feed_fetch_timeout_s, max_price=settings.max_price,
+            )  # fmt: skip
     except ProviderError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), EXIT_ENVIRONMENT) from None
     frame = fetched.frame
     if fetched.unknown:
         names = sorted(fetched.unknown)

@@ -8,7 +8,7 @@ parsed body and the request id so support can find the call in the server's log.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -123,7 +123,14 @@ _BY_STATUS: dict[int, type[EqriskError]] = {
 }
 
 
-def retry_after_of(response: httpx.Response) -> float | None:
+class WithHeaders(Protocol):
+    """An answer with headers (an httpx.Response, a price provider's checked answer)."""
+
+    @property
+    def headers(self) -> httpx.Headers: ...
+
+
+def retry_after_of(response: WithHeaders) -> float | None:
     """Seconds from a Retry-After header given in seconds (the services never send a date)."""
     value = response.headers.get("retry-after")
     try:

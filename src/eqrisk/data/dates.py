@@ -98,7 +98,7 @@ def parse_date_values(
         return out
     cells = [texts[i] for i in present]
     if date_format is not None:
-        out[present] = _parse(cells, format_pattern(date_format))
+        out[present] = _declared(cells, date_format, source)
         return out
     reads = {name: _parse(cells, pattern) for name, pattern in DATE_FORMATS.items()}
     fits = {name: ~np.isnat(parsed) for name, parsed in reads.items()}
@@ -114,6 +114,32 @@ def parse_date_values(
         raise DateFormatError(_ambiguous_message(source, cells, [whole[0], *differ], readable))
     out[present] = first
     return out
+
+
+def _declared(cells: list[str], date_format: str, source: str) -> np.ndarray:
+    """The cells read with the stated format; DateFormatError when the column's other evidence
+    contradicts it: a known format reads every value the stated one reads, and more, and reads
+    some of them as another day (a DD/MM file read as MM/DD: 01/02 taken for 2 January while
+    13/01 proves the file day-first)."""
+    parsed = _parse(cells, format_pattern(date_format))
+    missed = np.isnat(parsed)
+    if not missed.any():
+        return parsed
+    read = ~missed
+    for name, pattern in DATE_FORMATS.items():
+        other = _parse(cells, pattern)
+        fits = ~np.isnat(other)
+        if not fits[read].all() or not fits[missed].any():
+            continue
+        differs = read & (other != parsed)
+        if differs.any():
+            raise DateFormatError(
+                f"{source}: {DATE_OPTION} {date_format} reads {_examples(cells, differs, 2)} as "
+                f"another day than the column allows: {name} reads every value it reads and "
+                f"{int((fits & missed).sum())} it cannot (e.g. {_examples(cells, fits & missed, 2)}); "
+                f"state {DATE_OPTION} {name}, or leave it out to have it found"
+            )
+    return parsed
 
 
 def _examples(cells: list[str], mask: np.ndarray, k: int = 3) -> str:

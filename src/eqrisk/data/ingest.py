@@ -56,7 +56,7 @@ from eqrisk.data.master_files import (
     read_shares_checked,
 )
 from eqrisk.data.merge_rows import combine, previous_master, whole_reasons
-from eqrisk.data.price_files import data_source_name, empty_prices, read_prices
+from eqrisk.data.price_files import empty_prices, read_prices, source_label
 from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
 from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
 from eqrisk.data.return_signatures import price_kind
@@ -135,6 +135,7 @@ def ingest(
     mappings: Mappings | None = None,
     whole: bool = False,
     block_symbols: int | None = None,
+    skip_bad_rows: bool = False,
 ) -> IngestReport:
     """Read, validate and store price files (and a master); write the report folder.
 
@@ -169,6 +170,10 @@ def ingest(
     return decisions, a share-count file, master market caps) or `whole` asks for it. A new
     data set stores `block_symbols` symbols per block (None: `ingested.BLOCK_SYMBOLS`); a merge
     keeps the stored set's.
+
+    All or nothing: an ingest with any rejected row (or malformed line) raises IngestRefused
+    (report written, data set unchanged) unless `skip_bad_rows`, which takes the good rows
+    (`report.rows_kept` of them).
     """
     say = progress or (lambda _message: None)
     started = _utc_now()
@@ -257,16 +262,17 @@ def ingest(
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
     files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
     files += [str(shares)] if shares is not None else []
-    first = data_source_name(price_paths[0]) if price_paths else "merge"
+    first = source_label([Path(p) for p in prices], price_paths)
     source, merged_files = merged_meta(old_meta, files, data_source, first)
     report = _report(started, files, source, (checked, inputs), (symbols, counts), len(flagged),
                      report_dir)  # fmt: skip
     report.shares = shares_summary
     report.coverage = [c.to_dict() for c in sessions]
     report.nothing_new = unchanged
-    refusal = None if merge or replace or not len(counts) else _refusal(home, report)
-    if refusal is None and not partial and not unchanged:
-        refusal = coverage_refusal(sessions, min_coverage)
+    refusal = _refused(
+        home, report, issues, (merge, replace, partial, skip_bad_rows), unchanged,
+        lambda: coverage_refusal(sessions, min_coverage),
+    )  # fmt: skip
     if refusal is not None:
         _write_report(report, issues, {"ok": False, "refused": refusal})
         raise IngestRefused(f"{refusal}; nothing changed (report: {report_dir})")
@@ -514,6 +520,39 @@ def _write_report(report: IngestReport, issues: Issues, extra: dict[str, Any]) -
     Path(report.report_dir, "report.json").write_text(json.dumps(doc, indent=2, default=str))
 
 
+def _refused(
+    home: Path,
+    report: IngestReport,
+    issues: Issues,
+    how: tuple[bool, bool, bool, bool],
+    unchanged: bool,
+    coverage_check: Callable[[], str | None],
+) -> str | None:
+    """Why this ingest changes nothing, or None: rejected rows (all or nothing, unless
+    --skip-bad-rows), a much smaller or mostly rejected replacement (unless --replace), a new
+    session that prices too few symbols (unless --partial). `how`: merge, replace, partial,
+    skip_bad_rows."""
+    merge, replace, partial, skip_bad_rows = how
+    if not (merge or replace or not report.sessions):
+        refusal = _refusal(home, report)
+        if refusal is not None:
+            return refusal
+    if report.rows_rejected and not skip_bad_rows:
+        return bad_rows_refusal(report, issues)
+    return None if partial or unchanged else coverage_check()
+
+
+def bad_rows_refusal(report: IngestReport, issues: Issues) -> str:
+    """The one line of an ingest refused for its rejected rows (all or nothing)."""
+    codes = (*ROW_CODES, "MALFORMED_ROW")
+    reasons = ", ".join(f"{i['count']} {i['code']}" for i in issues.as_list() if i["code"] in codes)
+    return (
+        f"refused: {report.rows_rejected} of {report.rows_read} rows rejected ({reasons}; listed "
+        f"in {Path(report.report_dir) / 'rejected.csv'}): all or nothing, so nothing was taken; "
+        f"fix the file, or pass --skip-bad-rows to take the {report.rows_kept} good rows"
+    )
+
+
 def _refusal(home: Path, report: IngestReport) -> str | None:
     """Why replacing the ingested data set with `report`'s would lose data, or None."""
     if report.rows_read and report.rows_rejected > MAX_REJECTED_SHARE * report.rows_read:
@@ -521,8 +560,8 @@ def _refusal(home: Path, report: IngestReport) -> str | None:
         return (
             f"refused: {share:.0%} of the rows were rejected ({report.rows_rejected} of "
             f"{report.rows_read}; at most {MAX_REJECTED_SHARE:.0%} without --replace), which "
-            "looks like a wrong file or layout; see rejected.csv, or pass --replace to keep the "
-            "good rows anyway"
+            "looks like a wrong file or layout; see rejected.csv, or pass --replace "
+            "--skip-bad-rows to keep the good rows anyway"
         )
     old = ingested.ingested_counts(home)
     if old is None:

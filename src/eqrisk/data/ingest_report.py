@@ -68,6 +68,11 @@ MAX_EXAMPLES = 5
 _CODES: dict[str, tuple[str, str]] = {
     "MALFORMED_ROW": ("error", "CSV line with the wrong number of fields: rejected"),
     "MISSING_SYMBOL": ("error", "empty symbol: row rejected"),
+    "BAD_SYMBOL": (
+        "error",
+        "symbol outside the accepted set (a letter, digit or ^, then letters, digits and . - / ^ "
+        "_, at most 20): row rejected",
+    ),
     "BAD_DATE": ("error", "date cannot be parsed: row rejected"),
     "NOT_A_SESSION": ("error", "date is not an NYSE session (weekend or holiday): row rejected"),
     "NON_NUMERIC_PRICE": (
@@ -157,6 +162,7 @@ ROW_CODES = (
     "NON_POSITIVE_PRICE",
     "PRICE_OUT_OF_RANGE",
     "DUPLICATE_ROW",
+    "BAD_SYMBOL",
 )
 ROW_BIT = {code: np.uint16(1 << i) for i, code in enumerate(ROW_CODES)}
 

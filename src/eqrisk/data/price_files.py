@@ -81,6 +81,15 @@ def data_source_name(path: Path) -> str:
             return name
 
 
+def source_label(given: list[Path], files: list[Path]) -> str:
+    """The data_source of an ingest without --source: the folder's name when the first thing
+    given is a folder (`prices/` of AAL.csv, AAPL.csv, ...: `prices`, not `AAL`), else the
+    first file's name without its suffixes; `merge` for a merge given no price file."""
+    if given and Path(given[0]).is_dir():
+        return Path(given[0]).resolve().name or "prices"
+    return data_source_name(files[0]) if files else "merge"
+
+
 def read_prices(
     path: Path,
     *,

@@ -3,6 +3,7 @@ flagged tables written next to the report."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,21 @@ def row_examples(
     return out
 
 
+# The accepted symbols (docs/decisions/ingest.md): a letter, digit or ^ (an index, ^GSPC), then
+# letters, digits and . - / ^ _ (BRK.B, BF-B, RDS/A), at most 20 in all. So no markup (<, >, &),
+# no formula prefix (=, +, -, @ first), no space, quote, control character or NUL.
+SYMBOL_PATTERN = re.compile(r"[A-Z0-9^][A-Z0-9.\-/^_]{0,19}")
+
+
+def bad_symbols(symbols: np.ndarray) -> np.ndarray:
+    """True for each non-empty symbol outside SYMBOL_PATTERN (checked once per distinct one)."""
+    codes, uniques = pd.factorize(pd.Series(symbols, dtype=object).fillna(""))
+    bad = np.array(
+        [s != "" and SYMBOL_PATTERN.fullmatch(str(s)) is None for s in uniques], dtype=bool
+    )
+    return bad[codes] if len(bad) else np.zeros(len(symbols), dtype=bool)
+
+
 def validate_rows(
     frame: pd.DataFrame, bounds: tuple[float, float] = (0.0, np.inf)
 ) -> tuple[np.ndarray, dict[int, int]]:
@@ -58,6 +74,7 @@ def validate_rows(
     n = len(frame)
     flags = np.zeros(n, dtype=np.uint16)
     flags[(frame["symbol"] == "").to_numpy()] |= ROW_BIT["MISSING_SYMBOL"]
+    flags[bad_symbols(frame["symbol"].to_numpy())] |= ROW_BIT["BAD_SYMBOL"]
     dates = frame["date"]
     bad_date = dates.isna().to_numpy()
     flags[bad_date] |= ROW_BIT["BAD_DATE"]

@@ -6,6 +6,12 @@ treemap and in cap weights. The project's map (`reference/share_classes.csv`: co
 `EQRISK_SHARE_CLASSES` overrides it, an empty file turns it off) says which symbols are one
 company; on each session the company's cap is the mean of its classes' caps, split equally
 between the classes that have one, so the classes together count the company once.
+
+A class not priced on a session (a partial update priced GOOGL but not yet GOOG) still counts
+for CARRY_SESSIONS sessions with its last cap: the heatmap shows each stock's cap of its last
+priced session within as many sessions (`snapshot.index.RECENT_SESSIONS`), so the priced class
+must not take the whole company beside the unpriced one's stale half (issue 39: GOOGL 4.29T
+beside GOOG 2.18T).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+CARRY_SESSIONS = 5  # equal to snapshot.index.RECENT_SESSIONS (a test keeps them equal)
 
 
 def read_share_classes(path: Path | None = None) -> dict[str, str]:
@@ -39,7 +47,8 @@ def company_caps(
     caps: np.ndarray, symbols: np.ndarray, classes: dict[str, str], *, copy: bool = True
 ) -> np.ndarray:
     """Caps (symbols x sessions) with each company of two or more listed classes counted once:
-    each class with a cap that day carries the mean of the classes' caps / their number
+    each class with a cap that day carries the mean of the classes' caps / their number, a class
+    without one that day counting with its cap of up to CARRY_SESSIONS sessions before
     (`copy=False`: in `caps` itself)."""
     out = caps.copy() if copy else caps
     groups: dict[str, list[int]] = {}
@@ -51,10 +60,12 @@ def company_caps(
         if len(rows) < 2:
             continue
         block = caps[rows]
-        has = np.isfinite(block)
+        priced = np.isfinite(block)
+        carried = pd.DataFrame(block).ffill(axis=1, limit=CARRY_SESSIONS).to_numpy()
+        has = np.isfinite(carried)
         count = has.sum(axis=0)
-        total = np.where(has, block, 0.0).sum(axis=0)
+        total = np.where(has, carried, 0.0).sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             each = total / count**2  # the mean cap (total / count), split between count classes
-        out[rows] = np.where(has, each[None, :], np.nan)
+        out[rows] = np.where(priced, each[None, :], np.nan)
     return out

@@ -65,7 +65,9 @@ class Access:
 
     base_url: str
     api_key: str | None = None
-    timeout: float = 30.0
+    timeout: float = 30.0  # seconds a request may take, all of it (EQRISK_FEED_TIMEOUT_S)
+    max_bytes: int = 20_000_000  # the largest answer read (EQRISK_FEED_MAX_BYTES)
+    deadline: float | None = None  # the fetch's end, a time.monotonic() instant
 
     def __repr__(self) -> str:  # never print the key
         return f"Access(base_url={self.base_url!r}, api_key={'***' if self.api_key else None})"

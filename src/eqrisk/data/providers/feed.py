@@ -14,6 +14,7 @@ data set does not have keeps the provider's adjusted close.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,15 @@ from eqrisk.data.calendar import sessions_between
 from eqrisk.data.daily import stored_basis
 from eqrisk.data.dates import format_pattern
 from eqrisk.data.ingested import last_closes, stored
-from eqrisk.data.providers import BAR_COLUMNS, Access, Provider, RateLimited, UnknownSymbol
+from eqrisk.data.providers import (
+    BAR_COLUMNS,
+    Access,
+    Provider,
+    ProviderError,
+    RateLimited,
+    UnknownSymbol,
+)
+from eqrisk.data.providers.checks import checked_bars
 
 # The file: the bars with the symbol after the date (a LONG price file of the ingest).
 FEED_COLUMNS = ("date", "symbol", *BAR_COLUMNS[1:])
@@ -107,21 +116,35 @@ def fetch(
     *,
     progress: Callable[[str], None] = lambda _: None,
     sleep: Callable[[float], None] = time.sleep,
+    fetch_timeout: float | None = None,
+    max_price: float = 1e7,
 ) -> Fetched:
-    """Every ticker's NYSE sessions from `since` to `until`, in `FEED_COLUMNS`."""
+    """Every ticker's NYSE sessions from `since` to `until`, in `FEED_COLUMNS`. The whole fetch
+    ends within `fetch_timeout` seconds (ProviderError past it), each request within
+    `access.timeout`; every answer is checked (`checks.checked_bars`, prices up to
+    `max_price`) before any of it is kept."""
     sessions = sessions_between(since, until)
     result = Fetched(pd.DataFrame(columns=list(FEED_COLUMNS)))
     if len(sessions) == 0:
         return result
+    if fetch_timeout is not None:
+        access = dataclasses.replace(access, deadline=time.monotonic() + fetch_timeout)
     parts = []
-    with httpx.Client(timeout=access.timeout, follow_redirects=True) as http:
+    with httpx.Client(timeout=access.timeout, follow_redirects=False) as http:
         for n, ticker in enumerate(tickers, 1):
+            if access.deadline is not None and time.monotonic() >= access.deadline:
+                raise ProviderError(
+                    f"{provider.name}: the fetch passed its {fetch_timeout:g} s "
+                    f"(EQRISK_FEED_FETCH_TIMEOUT_S) at {ticker} ({n}/{len(tickers)}): nothing "
+                    "written; raise it, fetch fewer --symbols, or try again later"
+                )
             progress(f"{provider.name} {ticker} ({n}/{len(tickers)})")
             anchor = anchors.get(ticker)
             start = min(anchor.day.date(), since) if anchor is not None else since
 
             def call(ticker: str = ticker, start: date = start) -> pd.DataFrame:
-                return provider.history(http, access, ticker, start, until)
+                bars = provider.history(http, access, ticker, start, until)
+                return checked_bars(bars, provider.name, ticker, (start, until), max_price)
 
             try:
                 bars = _with_retries(call, sleep, result)

@@ -27,14 +27,38 @@ from eqrisk.data.providers import (
     UnknownSymbol,
     bars,
 )
+from eqrisk.data.providers.checks import number_list_problem, refused
+from eqrisk.data.providers.transport import Answer, get_json
+
+_NUMBERS = ("open", "high", "low", "close", "adjClose", "volume", "divCash", "splitFactor")
 
 
-def _detail(response: httpx.Response) -> str:
-    try:
-        body: Any = response.json()
-    except ValueError:
-        return response.text.strip()[:200]
+def _detail(response: Answer) -> str:
+    body: Any = response.body
+    if body is None:
+        return " ".join(response.text.split())[:120]
     return str(body.get("detail") if isinstance(body, dict) else body)[:200]
+
+
+def shape_problem(days: Any) -> str | None:
+    """Why the answer is not Tiingo's list of days (see the module), or None."""
+    if not isinstance(days, list):
+        return (
+            f"{type(days).__name__ if days is not None else 'a body that is not JSON'}, not a list"
+        )
+    if not all(isinstance(d, dict) for d in days):
+        return "a day that is not an object"
+    for day in days:
+        text = day.get("date")
+        try:
+            date.fromisoformat(str(text)[:10])
+        except ValueError:
+            return f"a date that is not ISO ({text!r:.40})"
+    for name in _NUMBERS:
+        problem = number_list_problem([d.get(name) for d in days], len(days), name)
+        if problem:
+            return problem
+    return None
 
 
 class Tiingo:
@@ -53,7 +77,10 @@ class Tiingo:
                 "tiingo needs an API token: set EQRISK_TIINGO_API_KEY (environment or eqrisk.toml)"
             )
         symbol = self.symbol(ticker)
-        response = http.get(
+        response = get_json(
+            http,
+            access,
+            self.name,
             f"{access.base_url.rstrip('/')}/tiingo/daily/{symbol}/prices",
             params={"startDate": start.isoformat(), "endDate": end.isoformat(), "format": "json"},
             headers={"Authorization": f"Token {access.api_key}", "Accept": "application/json"},
@@ -70,10 +97,13 @@ class Tiingo:
                 "check EQRISK_TIINGO_API_KEY"
             )
         if response.status_code != 200:
-            raise ProviderError(f"tiingo answered {response.status_code}: {_detail(response)}")
-        days = response.json()
-        if not isinstance(days, list):
-            raise ProviderError(f"tiingo answered {symbol} with {type(days).__name__}, not a list")
+            raise ProviderError(
+                f"tiingo answered {response.status_code}: {_detail(response)}; try again later"
+            )
+        days = response.body
+        problem = shape_problem(days)
+        if problem is not None:
+            raise refused(self.name, symbol, problem)
         return bars(
             {
                 "date": [str(d["date"])[:10] for d in days],

@@ -29,17 +29,78 @@ from eqrisk.data.providers import (
     UnknownSymbol,
     bars,
 )
+from eqrisk.data.providers.checks import is_stamp, number_list_problem, refused, split_ratio
+from eqrisk.data.providers.transport import Answer, get_json
 
 USER_AGENT = "Mozilla/5.0 (compatible; eqrisk)"
 
 
-def _error(response: httpx.Response) -> tuple[str, str]:
+def _error(response: Answer) -> tuple[str, str]:
     """(code, description) of `chart.error`, else the status and the text."""
-    try:
-        error = (response.json().get("chart") or {}).get("error") or {}
-    except ValueError:
-        return str(response.status_code), response.text.strip()[:200]
+    body = response.body
+    chart = body.get("chart") if isinstance(body, dict) else None
+    error = chart.get("error") if isinstance(chart, dict) else None
+    if not isinstance(error, dict):
+        return str(response.status_code), " ".join(response.text.split())[:120]
     return str(error.get("code") or response.status_code), str(error.get("description") or "")
+
+
+_QUOTES = ("open", "high", "low", "close", "volume")
+
+
+def _events_problem(events: Any) -> str | None:
+    """Why `events` is not Yahoo's {splits: {..: {date, numerator, denominator}}, dividends:
+    {..: {date, amount}}}, or None."""
+    if events is None:
+        return None
+    if not isinstance(events, dict):
+        return "events that are not an object"
+    for kind in ("splits", "dividends"):
+        table = events.get(kind) or {}
+        if not isinstance(table, dict) or not all(isinstance(e, dict) for e in table.values()):
+            return f"events.{kind} that are not objects"
+        for event in table.values():
+            if not is_stamp(event.get("date")):
+                return f"a {kind[:-1]} whose date is not a timestamp ({event.get('date')!r:.40})"
+            if (
+                kind == "splits"
+                and split_ratio(event.get("numerator"), event.get("denominator")) is None
+            ):
+                return (
+                    f"an impossible split {event.get('numerator')!r}/{event.get('denominator')!r}"
+                )
+            if kind == "dividends" and number_list_problem([event.get("amount")], 1, "dividend"):
+                return "a dividend amount that is not a number"
+    return None
+
+
+def shape_problem(result: Any) -> str | None:
+    """Why `chart.result[0]` is not the documented shape (see the module), or None."""
+    if not isinstance(result, dict):
+        return "a result that is not an object"
+    stamps = result.get("timestamp") or []
+    if not isinstance(stamps, list) or not all(is_stamp(t) for t in stamps):
+        bad = stamps if not isinstance(stamps, list) else next(t for t in stamps if not is_stamp(t))
+        return f"a timestamp that is not a time in seconds ({bad!r:.40})"
+    indicators = result.get("indicators") or {}
+    quotes = indicators.get("quote") if isinstance(indicators, dict) else None
+    adjclose = indicators.get("adjclose") if isinstance(indicators, dict) else None
+    quote: Any = quotes[0] if isinstance(quotes, list) and quotes else None
+    if not isinstance(quote, dict):
+        quote = None if stamps else {}
+    if quote is None:
+        return "no indicators.quote object"
+    for name in _QUOTES:
+        problem = number_list_problem(quote.get(name), len(stamps), name)
+        if problem:
+            return problem
+    if adjclose is not None:
+        if not (isinstance(adjclose, list) and adjclose and isinstance(adjclose[0], dict)):
+            return "an indicators.adjclose that is not a list of objects"
+        problem = number_list_problem(adjclose[0].get("adjclose"), len(stamps), "adjclose")
+        if problem:
+            return problem
+    return _events_problem(result.get("events"))
 
 
 def _days(stamps: list[Any], zone: str) -> pd.DatetimeIndex:
@@ -61,7 +122,10 @@ class Yahoo:
         symbol = self.symbol(ticker)
         period1 = int(datetime.combine(start, time(0), UTC).timestamp())
         now = datetime.now(UTC) + timedelta(days=1)
-        response = http.get(
+        response = get_json(
+            http,
+            access,
+            self.name,
             f"{access.base_url.rstrip('/')}/v8/finance/chart/{symbol}",
             params={
                 "period1": period1,
@@ -78,10 +142,22 @@ class Yahoo:
         if response.status_code == 404 or code == "Not Found":
             raise UnknownSymbol(f"yahoo does not know {symbol} ({description or code})")
         if response.status_code != 200:
-            raise ProviderError(f"yahoo answered {response.status_code} {code}: {description}")
-        results = (response.json().get("chart") or {}).get("result") or []
+            raise ProviderError(
+                f"yahoo answered {response.status_code} {code}: {description}; try again later"
+            )
+        body = response.body
+        chart = body.get("chart") if isinstance(body, dict) else None
+        if not isinstance(chart, dict):
+            what = "a body that is not JSON" if body is None else "JSON without a chart object"
+            raise refused(self.name, symbol, f"{what} ({' '.join(response.text.split())[:60]!r})")
+        results = chart.get("result") or []
+        if not isinstance(results, list):
+            raise refused(self.name, symbol, "a chart.result that is not a list")
         if not results:
             raise UnknownSymbol(f"yahoo has no data for {symbol} ({description or code})")
+        problem = shape_problem(results[0])
+        if problem is not None:
+            raise refused(self.name, symbol, problem)
         frame = self._frame(results[0])
         return frame.loc[frame["date"] <= pd.Timestamp(end)].reset_index(drop=True)
 
@@ -96,8 +172,8 @@ class Yahoo:
         events = result.get("events") or {}
         splits: dict[pd.Timestamp, float] = {}
         for event in (events.get("splits") or {}).values():
-            ratio = float(event["numerator"]) / float(event["denominator"])
-            splits[_days([event["date"]], zone)[0]] = ratio
+            ratio = split_ratio(event["numerator"], event["denominator"])
+            splits[_days([event["date"]], zone)[0]] = float("nan") if ratio is None else ratio
         dividends: dict[pd.Timestamp, float] = {}
         for event in (events.get("dividends") or {}).values():
             dividends[_days([event["date"]], zone)[0]] = float(event["amount"])
@@ -109,7 +185,7 @@ class Yahoo:
 
         def column(name: str) -> np.ndarray:
             values = quote.get(name) or [None] * len(stamps)
-            return np.array([np.nan if v is None else float(v) for v in values])
+            return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
         frame = bars(
             {
