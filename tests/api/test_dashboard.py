@@ -536,6 +536,9 @@ def test_demo_key_first_visit_shows_every_view_waiting_out_its_limit(
     browser.execute_script("location.hash = '#/stock/TSLA'")  # 6: none left this minute
     box, strip = one_wait_shown(browser)
     assert box["status"] == "wait" and "completes by itself" in box["text"]
+    # Issue 39: a per-minute count, never "5 requests at a time".
+    assert "has used the 5 requests its rate limit allows per window" in box["text"]
+    assert "at a time" not in box["text"]
     # A minute after the first request, in whole seconds counted from the answer's Date header
     # (the reset rounded up, the Date the second the fifth request arrived: api/protocol.py):
     # at most 61.

@@ -73,7 +73,7 @@ def test_demo_away_from_a_terminal_says_each_stage_on_its_own_line(demo_cli_run)
     _home, _summary, stderr = demo_cli_run
     lines = stderr.splitlines()
     stages = [line for line in lines if line.startswith("demo: ")]
-    wanted = ["generating the demo market", "reading", "estimating the model", "writing"]
+    wanted = ["generating the demo market", "validating", "reading ingested", "estimating"]
     at = [next(k for k, line in enumerate(stages) if line.startswith(f"demo: {w}")) for w in wanted]
     assert at == sorted(at), stages
     assert all(re.search(r" \(\d+\.\ds\)$", line) for line in stages), stages
@@ -117,6 +117,24 @@ def test_build_adds_a_version_with_the_requested_method(demo_cli_home) -> None:
     summary = json.loads(proc.stdout)
     assert summary["method"]["weighting"] == "ewma" and summary["method"]["halflife"] == 90
     assert summary["model_version"] != first["model_version"]
+
+
+def test_accounts_verify_says_the_credit_it_granted(tmp_path: Path) -> None:
+    """Issue 39: the first verification says the starting credit and the balance; a second
+    says that nothing was granted; --json carries the amount."""
+    home = tmp_path / "h"
+    made = run(home, "accounts", "create", "--name", "Ada", "--json")
+    account = json.loads(made.stdout)["account_id"]
+    first = run(home, "accounts", "verify", account)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == (
+        f"account {account} verified; starting credit of 20.00 USD granted; balance 20.00 USD\n"
+    )
+    again = run(home, "accounts", "verify", account, "--json")
+    doc = json.loads(again.stdout)
+    assert doc["starting_credit_granted"] is False and doc["credit_granted_usd"] == 0.0
+    (listed,) = json.loads(run(home, "accounts", "list", "--json").stdout)
+    assert listed["balance_usd"] == 20.0 and doc["balance_tokens"] == listed["balance_tokens"]
 
 
 def test_config_masks_secrets(tmp_path: Path) -> None:
