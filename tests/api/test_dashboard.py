@@ -3,7 +3,7 @@
 
 Chromium and its driver are Debian's (`.ci/run` installs them); nothing is downloaded while the
 tests run. Without them these tests fail, unless EQRISK_SKIP_BROWSER=1 says to skip them. Their screenshots go to a
-temporary folder; the README's are made by `eqrisk screenshots`.
+temporary folder; the README's are made by `eqrisk pictures`.
 """
 
 from __future__ import annotations
@@ -822,10 +822,10 @@ def test_the_page_fits_a_phone_and_no_legend_covers_a_plot(
 def test_screenshots_of_each_page(
     browser: Any, server: str, form: str, size: tuple, tmp_path: Path
 ) -> None:
-    """`eqrisk screenshots`' photographs (`capture`, the command's own code) of each page:
+    """`eqrisk pictures`' photographs (`capture`, the command's own code) of each page:
     PNGs of the page's width with nothing wider than the screen, written where they are asked
     for (a temporary folder here: the tests never rewrite docs/screenshots, issue 39)."""
-    from eqrisk.cli.screenshots import PAGES, capture
+    from eqrisk.cli.pictures import PAGES, capture
 
     def fits(page: str) -> None:  # nothing wider than the screen: no sideways scrolling
         scroll = "return document.documentElement.scrollWidth <= window.innerWidth"

@@ -1,4 +1,4 @@
-"""`eqrisk screenshots`: the README's pictures of the page, made on purpose, never by the tests.
+"""`eqrisk pictures`: the README's pictures of the page, made on purpose, never by the tests.
 
 It builds the demo market in a home of its own (a temporary folder), makes that home's local
 evaluation key (20 USD of credit, as `eqrisk demo` does), serves it, and photographs the market,
@@ -176,7 +176,7 @@ def _serving(home: Path, key: str) -> Iterator[str]:
 
 
 @app.command()
-def screenshots(
+def pictures(
     out: Annotated[
         Path, typer.Option(help="Folder to write the PNGs into (the README's pictures).")
     ] = Path("docs/screenshots"),
@@ -187,7 +187,7 @@ def screenshots(
         "/usr/bin/chromedriver"
     ),
 ) -> None:
-    """Photograph the page as a newcomer sees it. The demo market is built in a temporary home
+    """Make the README's screenshots of the page. As a newcomer sees it: the demo market is built in a temporary home
     with its local evaluation key (20 USD of credit), served, and its market, stock and
     portfolio pages photographed at a desktop's and a phone's width into --out."""
     from eqrisk.cli.demo import evaluation_key
@@ -199,7 +199,7 @@ def screenshots(
         raise fail(f"{', '.join(missing)} not found: apt-get install chromium chromium-driver", 3)
     home = Path(tempfile.mkdtemp(prefix="eqrisk-screenshots-"))
     try:
-        with stages("screenshots") as say:
+        with stages("pictures") as say:
             build_demo(home, progress=say)
             key = evaluation_key(Settings(home=home, database_url=None))
             if key is None:  # pragma: no cover - the home is new and holds its own accounts
