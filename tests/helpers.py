@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import signal
 import socket
@@ -115,6 +116,16 @@ def bearer(key: str) -> dict[str, str]:
 def client_for(home: Path, **settings: Any) -> TestClient:
     """The real app in process over `home`, with settings overridden by keyword."""
     return TestClient(create_app(Settings(home=home, _env_file=None, **settings)))
+
+
+# A stage line a command writes on stderr away from a terminal (`cli.output.stages`):
+# "build: reading ingested data (0.4s)". What a failure prints is the rest.
+PROGRESS_LINE = re.compile(r"^(?!error:)[^:\n]+: .* \(\d+\.\ds\)$")
+
+
+def without_progress(stderr: str) -> str:
+    """A command's stderr without its stage lines (what is left: errors, notes)."""
+    return "\n".join(line for line in stderr.splitlines() if not PROGRESS_LINE.match(line))
 
 
 # ------------------------------------------------------------------------------ real servers

@@ -287,3 +287,19 @@ def test_nothing_names_the_old_decisions_file() -> None:
         if "DECISIONS.md" in file.read_text():
             stale.append(file.name)
     assert stale == []
+
+
+def test_the_first_screen_says_the_python_it_needs_and_two_commands() -> None:
+    """Issue 39: before the first rule, the README names the Python version pyproject requires
+    and a virtual environment, and still holds exactly two set-up commands: one starts the
+    services on the demo data, one runs the tests."""
+    import tomllib
+
+    first = README.read_text().split("\n---\n", 1)[0]
+    needs = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    version = needs.removeprefix(">=")
+    assert needs.startswith(">=") and f"Python {version} or newer" in first
+    assert "virtual environment" in first and "python3 -m venv .venv" in first
+    blocks = [block.strip() for _, block in SHELL.findall(first)]
+    assert len(blocks) == 2, blocks
+    assert blocks[0].endswith("eqrisk demo") and blocks[1].endswith("python -m pytest")

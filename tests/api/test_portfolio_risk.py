@@ -179,3 +179,20 @@ def test_the_charge_is_the_estimate_and_the_ledger(
     assert before - accounts.balance(record.account_id) == charged
     last = [e for e in accounts.ledger(record.account_id) if e["kind"] == "charge"][-1]
     assert last["route"] == "portfolio/risk" and -last["tokens"] == charged
+
+
+def test_specific_risk_reports_the_level_a_row_really_has(client: TestClient) -> None:
+    """Issue 39: a stock without a subsector ETF (AAPL in the demo) is hedged down to its
+    sector: level 2, not 3; a row hedged by the market alone (an ETF, an unclassified stock)
+    is level 1. Every forecast row's level is its deepest factor slot."""
+    rows = client.get("/api/specific-risk", headers=AUTH).json()["data"]
+    by_ticker = {r["ticker"]: r for r in rows}
+    assert by_ticker["AAPL"]["subsector_factor"] is None and by_ticker["AAPL"]["level"] == 2
+    assert by_ticker["NVDA"]["subsector_factor"] is not None and by_ticker["NVDA"]["level"] == 3
+    assert by_ticker["XLK"]["level"] == 1
+    for r in rows:
+        if r["level"] == 0:
+            continue
+        slots = [r[f"{slot}_factor"] is not None for slot in ("market", "sector", "subsector")]
+        assert r["level"] == max(j + 1 for j, has in enumerate(slots) if has), r
+    assert {r["level"] for r in rows} >= {1, 2, 3}

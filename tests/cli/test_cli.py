@@ -32,16 +32,27 @@ def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def demo_in(home: Path) -> tuple[Path, dict]:
-    """`eqrisk demo --no-serve --json` in `home`: the home and the printed summary."""
+def demo_run(home: Path) -> tuple[Path, dict, str]:
+    """`eqrisk demo --no-serve --json` in `home`: the home, the printed summary, its stderr."""
     proc = run(home, "demo", "--no-serve", "--json")
     assert proc.returncode == 0, proc.stderr
-    return home, json.loads(proc.stdout)
+    return home, json.loads(proc.stdout), proc.stderr
+
+
+def demo_in(home: Path) -> tuple[Path, dict]:
+    """`eqrisk demo --no-serve --json` in `home`: the home and the printed summary."""
+    home, summary, _ = demo_run(home)
+    return home, summary
 
 
 @pytest.fixture(scope="module")
-def demo_cli_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    return demo_in(tmp_path_factory.mktemp("cli-home"))
+def demo_cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    return demo_run(tmp_path_factory.mktemp("cli-home"))
+
+
+@pytest.fixture(scope="module")
+def demo_cli_home(demo_cli_run: tuple[Path, dict, str]) -> tuple[Path, dict]:
+    return demo_cli_run[0], demo_cli_run[1]
 
 
 def test_demo_builds_a_snapshot_and_prints_one_json_document(demo_cli_home) -> None:
@@ -56,6 +67,49 @@ def test_demo_builds_a_snapshot_and_prints_one_json_document(demo_cli_home) -> N
     assert [v["current"] for v in doc["versions"]] == [True]
 
 
+def test_demo_away_from_a_terminal_says_each_stage_on_its_own_line(demo_cli_run) -> None:
+    """Issue 39: with stderr a pipe (a log, a container) the demo's build is not silent for
+    minutes: a line per stage, in order, then the closing line; stdout stays the one JSON."""
+    _home, _summary, stderr = demo_cli_run
+    lines = stderr.splitlines()
+    stages = [line for line in lines if line.startswith("demo: ")]
+    wanted = ["generating the demo market", "validating", "reading ingested", "estimating"]
+    at = [next(k for k, line in enumerate(stages) if line.startswith(f"demo: {w}")) for w in wanted]
+    assert at == sorted(at), stages
+    assert all(re.search(r" \(\d+\.\ds\)$", line) for line in stages), stages
+    assert len(stages) < 60, stages  # counters ("block 3/40") do not flood the log
+    assert re.fullmatch(r"done demo in \d+\.\ds", lines[-1]), lines[-1]
+
+
+def test_the_serve_banner_prints_the_install_hint_whole(demo_cli_home) -> None:
+    """Issue 39: without the MCP SDK the banner says `pip install 'eqrisk[mcp]'`, the extra's
+    brackets included (rich markup used to swallow `[mcp]`)."""
+    home, _ = demo_cli_home
+    hide_mcp = (
+        "import eqrisk.cli.mcp as m; m.mcp_available = lambda: False; "
+        "from eqrisk.cli import app; app(prog_name='eqrisk')"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", hide_mcp, "serve", "--port", str(free_port())],
+        env={**os.environ, "EQRISK_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    banner: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the banner's last line is the metrics line
+            banner.append(line.rstrip("\n"))
+            if line.lstrip().startswith("metrics:"):
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    (mcp,) = [line for line in banner if line.lstrip().startswith("MCP:")]
+    assert mcp.split("MCP:", 1)[1].strip() == "off (pip install 'eqrisk[mcp]')", banner
+
+
 def test_build_adds_a_version_with_the_requested_method(demo_cli_home) -> None:
     home, first = demo_cli_home
     proc = run(home, "build", "--halflife", "90", "--json")
@@ -63,6 +117,24 @@ def test_build_adds_a_version_with_the_requested_method(demo_cli_home) -> None:
     summary = json.loads(proc.stdout)
     assert summary["method"]["weighting"] == "ewma" and summary["method"]["halflife"] == 90
     assert summary["model_version"] != first["model_version"]
+
+
+def test_accounts_verify_says_the_credit_it_granted(tmp_path: Path) -> None:
+    """Issue 39: the first verification says the starting credit and the balance; a second
+    says that nothing was granted; --json carries the amount."""
+    home = tmp_path / "h"
+    made = run(home, "accounts", "create", "--name", "Ada", "--json")
+    account = json.loads(made.stdout)["account_id"]
+    first = run(home, "accounts", "verify", account)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == (
+        f"account {account} verified; starting credit of 20.00 USD granted; balance 20.00 USD\n"
+    )
+    again = run(home, "accounts", "verify", account, "--json")
+    doc = json.loads(again.stdout)
+    assert doc["starting_credit_granted"] is False and doc["credit_granted_usd"] == 0.0
+    (listed,) = json.loads(run(home, "accounts", "list", "--json").stdout)
+    assert listed["balance_usd"] == 20.0 and doc["balance_tokens"] == listed["balance_tokens"]
 
 
 def test_config_masks_secrets(tmp_path: Path) -> None:
@@ -284,6 +356,9 @@ def _commands() -> list[list[str]]:
     return paths
 
 
+# typer's placeholder for a value named by its Python type: `<str>`, `<list[Path]>`, `<int>`...
+TYPE_PLACEHOLDER = re.compile(r"<(?:str|int|float|bool|path|file|datetime|uuid|list\[[^>]*\])>")
+
 WIDTH = 78  # click's help width in an 80-column terminal (and away from one)
 
 
@@ -307,7 +382,7 @@ def _paragraphs(help_text: str) -> list[list[str]]:
 
 def test_every_help_reads_well_at_80_columns() -> None:
     """`eqrisk ... --help` for every command, without a terminal: lines of at most 80 columns,
-    no `<bool>` metavar, paragraphs filled to the width (no line broken early, mid-sentence),
+    no `<bool>`, `<str>` or other type placeholder, paragraphs filled to the width (no line broken early, mid-sentence),
     and command lists whose one-line help is a whole sentence (never cut with '...')."""
     paths = _commands()
     assert len(paths) > 20 and ["demo"] in paths and ["keys", "create"] in paths
@@ -328,6 +403,8 @@ def test_every_help_reads_well_at_80_columns() -> None:
         assert out.startswith(f"Usage: {name} "), out
         assert all(len(line) <= 80 for line in out.splitlines()), (name, out)
         assert "<bool>" not in out and "\x1b" not in out and "╭" not in out, (name, out)
+        # Issue 39: values are named (`--since SINCE`, `--out PATH`), never by a Python type.
+        assert not TYPE_PLACEHOLDER.search(out), (name, TYPE_PLACEHOLDER.findall(out))
         paragraphs = _paragraphs(out)
         assert paragraphs, (name, out)
         for lines in paragraphs:

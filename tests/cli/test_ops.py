@@ -42,7 +42,7 @@ from eqrisk.snapshot.versions import (
     set_current,
     snapshots_dir,
 )
-from helpers import TEST_KEY, free_port, register_key
+from helpers import TEST_KEY, free_port, register_key, without_progress
 
 PARAMS = ModelParams(window=60, min_obs=30)
 SYMBOLS = ["SPY", "XLK"] + [f"S{i:02d}" for i in range(10)]
@@ -64,8 +64,9 @@ def run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
-    """The single stderr line of a failed command (no traceback, nothing else)."""
-    text = proc.stderr.strip()
+    """The single stderr line of a failed command (no traceback, nothing else but the stage
+    lines of what it did before, `without_progress`)."""
+    text = without_progress(proc.stderr).strip()
     assert "Traceback" not in text, text
     assert text.count("\n") == 0, text
     assert text.startswith("error: "), text
@@ -528,7 +529,7 @@ def test_full_disk_during_a_build_is_one_line_and_leaves_nothing_half_written(
         text=True,
         timeout=300,
     )
-    error, status = proc.stderr.strip().splitlines()
+    error, status = without_progress(proc.stderr).strip().splitlines()
     assert "Traceback" not in proc.stderr
     assert error.startswith("error: no space left writing") and "EQRISK_HOME" in error
     assert status == f"rc={ENV_PROBLEM}"

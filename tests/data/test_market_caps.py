@@ -67,6 +67,24 @@ def _charges(accounts: Accounts, account_id: str) -> list[dict]:
     return [e for e in accounts.ledger(account_id) if e["kind"] == "charge"]
 
 
+def test_symbol_list_without_top_by_says_it_ranks_by_cap_and_what_else_it_can(
+    without_caps,
+) -> None:
+    """Issue 39: `/symbol_list` with no parameters on a data set without caps: the 404 says
+    that the default ranks by market cap and names the rankings the data set has, each of
+    which answers."""
+    client, _accounts, _account_id = without_caps
+    body = client.get("/symbol_list", headers=APIKEY).json()
+    assert body["error"] == "NO_DATA" and body["detail"].startswith("top_by defaults to mktcap")
+    assert body["rankings_available"] == ["close", "return"]  # a close-only price file
+    assert "top_by=close, top_by=return" in body["detail"]
+    for key in body["rankings_available"]:
+        ranked = client.get("/symbol_list", params={"top_by": key}, headers=APIKEY)
+        assert ranked.status_code == 200 and len(ranked.json()["symbols"]) == 10
+    asked = client.get("/symbol_list", params={"top_by": "mktcap"}, headers=APIKEY).json()
+    assert not asked["detail"].startswith("top_by defaults")
+
+
 @pytest.mark.parametrize(
     ("method", "path", "payload", "params", "headers"),
     [

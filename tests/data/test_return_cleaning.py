@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -428,3 +430,30 @@ def test_a_split_in_an_update_rebases_like_a_first_ingest(ohlcv, master, tmp_pat
     ratio = xom.to_numpy() / traded.to_numpy()
     np.testing.assert_allclose(ratio, np.where(early[frame["symbol"] == "XOM"], 1 / 1.5, 1.0),
                                rtol=1e-12)  # fmt: skip
+
+
+BUILDING_PRODUCTS = ["AOS", "ALLE", "BLDR", "FERG", "JCI", "LII", "MAS", "TT"]
+
+
+def test_a_candidate_the_stock_did_not_move_is_judged_without_a_numpy_warning(
+    tmp_path: Path,
+) -> None:
+    """Issue 39: FERG's close did not move on 2020-03-12 while its group fell 10.6%, so the
+    stage judged a move of 0: the share of it given back was 0/0 and x/0, two numpy warnings
+    on every ingest of the real file. A share of no move is no figure (NaN); the ingest warns
+    nothing and FERG's flat day stays a return (0.0)."""
+    wide = pd.read_csv(
+        shared_file("adjclose_wide_2010_2026.csv.gz"), usecols=["date", *BUILDING_PRODUCTS]
+    )
+    wide = wide[(wide["date"] >= "2019-06-01") & (wide["date"] <= "2020-06-30")]
+    prices = _write(wide, tmp_path / "building_products.csv")
+    gics = pd.read_csv(shared_file("gics_constituents.csv"))
+    master = _write(gics[gics["Symbol"].isin(BUILDING_PRODUCTS)], tmp_path / "master.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning, numpy's RuntimeWarning included, fails
+        report = ingest([prices], master, home=tmp_path / "home")
+    assert report.ok
+    stored = read_ingested(tmp_path / "home")[0]
+    ferg = stored[stored["symbol"] == "FERG"].set_index("date")["close"]
+    flat = ferg.loc[date(2020, 3, 12)]
+    assert flat == ferg.loc[date(2020, 3, 11)] and np.isfinite(flat)

@@ -4,6 +4,7 @@ published residuals, and `eqrisk evaluate --json` on the real data set."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 from eqrisk.data.panel import Panel
 from eqrisk.model.quality import vasicek_market_beta
 from eqrisk.model.run import ModelParams, run_model
+from helpers import REPO_ROOT
 from model.conftest import Cli
 
 
@@ -74,6 +76,21 @@ def test_evaluate_reports_the_per_level_hedge_quality_of_the_real_data(real_cli:
     vasicek = report["estimators"][1]["levels"]["with_subsector"]
     assert set(vasicek) == {"l1"}
     assert vasicek["l1"]["median"] == pytest.approx(equal["l1"]["median"], abs=0.03)
+    # docs/decisions/model.md quotes what evaluate prints, to the third decimal (issue 39).
+    ewma = report["estimators"][2]["levels"]["with_subsector"]
+    printed = [equal[k]["median"] for k in ("l1", "l2", "l3")]
+    printed += [equal[k]["pooled"] for k in ("l1", "l2", "l3")]
+    printed += [ewma[k]["median"] for k in ("l1", "l2", "l3")]
+    printed += [vasicek["l1"]["median"], vasicek["l1"]["pooled"]]
+    doc = " ".join((REPO_ROOT / "docs" / "decisions" / "model.md").read_text().split())
+    quoted = re.search(
+        r"medians are L1 ([\d.]+), L2 ([\d.]+), L3 ([\d.]+) \(pooled ([\d.]+), ([\d.]+), "
+        r"([\d.]+)\); EWMA 63 gives ([\d.]+), ([\d.]+), ([\d.]+):.*?leaves the median at "
+        r"([\d.]+) \(pooled ([\d.]+)\)",
+        doc,
+    )
+    assert quoted is not None
+    assert [float(x) for x in quoted.groups()] == [round(x, 3) for x in printed]
 
 
 def test_vasicek_shrinkage_by_hand() -> None:

@@ -302,3 +302,65 @@ def test_ingest_and_build_say_how_many_stocks_the_caps_rule_touched(tmp_path) ->
     assert manifest["model"]["caps_imputed"] == 5
     assert manifest["model"]["caps_imputed_symbols"] == blank
     assert manifest["model"]["leave_one_out_rows"] > len(stocks)  # market and sector groups
+
+
+# ---- Service A's residual of a member of a sector group (issue 39) ------------------------
+
+
+def test_service_a_residual_of_a_small_sector_group_uses_the_group_without_the_stock(
+    real_universe,
+) -> None:
+    """SPY is the market, Information Technology a cap-weighted group of three (no XLK). NVDA's
+    b_sec is a coefficient on its group without itself, so its residual subtracts that series
+    cleaned of the market (link beta g of the series on SPY, the previous session's): checked
+    here against statsmodels fits and the group built by hand, session by session, and its
+    variance equals that leave-one-out residual's (the whole group's is 0.93 of it here)."""
+    panel, master = real_universe
+    names = {"SPY", "AAPL", "MSFT", "NVDA"}
+    sub = _subset(panel, names, caps=_share_counts())
+    result = run_model(sub, master[master["symbol"].isin(names)], ModelParams(WINDOW, MIN_OBS))
+    hier = result.hierarchy.set_index("symbol")
+    assert hier.loc["NVDA", "market"] == "SPY"
+    assert hier.loc["NVDA", "sector"] == "group:sector:Information Technology"
+    rows = sub.index_of()
+    r = result.metrics["return"]
+    caps = _prev_caps(sub)
+    members = np.array([rows[s] for s in ("AAPL", "MSFT", "NVDA")])
+    held = held_returns(r[members])
+    m = r[rows["SPY"]]
+    i = rows["NVDA"]
+    keep = members != i
+    s_loo = _weighted_mean(held[keep], caps[members[keep]])
+
+    def fit(y: np.ndarray, *xs: np.ndarray, t: int) -> np.ndarray:
+        """OLS params on the window ending at t, on the sessions where all have a value."""
+        window = slice(t - WINDOW + 1, t + 1)
+        x = np.column_stack([v[window] for v in xs])
+        ok = np.isfinite(y[window]) & np.isfinite(x).all(axis=1)
+        assert ok.sum() >= MIN_OBS
+        return np.asarray(sm.OLS(y[window][ok], sm.add_constant(x[ok])).fit().params)
+
+    e = result.flat.resid_return[i]
+    expected = {}
+    for t in range(3000, 4100, 55):
+        b_mkt = fit(r[i], m, t=t - 1)[1]
+        b_sec = fit(r[i], m, s_loo, t=t - 1)[2]
+        g = fit(s_loo, m, t=t - 1)[1]
+        expected[t] = r[i, t] - b_mkt * m[t] - b_sec * (s_loo[t] - g * m[t])
+        assert abs(e[t] - expected[t]) < 1e-10, (t, e[t], expected[t])
+    # Over every session: the same series, so the same variance; the whole-group residual
+    # (the stock inside its own factor) is visibly smaller.
+    days = np.arange(3000, 4150)
+    k = result.flat.names.index("Information_Technology")
+    whole = r[i, days] - (
+        result.flat.beta_mkt[i, days - 1] * m[days]
+        + result.flat.beta_sec[i, days - 1] * result.flat.returns[k, days]
+    )
+    mine = e[days]
+    ok = np.isfinite(mine) & np.isfinite(whole)
+    assert ok.sum() > 1000
+    ratio = np.var(whole[ok]) / np.var(mine[ok])
+    assert ratio < 0.97, ratio  # 0.93 here
+    sampled = np.array(list(expected))
+    want = np.array(list(expected.values()))
+    assert np.var(e[sampled]) == pytest.approx(np.var(want), rel=1e-9)

@@ -141,6 +141,7 @@ def test_a_block_run_from_start_equals_the_whole_run(halflife: float | None) -> 
             market=shared.market[o:],
             flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
             params=params,
+            published=shared.published,
         )
         block = BlockInput(
             start=0,

@@ -62,12 +62,22 @@ def accounts_verify(
 ) -> None:
     """Confirm the account's card (grants the starting credit once). The operator confirms it,
     as the default payment provider."""
+    from eqrisk.accounts.book import STARTING_CREDIT_TOKENS
     from eqrisk.accounts.payments import OperatorProvider
+    from eqrisk.accounts.pricing import tokens_to_usd
 
     accounts = _accounts()
     granted = _account_op(lambda: OperatorProvider(accounts).confirm_card(account_id, reference))
-    doc = {**accounts.get_account(account_id), "starting_credit_granted": granted}
-    show(doc, as_json, f"account {account_id} verified; credit granted: {granted}")
+    credit = tokens_to_usd(STARTING_CREDIT_TOKENS) if granted else 0.0
+    account = accounts.get_account(account_id)
+    balance = tokens_to_usd(account["balance_tokens"])
+    doc = {**account, "starting_credit_granted": granted, "credit_granted_usd": credit}
+    said = (
+        f"starting credit of {credit:.2f} USD granted"
+        if granted
+        else "no credit granted (the starting credit is granted once, at the first verification)"
+    )
+    show(doc, as_json, f"account {account_id} verified; {said}; balance {balance:.2f} USD")
 
 
 @accounts_app.command("suspend")

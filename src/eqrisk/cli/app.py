@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 # Where commands write (results on stdout, the rest on stderr): eqrisk.cli.output. The names
 # are also importable from here, where the command modules have always found them.
@@ -110,9 +110,37 @@ def _operator_error(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
+class _NamedArgument(TyperArgument):
+    """An argument whose help shows its name alone (`PRICES`), not `PRICES <list[Path]>`."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def _name_values(command: Any) -> None:
+    """Give every option that takes a value a metavar that says what it is (`--since SINCE`,
+    `--out PATH`) where none was given, and every argument its name alone: typer would show
+    the Python type (`<str>`, `<list[Path]>`). Choices keep their list of values."""
+    for param in command.params:
+        described = getattr(param, "type_descriptor", None)
+        if described is None or described.is_choice:
+            continue
+        if isinstance(param, TyperArgument):
+            param.__class__ = _NamedArgument
+        elif isinstance(param, TyperOption) and not param.is_flag and param.metavar is None:
+            param.metavar = "PATH" if described.is_path else (param.name or "value").upper()
+    for sub in getattr(command, "commands", {}).values():
+        _name_values(sub)
+
+
 class OperatorErrors(TyperGroup):
     """Runs every command; a failure the operator can fix ends in one line and a documented
-    exit code instead of a traceback."""
+    exit code instead of a traceback. Every command's values are named in its help
+    (`_name_values`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _name_values(self)
 
     # Typer always passes its own Context (a subclass of the one TyperGroup.invoke declares).
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]

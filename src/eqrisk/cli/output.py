@@ -14,6 +14,7 @@ wide as its widest cell. At a terminal a table that does not fit folds its cells
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,6 +27,8 @@ from rich.table import Table
 
 # The width of a console that is not a terminal: wide enough that rich never cuts a cell.
 UNBOUNDED = 1_000_000
+# Away from a terminal, a stage that counts (blocks, chunks) is reported this often at most.
+PROGRESS_EVERY = 10.0
 
 
 def _console(stderr: bool) -> Console:
@@ -88,8 +91,25 @@ def say_error(message: str) -> None:
 
 @contextmanager
 def stages(title: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr showing the current stage and the elapsed time."""
+    """A spinner on stderr showing the current stage and the elapsed time; away from a
+    terminal (a log, a container, a pipe), where a spinner shows nothing, one line per stage."""
     start = time.perf_counter()
+    if not err.is_terminal:
+        last_stage, last_at = "", 0.0
+
+        def line(message: str) -> None:
+            # A counter ("block 3/40") is the same stage: a line when it starts, then one
+            # every PROGRESS_EVERY seconds at most, so a log is never flooded.
+            nonlocal last_stage, last_at
+            stage, now = re.sub(r"\d+", "#", message), time.perf_counter()
+            if stage == last_stage and now - last_at < PROGRESS_EVERY:
+                return
+            last_stage, last_at = stage, now
+            err.print(f"{title}: {escape(message)} ({now - start:.1f}s)")
+
+        yield line
+        err.print(f"done {title} in {time.perf_counter() - start:.1f}s")
+        return
     with err.status(title) as status:
 
         def say(message: str) -> None:

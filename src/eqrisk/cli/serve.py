@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from eqrisk.cli.app import (
     EnvironmentProblem,
@@ -194,7 +195,7 @@ def run_server(
         f"  Service B: {base}/api/... (Authorization: Bearer <key>)\n"
         f"  dashboard: {base}/\n"
         f"  docs:      {base}/docs\n"
-        f"  MCP:       {mcp_line(base, settings.services)}\n"
+        f"  MCP:       {escape(mcp_line(base, settings.services))}\n"
         f"  demo key:  {settings.demo_key.get_secret_value()} (5 requests a minute, the seven "
         "demo tickers)\n"
         f"{offered}"

@@ -222,8 +222,9 @@ def _evidence(
     start, end = int(s.run_start[j]), int(s.run_end[j])
     ahead = rows.close[j + 1 : min(end, j + rule.horizon) + 1]
     ahead = ahead[np.isfinite(ahead) & (ahead > 0)]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        giveback = float(np.max(-np.log(ahead / rows.close[j]) / x)) if len(ahead) else np.nan
+    # A share of the move: none where the stock did not move (x = 0, the candidate is its
+    # group's move), where dividing by x was a numpy warning and an infinite share.
+    giveback = float(np.max(-np.log(ahead / rows.close[j]) / x)) if len(ahead) and x else np.nan
     scale = rows.close[j] / rows.close_raw[j] if np.isfinite(rows.close_raw[j]) else 1.0
     with np.errstate(invalid="ignore", divide="ignore"):
         open_share = float(np.log(rows.open[j] * scale / rows.close[j - 1]) / x)

@@ -122,6 +122,11 @@ def hedge_exposures(
     values = np.full((3, n, n_t - start), np.nan)
     used = np.zeros((n, n_t - start), dtype=np.int8)
     lo = max(start, 1)
+    # The deepest level a row has a factor at (no subsector ETF: 2; market only: 1): its
+    # hedge "at level 3" is its level-2 hedge, and is reported as such. A level below it
+    # holds no factor, so the numbers are the same either way.
+    has = index >= 0
+    depth = np.select([has[:, 2], has[:, 1], has[:, 0]], [3, 2, 1], default=3).astype(np.int8)
     for lev in range(level, 0, -1):
         names = LEVEL_HR[lev]
         prev = [hedge_ratios[name][:, lo - 1 : n_t - 1] for name in names]
@@ -135,7 +140,9 @@ def hedge_exposures(
             # A slot the row has no factor for (or the level does not reach) holds 0.
             source = np.where((index[:, j] >= 0)[:, None] & (j < lev), source, 0.0)
             slot[take] = source[take]
-        used[:, lo - start :][take] = lev
+        used[:, lo - start :][take] = np.broadcast_to(np.minimum(depth, lev)[:, None], take.shape)[
+            take
+        ]
     own = own_factor >= 0
     values[:, own] = 0.0
     values[0, own] = 1.0

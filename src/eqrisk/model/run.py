@@ -21,6 +21,7 @@ import pandas as pd
 
 from eqrisk.data.panel import Panel
 from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
+from eqrisk.model.flat_own import flat_betas, own_sector_factors
 from eqrisk.model.layout import FactorLayout, factor_layout
 from eqrisk.model.quality import hedge_quality
 from eqrisk.model.returns import log_returns, simple_returns
@@ -94,6 +95,9 @@ class SharedFactors:
     market: np.ndarray  # (T,) the flat model's Mkt factor
     flat_returns: np.ndarray  # (K x T) the flat model's factor returns
     params: ModelParams
+    # Rows of `factors` that are published (the rest: leave-one-out rows, `in_process`);
+    # None: every row.
+    published: int | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,9 @@ class ModelPlan:
         """The shared series for blocks run in this process: every factor row of the layout,
         leave-one-out rows included, as they are (blocks from `block(..., own_rows=False)`
         index into them without a copy)."""
-        return replace(self.shared, factors=self.layout.model_factors)
+        return replace(
+            self.shared, factors=self.layout.model_factors, published=len(self.layout.factors)
+        )
 
     def block(self, start: int, stop: int, *, own_rows: bool = True) -> BlockInput:
         """Rows [start, stop) with only the leave-one-out rows they regress on (renumbered);
@@ -357,6 +363,16 @@ def run_block(shared: SharedFactors, block: BlockInput, *, start: int = 0) -> di
         out[f"l{level}_rr"] = rr[:, k:]
         out[f"l{level}_hq"] = hedge_quality(r_hq, rr, window=w, min_obs=params.min_obs)[:, k:]
     f0 = start - 1 if start else 0  # a residual uses the previous session's betas
+    # Members of a sector group portfolio: the sector factor their b_sec was estimated on.
+    own = own_sector_factors(
+        len(shared.factors) if shared.published is None else shared.published,
+        block.model_fidx,
+        block.exposure,
+        model_factors,
+        shared.market,
+        (w, params.min_obs, params.halflife),
+        hq0,
+    )
     betas = flat_betas(
         r[:, f0:],
         cascade["l1_mkt_hr"][:, f0:],
@@ -364,6 +380,7 @@ def run_block(shared: SharedFactors, block: BlockInput, *, start: int = 0) -> di
         block.exposure,
         shared.market[f0:],
         shared.flat_returns[:, f0:],
+        own=(own[0], own[1][:, f0:]),
     )
     out["beta_mkt"], out["beta_sec"], out["resid_return"] = (b[:, start - f0 :] for b in betas)
     return out
@@ -565,33 +582,3 @@ def flat_factors(
         exposure=exposure,
         market=m,
     )
-
-
-def flat_betas(
-    r: np.ndarray,
-    l1_mkt_hr: np.ndarray,
-    l2_sec_hr: np.ndarray,
-    exposure: np.ndarray,
-    market: np.ndarray,
-    flat_returns: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The per-stock half: betas and residuals (b_Mkt, b_sec, e), row by row.
-
-    A stock's betas are its cascade coefficients (b_Mkt = b_m of its L1 sample, b_sec = b_s
-    of its L2 sample: on the stock's joint days with the market, and with the sector too); its
-    residual uses the previous session's betas: e_t = r_t - b_Mkt,t-1 f_Mkt,t - b_sec,t-1
-    f_sec,t, with no sector term on a day whose b_sec is not published (before the sector
-    ETF's sample reaches min_obs) while b_Mkt is.
-    """
-    n, n_t = r.shape
-    exposed = exposure >= 0
-    beta_mkt = l1_mkt_hr.copy()
-    beta_sec = np.full((n, n_t), np.nan)
-    beta_sec[exposed] = l2_sec_hr[exposed]
-    systematic = beta_mkt[:, :-1] * market[None, 1:]
-    sector = beta_sec[exposed, :-1] * flat_returns[exposure[exposed], 1:]
-    sector[np.isnan(beta_sec[exposed, :-1])] = 0.0
-    systematic[exposed] += sector
-    resid = np.full((n, n_t), np.nan)
-    resid[:, 1:] = r[:, 1:] - systematic
-    return beta_mkt, beta_sec, resid

@@ -383,6 +383,7 @@ def run_tail(
         market=shared.market[o:],
         flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
         params=params,
+        published=shared.published,
     )
     computed: dict[str, np.ndarray] = {}
     for a, b in plan.blocks(rows):

@@ -55,14 +55,37 @@ class SymbolListQuery(VersionedParams):
     )
 
 
+def _rankings_with_values(snap: Snapshot, universe: SymbolIndex, eligible: np.ndarray) -> list[str]:
+    """The `top_by` values some eligible stock has on the latest session."""
+    if not len(universe.day):
+        return []
+    return [
+        key
+        for key, array in TOP_BY.items()
+        if np.isfinite(np.asarray(snap.array(array)[:, -1])[eligible]).any()
+    ]
+
+
 def no_ranking(
-    snap: Snapshot, universe: SymbolIndex, key: str, sector: str | None, eligible: np.ndarray
+    snap: Snapshot,
+    universe: SymbolIndex,
+    key: str,
+    sector: str | None,
+    eligible: np.ndarray,
+    defaulted: bool = False,
 ) -> ApiError:
-    """NO_DATA for a ranking without any value on the latest session, saying what is missing."""
+    """NO_DATA for a ranking without any value on the latest session, saying what is missing
+    (and, where `top_by` was left to its default, that the default is the market cap and
+    which rankings the data set does have)."""
     as_of = universe.data_as_of_text
     caps = np.asarray(snap.array("market_cap")[:, -1]) if len(universe.day) else np.empty(0)
+    available = _rankings_with_values(snap, universe, eligible)
     if key in ("mktcap", "mktcap_rank") and not np.isfinite(caps[universe.by_row.is_stock]).any():
         detail = f"the data set has no market caps on its latest session {as_of}: {NO_CAPS_HINT}"
+        if defaulted:
+            detail = f"top_by defaults to mktcap, and {detail}"
+        if available:
+            detail += "; or rank by a value it has: " + ", ".join(f"top_by={k}" for k in available)
     else:
         where = f"stock of sector {sector}" if sector is not None else "stock"
         need = {
@@ -77,12 +100,14 @@ def no_ranking(
         top_by=key,
         data_as_of=as_of,
         stocks=int(eligible.sum()),
+        rankings_available=available,
     )
 
 
 def plan_symbol_list(snap: Snapshot, q: SymbolListQuery) -> list[str]:
     """The ranked symbols (the checks in order: top_by, sector_code, then data)."""
     universe = snap.index
+    defaulted = "top_by" not in q.model_fields_set
     key = choice("top_by", optional(q.top_by) or "mktcap", list(TOP_BY))
     eligible = universe.by_row.is_stock.copy()
     code = optional(q.sector_code)
@@ -99,11 +124,11 @@ def plan_symbol_list(snap: Snapshot, q: SymbolListQuery) -> list[str]:
             )
         eligible &= universe.by_row.sector_code == code
     if not len(universe.day):
-        raise no_ranking(snap, universe, key, code, eligible)
+        raise no_ranking(snap, universe, key, code, eligible, defaulted)
     values = np.asarray(snap.array(TOP_BY[key])[:, -1])
     rows = np.flatnonzero(eligible & np.isfinite(values))
     if not len(rows):
-        raise no_ranking(snap, universe, key, code, eligible)
+        raise no_ranking(snap, universe, key, code, eligible, defaulted)
     ranked = values[rows] if q.ascending else -values[rows]
     # lexsort: the last key is primary; tickers break ties (ascending).
     order = np.lexsort((universe.by_row.tickers[rows].astype(str), ranked))
@@ -115,7 +140,8 @@ def render(call: Call[SymbolListQuery, list[str]]) -> Response:
     """Stocks (not ETFs) ordered by `top_by` on the snapshot's latest session (`X-Data-As-Of`),
     descending unless `ascending`; ties by symbol. Stocks without a value that session (no
     price, delisted) are left out; when none has one (for example a data set without market
-    caps) the answer is a 404 NO_DATA that says what is missing. The order is by the value
+    caps) the answer is a 404 NO_DATA that says what is missing and which `top_by` values the
+    data set has (`rankings_available`); without `top_by` it says the default is mktcap. The order is by the value
     itself, so `mktcap_rank` with `ascending=false` lists the largest rank numbers (smallest
     companies) first. JSON `{symbols}` or CSV (header `symbol`, one row per symbol)."""
     universe = call.snap.index

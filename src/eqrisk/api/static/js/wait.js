@@ -47,12 +47,14 @@ function renderWaitBox() {
     return;
   }
   const problem = state.wait.problem;
-  const limit = (problem && problem.limit) || (state.rate.limit ? `${state.rate.limit} requests at a time` : "its limit");
+  // The headers give the count, not the window (a minute, ten seconds...): the 429's body names
+  // both ("5/minute"); before one, the count is said as what it is, the window's allowance.
+  const limit = (problem && problem.limit) || (state.rate.limit ? `the ${state.rate.limit} requests its rate limit allows per window` : "its rate limit");
   box.dataset.status = problem ? "429" : "wait";
   box.replaceChildren(
     el("p", { class: "problem-title" }, problem ? "Too many requests (429)" : "Waiting for the rate limit"),
     el("p", {},
-      problem ? `This key allows ${limit}; ` : `This key has used its ${limit}; `,
+      problem ? `This key allows ${limit}; ` : `This key has used ${limit}; `,
       "what is on screen completes by itself in ", waitCount(), "."),
   );
 }
