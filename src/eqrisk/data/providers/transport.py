@@ -25,7 +25,6 @@ import httpx
 from eqrisk.data.providers import Access, ProviderError
 
 MAX_REDIRECTS = 5
-_CHUNK = 64 * 1024
 
 
 class Answer:
@@ -69,7 +68,7 @@ def _read_body(name: str, response: httpx.Response, access: Access, started: flo
             "(EQRISK_FEED_MAX_BYTES): not read; check EQRISK_PROVIDER_URLS points at the provider"
         )
     body = bytearray()
-    for chunk in response.iter_bytes(_CHUNK):
+    for chunk in response.iter_bytes():  # as it arrives (a chunk size would wait to fill it)
         body += chunk
         if len(body) > access.max_bytes:
             raise ProviderError(
