@@ -64,9 +64,12 @@ def test_bench_daily_measures_the_daily_job_in_child_processes(tmp_path: Path) -
     for part in ("full_build", "daily_job", "dask_large_driver", "dask_small_driver"):
         rss, anon = r[f"{part}_peak_rss_mb"], r[f"{part}_peak_anon_mb"]
         assert isinstance(rss, float) and 50 < anon <= rss < total_mb, part
+    # A stage's sampled VmRSS is within the job's kernel peak (ru_maxrss), up to the kernel's
+    # approximate RSS counters (proc(5): VmRSS is inaccurate; the high-water mark is updated at
+    # unmaps and exit): 324.1 against 324.0 was seen when the build stage held the job's peak.
     for part in ("merge", "build"):
         assert 50 < r[f"daily_{part}_peak_anon_mb"] <= r[f"daily_{part}_peak_rss_mb"]
-        assert r[f"daily_{part}_peak_rss_mb"] <= r["daily_job_peak_rss_mb"], part
+        assert r[f"daily_{part}_peak_rss_mb"] <= r["daily_job_peak_rss_mb"] + 1.0, part
     # The alternative, the merge over the whole history, ends in the same data set.
     whole = ingested.read_ingested(work / "home-whole")
     pd.testing.assert_frame_equal(whole[0], prices)
