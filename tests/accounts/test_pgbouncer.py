@@ -208,3 +208,20 @@ def test_two_servers_of_two_workers_through_pgbouncer_charge_exactly(
         assert check.balance(account_id) == STARTING_CREDIT_TOKENS - tokens
     assert differences(check.engine) == []
     check.engine.dispose()
+
+
+def test_config_check_goes_through_pgbouncer_as_the_servers_do(
+    database: str, bouncer: PgBouncer, tmp_path: Path
+) -> None:
+    from eqrisk.cli.check import check_database
+
+    url = bouncer.url_for(database)
+    through = Settings(home=tmp_path, database_url=url, database_pooler="pgbouncer", _env_file=None)
+    line = check_database(through)
+    assert (
+        line.startswith("PgBouncer postgresql+psycopg://postgres@127.0.0.1:")
+        and "connected" in line
+    )
+    direct_options = Settings(home=tmp_path, database_url=url, _env_file=None)
+    with pytest.raises(RuntimeError, match="unsupported startup parameter: options"):
+        check_database(direct_options)
