@@ -1,8 +1,9 @@
 """Issue 37, supervision: the Dask scheduler and worker run as deploy/systemd's units say
 (their `ExecStart` lines, with this machine's paths and free ports), each under a supervisor
 that restarts it whenever it ends (`Restart=always`, here a loop in the test: systemd does not
-run on this machine). A build on the cluster; the scheduler killed: a build then finds no
-cluster (one line, exit 3, no staging folder left); the scheduler back: the worker that ended
+run on this machine). A build on the cluster; the worker down and the scheduler killed while a
+build waits for a worker: that build ends with eqrisk's one line (exit 3, nothing of Dask's on
+stderr, no staging folder left), as does a build that finds no scheduler; both back: the worker that ended
 with the old scheduler was restarted, and the next `eqrisk build --dask` succeeds with no
 manual step. Every port of the scheduler and the worker listens on the private address only.
 
@@ -19,12 +20,15 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import psutil
 import pytest
+from distributed import Client
 
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
@@ -133,16 +137,33 @@ def builder(tmp_path: Path) -> Path:
     return home
 
 
-def build(home: Path, address: str, **env: str) -> subprocess.CompletedProcess[str]:
+def start_build(home: Path, address: str) -> subprocess.Popen[str]:
+    """`eqrisk build --dask ADDRESS` on the build host's home (a full build: it runs on the
+    cluster); Dask gives up reaching a scheduler after 2 s instead of 30."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
     args = ["build", "--json", "--full", "--dask", address, "--window", "60", "--min-obs", "30"]
-    return subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "eqrisk.cli", *args],
-        env={**clean, "EQRISK_HOME": str(home), **env},
-        capture_output=True,
+        env={
+            **clean,
+            "EQRISK_HOME": str(home),
+            "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
     )
+
+
+def build(home: Path, address: str) -> subprocess.CompletedProcess[str]:
+    proc = start_build(home, address)
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def clients(client: Any) -> int:
+    """The clients the scheduler knows."""
+    return int(client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.clients)))
 
 
 def test_workers_come_back_with_a_restarted_scheduler(builder: Path, tmp_path: Path) -> None:
@@ -162,21 +183,37 @@ def test_workers_come_back_with_a_restarted_scheduler(builder: Path, tmp_path: P
         assert json.loads(first.stdout)["build"]["reasons"] == ["--full"]
         assert scheduler.listening() == {PRIVATE} and worker.listening() == {PRIVATE}
 
-        # The scheduler killed and kept down: a build finds no cluster, says so in one line
-        # and leaves nothing in the store.
-        scheduler.kill(hold=True)
+        # The worker held down: a build connects and waits for one; the scheduler killed
+        # meanwhile: the build ends with eqrisk's one line, nothing of Dask's, nothing left.
         store = builder / "snapshots"
         before = sorted(p.name for p in store.iterdir())
-        gone = build(builder, address, DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s")
+        worker.kill(hold=True)
+        with Client(address, timeout=30) as watcher:
+            alone = clients(watcher)
+            waiting = start_build(builder, address)
+            deadline = time.monotonic() + 120
+            while clients(watcher) <= alone and waiting.poll() is None:
+                assert time.monotonic() < deadline, "the build never reached the scheduler"
+                time.sleep(0.05)
+        scheduler.kill(hold=True)  # the build waits for a worker up to 60 s: it is waiting
+        _, err = waiting.communicate(timeout=300)
+        assert waiting.returncode == 3, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: the Dask cluster went away"), err
+        assert sorted(p.name for p in store.iterdir()) == before  # no staging folder left
+
+        # The scheduler kept down: a build finds no cluster, says so in one line.
+        gone = build(builder, address)
         assert gone.returncode == 3, gone.stderr
         lines = gone.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in gone.stderr, gone.stderr
         assert lines[0].startswith(f"error: no Dask scheduler at {address}")
-        assert sorted(p.name for p in store.iterdir()) == before  # no staging folder left
+        assert sorted(p.name for p in store.iterdir()) == before
 
         # The scheduler back (its supervisor restarts it): the worker, which ended with the old
         # scheduler, was restarted by its own and registers; the next build just works.
         scheduler.release()
+        worker.release()
         again = build(builder, address)
         assert again.returncode == 0, again.stderr
         assert (
