@@ -244,6 +244,25 @@ class Settings(BaseSettings):
         description="Seconds one PostgreSQL round trip (a statement, a commit) may take; also "
         "the server's statement, lock and idle-in-transaction timeouts.",
     )
+    database_pool_size: int = Field(
+        default=5,
+        ge=1,
+        le=1000,
+        description="PostgreSQL connections each process (each `serve` worker) keeps open.",
+    )
+    database_max_overflow: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description="Connections a process may open beyond `database_pool_size` under load "
+        "(closed when returned): a host holds at most workers x (pool size + overflow).",
+    )
+    database_pooler: Literal["none", "pgbouncer"] = Field(
+        default="none",
+        description="What `database_url` points at: PostgreSQL itself (none), or PgBouncer in "
+        "transaction mode (pgbouncer: no prepared statements, no session options; the server "
+        "timeouts are then PgBouncer's `connect_query`).",
+    )
     redis_connect_timeout_s: float = Field(
         default=2.0, gt=0, le=60, description="Seconds to open a Redis connection."
     )

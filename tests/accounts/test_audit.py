@@ -130,3 +130,44 @@ def test_export_ledger_and_balances_add_up(book) -> None:  # type: ignore[no-unt
     rows = pd.read_csv(io.StringIO(only.stdout))
     assert list(rows["account_id"]) == [one] and int(rows["balance_tokens"][0]) == expected[one]
     assert _eqrisk(home, url, "accounts", "export", "nothing").returncode == 2
+
+
+def test_reconcile_finds_a_charge_and_its_balance_edited_together(book) -> None:  # type: ignore[no-untyped-def]
+    """A charge row made smaller and the balance raised by as much: balance = credits -
+    charges still holds, but the month's usage (written by the charge itself) no longer equals
+    the ledger's charges: reconcile exits 1 naming the account and month."""
+    from eqrisk.accounts.audit import differences, usage_differences
+
+    home, url, accounts, expected = book
+    edited = sorted(a for a in expected if expected[a] == STARTING_CREDIT_TOKENS + 1000 - 505)[0]
+    entry = next(r for r in accounts.ledger(edited) if r["kind"] == "charge")
+    month = entry["created_at"].strftime("%Y-%m")
+    with accounts.engine.begin() as conn:
+        conn.execute(
+            update(db.ledger).where(db.ledger.c.entry_id == entry["entry_id"]).values(tokens=-100)
+        )
+        conn.execute(
+            update(db.accounts)
+            .where(db.accounts.c.account_id == edited)
+            .values(balance_tokens=db.accounts.c.balance_tokens + 150)
+        )
+    assert [d for d in differences(accounts.engine) if d.account_id in expected] == []
+    found = [u for u in usage_differences(accounts.engine) if u.account_id in expected]
+    assert [u.row() for u in found] == [
+        {
+            "account_id": edited,
+            "month": month,
+            "route": "betas",
+            "usage_requests": 3,
+            "usage_tokens": 505,
+            "ledger_requests": 3,
+            "ledger_tokens": 355,
+        }
+    ]
+    bad = _eqrisk(home, url, "accounts", "reconcile")
+    assert bad.returncode == 1
+    assert f"monthly usage differs from the ledger's charges for {edited} {month}" in bad.stderr
+    doc = json.loads(_eqrisk(home, url, "accounts", "reconcile", "--json").stdout)
+    assert doc["ok"] is False
+    assert [d for d in doc["differences"] if d["account_id"] in expected] == []
+    assert [u for u in doc["usage_differences"] if u["account_id"] == edited] == [found[0].row()]

@@ -117,6 +117,53 @@ def differences(engine: Engine) -> list[AccountTotals]:
     return [t for t in account_totals(engine) if t.difference_tokens != 0]
 
 
+@dataclass(frozen=True)
+class UsageDifference:
+    """One (account, month, route) whose `monthly_usage` row is not the ledger's charges
+    grouped the same way (requests and tokens; 0 where a side has no row)."""
+
+    account_id: str
+    month: str
+    route: str
+    usage_requests: int
+    usage_tokens: int
+    ledger_requests: int
+    ledger_tokens: int
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def usage_differences(engine: Engine) -> list[UsageDifference]:
+    """Where `monthly_usage` and the ledger's charges disagree. The charge writes both in one
+    transaction, so they always agree: a ledger row and a balance edited together (which
+    `differences` cannot see) still differ from the usage the charge recorded. Read in one
+    transaction (one snapshot on PostgreSQL; SQLite's reads see one state too)."""
+    month = db.charge_month(engine.dialect.name, db.ledger.c.created_at)
+    route = func.coalesce(db.ledger.c.route, "")
+    charges = (
+        select(db.ledger.c.account_id, month, route, func.count(), func.sum(-db.ledger.c.tokens))
+        .where(db.ledger.c.kind == "charge")
+        .group_by(db.ledger.c.account_id, month, route)
+    )
+    u = db.monthly_usage.c
+    usage = select(u.account_id, u.month, u.route, u.requests, u.tokens)
+    with engine.connect() as conn, conn.begin():
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        found = {
+            (str(r[0]), str(r[1]), str(r[2])): (int(r[3]), int(r[4])) for r in conn.execute(charges)
+        }
+        kept = {
+            (str(r[0]), str(r[1]), str(r[2])): (int(r[3]), int(r[4])) for r in conn.execute(usage)
+        }
+    return [
+        UsageDifference(*key, *kept.get(key, (0, 0)), *found.get(key, (0, 0)))
+        for key in sorted(set(found) | set(kept))
+        if kept.get(key, (0, 0)) != found.get(key, (0, 0))
+    ]
+
+
 def ledger_rows(engine: Engine, account_id: str | None = None) -> Iterator[dict[str, Any]]:
     """The ledger in entry order (one account's, or all), streamed: memory stays bounded
     whatever its length."""

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BigInteger,
@@ -35,6 +35,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
+
+if TYPE_CHECKING:
+    from eqrisk.settings import Settings
 
 metadata = MetaData()
 
@@ -147,27 +150,65 @@ class Timeouts:
         )
 
 
+@dataclass(frozen=True)
+class Pool:
+    """How one process connects to PostgreSQL (settings `database_pool_size`,
+    `database_max_overflow`, `database_pooler`): SQLAlchemy keeps `size` connections open and
+    opens up to `overflow` more under load (closed again when returned), so a host running W
+    worker processes holds at most W x (size + overflow). Behind PgBouncer in transaction mode
+    (`pgbouncer`), a transaction may run on any server connection: no prepared statements
+    (psycopg's `prepare_threshold=None`) and no session state, so the server's statement, lock
+    and idle-in-transaction timeouts are not sent as connection options: PgBouncer sets them on
+    its server connections (`connect_query`, docs/decisions/connections.md); every client-side
+    wait stays bounded (`BoundedConnection`)."""
+
+    size: int = 5
+    overflow: int = 10
+    pgbouncer: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> Pool:
+        return cls(
+            settings.database_pool_size,
+            settings.database_max_overflow,
+            settings.database_pooler == "pgbouncer",
+        )
+
+
 def make_engine(
-    home: Path, database_url: str | None = None, *, timeouts: Timeouts | None = None
+    home: Path,
+    database_url: str | None = None,
+    *,
+    timeouts: Timeouts | None = None,
+    pool: Pool | None = None,
 ) -> Engine:
     """An engine for the configured database, schema created if missing. `timeouts` bound
-    every wait on PostgreSQL (None: libpq's and the server's defaults, as for the CLI)."""
+    every wait on PostgreSQL (None: libpq's and the server's defaults, as for the CLI); `pool`
+    sizes its connection pool and says whether PgBouncer sits in between (None: the defaults,
+    direct)."""
     if database_url:
         url = database_url
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-        if timeouts is None:
-            engine = create_engine(url, pool_pre_ping=True)
-        else:
-            engine = create_engine(
-                url,
-                pool_pre_ping=True,
-                pool_timeout=timeouts.io_s,  # waiting for a free pooled connection
-                connect_args={
-                    "connect_timeout": timeouts.connect_s,
-                    "options": timeouts.server_options,
-                },
-            )
+        pool = pool or Pool()
+        connect_args: dict[str, Any] = {}
+        if pool.pgbouncer:
+            connect_args["prepare_threshold"] = None  # a prepared statement lives in one session
+        options: dict[str, Any] = {}
+        if timeouts is not None:
+            options["pool_timeout"] = timeouts.io_s  # waiting for a free pooled connection
+            connect_args["connect_timeout"] = timeouts.connect_s
+            if not pool.pgbouncer:
+                connect_args["options"] = timeouts.server_options
+        engine = create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=pool.size,
+            max_overflow=pool.overflow,
+            connect_args=connect_args,
+            **options,
+        )
+        if timeouts is not None:
             _bounded_round_trips(engine, timeouts.io_s)
     else:
         home.mkdir(parents=True, exist_ok=True)

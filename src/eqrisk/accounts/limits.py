@@ -210,9 +210,11 @@ class RateLimiter:
         `BackendUnavailable` when it does not. Without Redis: nothing to ask."""
         if self._limiter is None:
             return
+        client: Any = getattr(self._storage, "storage")  # noqa: B009 - RedisStorage's client
         with self.backend.probe():
-            if not self._storage.check():
-                raise self.backend.unavailable("no answer to PING")
+            # The client's own PING: its errors say why, and mark Redis down (`check()` would
+            # swallow them into False, which left the state as it was).
+            client.ping()
 
 
 class FailedKeys:

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import eqrisk
 from eqrisk.accounts.book import Accounts
-from eqrisk.accounts.db import Timeouts, make_engine
+from eqrisk.accounts.db import Pool, Timeouts, make_engine
 from eqrisk.accounts.doubt import JOURNAL_DIR
 from eqrisk.accounts.limits import SQLITE_FILE, FailedKeys, RateLimiter
 from eqrisk.accounts.pricing import PriceTable
@@ -258,7 +258,9 @@ def create_app(
     app.state.cpu_budget_s = settings.cpu_budget_ms / 1000
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
-    engine = make_engine(settings.home_dir, database_url, timeouts=timeouts)
+    engine = make_engine(
+        settings.home_dir, database_url, timeouts=timeouts, pool=Pool.of(settings)
+    )
     app.state.accounts = Accounts(engine, retry_s=settings.backend_retry_s)
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
     redis_url = settings.redis_url.get_secret_value() if settings.redis_url else None

@@ -69,10 +69,11 @@ def database_state(accounts: Accounts) -> dict[str, Any]:
 
 
 def redis_state(limiter: RateLimiter) -> dict[str, Any]:
-    """Redis's state (`off` without Redis: limits are counted in `limits`), asked (PING) at
-    most once per `backend_retry_s`; blocking."""
+    """Redis's state (`off` without Redis: limits are counted in `limits`), asked (PING) on
+    every call, bounded by the Redis timeouts: whichever worker answers the readiness check
+    says what Redis does now, not what this worker's last request saw; blocking."""
     backend = limiter.backend
-    if backend.state().state != "off" and not backend.reported_within(backend.retry_s):
+    if backend.state().state != "off":
         with contextlib.suppress(BackendUnavailable):
             limiter.ping()
     return {**backend.state().as_dict(), "limits": limiter.kind}

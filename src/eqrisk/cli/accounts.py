@@ -27,11 +27,11 @@ AccountArg = Annotated[
 
 def _accounts(settings: Settings | None = None) -> Any:
     from eqrisk.accounts.book import Accounts
-    from eqrisk.accounts.db import make_engine
+    from eqrisk.accounts.db import Pool, make_engine
 
     settings = settings or get_settings()
     url = settings.database_url.get_secret_value() if settings.database_url else None
-    return Accounts(make_engine(settings.home_dir, url))
+    return Accounts(make_engine(settings.home_dir, url, pool=Pool.of(settings)))
 
 
 def _account_op(fn: Callable[[], Any]) -> Any:

@@ -43,14 +43,15 @@ def check_database(settings: Settings) -> str:
         url = make_url(settings.database_url.get_secret_value())
         if url.drivername == "postgresql":
             url = url.set(drivername="postgresql+psycopg")
-        engine = create_engine(
-            url,
-            connect_args={
-                "connect_timeout": settings.database_connect_timeout_s,
-                "options": f"-c statement_timeout={round(settings.database_timeout_s * 1000)}",
-            },
-        )
-        where = f"PostgreSQL {url.render_as_string(hide_password=True)}"
+        connect_args: dict[str, object] = {"connect_timeout": settings.database_connect_timeout_s}
+        if settings.database_pooler == "pgbouncer":  # no startup options, nothing prepared
+            connect_args["prepare_threshold"] = None
+        else:
+            ms = round(settings.database_timeout_s * 1000)
+            connect_args["options"] = f"-c statement_timeout={ms}"
+        engine = create_engine(url, connect_args=connect_args)
+        kind = "PgBouncer" if settings.database_pooler == "pgbouncer" else "PostgreSQL"
+        where = f"{kind} {url.render_as_string(hide_password=True)}"
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))

@@ -62,31 +62,60 @@ def accounts_export(
 
 @accounts_app.command("reconcile")
 def accounts_reconcile(as_json: JsonOpt = False) -> None:
-    """Check every balance against its ledger. Each account's balance must equal the credits
-    minus the charges of its ledger rows; exit 1 naming the accounts that differ."""
-    from eqrisk.accounts.audit import account_totals
+    """Check every balance against its ledger, and the monthly usage against the ledger's
+    charges. Each account's balance must equal the credits minus the charges of its ledger
+    rows, and each (account, month, route) of the usage table the charges of that month and
+    route; exit 1 naming what differs."""
+    from eqrisk.accounts.audit import account_totals, usage_differences
 
-    totals = account_totals(_accounts().engine)
+    engine = _accounts().engine
+    totals = account_totals(engine)
     wrong = [t for t in totals if t.difference_tokens != 0]
+    usage = usage_differences(engine)
     if as_json:
         print_json(
             {
                 "accounts": len(totals),
-                "ok": not wrong,
+                "ok": not wrong and not usage,
                 "differences": [t.row() for t in wrong],
+                "usage_differences": [u.row() for u in usage],
             }
         )
-    elif wrong:
-        result_table(
-            ("account", "balance", "credits - charges", "difference USD"),
-            (
-                (t.account_id, t.balance_tokens, t.expected_tokens, t.row()["difference_usd"])
-                for t in wrong
-            ),
-        )
     else:
-        result(f"{len(totals)} accounts: every balance equals credits - charges of its ledger")
+        if wrong:
+            result_table(
+                ("account", "balance", "credits - charges", "difference USD"),
+                (
+                    (t.account_id, t.balance_tokens, t.expected_tokens, t.row()["difference_usd"])
+                    for t in wrong
+                ),
+            )
+        if usage:
+            result_table(
+                ("account", "month", "route", "usage requests/tokens", "ledger requests/tokens"),
+                (
+                    (
+                        u.account_id,
+                        u.month,
+                        u.route,
+                        f"{u.usage_requests}/{u.usage_tokens}",
+                        f"{u.ledger_requests}/{u.ledger_tokens}",
+                    )
+                    for u in usage
+                ),
+            )
+        if not wrong and not usage:
+            result(
+                f"{len(totals)} accounts: every balance equals credits - charges of its ledger, "
+                "and the monthly usage equals the ledger's charges"
+            )
+    problems = []
     if wrong:
         names = ", ".join(f"{t.account_id} ({t.difference_tokens:+d} tokens)" for t in wrong)
-        say_error(f"{len(wrong)} of {len(totals)} accounts differ from their ledger: {names}")
+        problems.append(f"{len(wrong)} of {len(totals)} accounts differ from their ledger: {names}")
+    if usage:
+        names = ", ".join(sorted({f"{u.account_id} {u.month}" for u in usage}))
+        problems.append(f"the monthly usage differs from the ledger's charges for {names}")
+    if problems:
+        say_error("; ".join(problems))
         raise typer.Exit(1)

@@ -87,7 +87,7 @@ def preflight(
     the accounts database, Redis, the port (unless None). Returns the current version (None:
     not checked)."""
     from eqrisk.accounts.backends import BackendUnavailable
-    from eqrisk.accounts.db import Timeouts, make_engine
+    from eqrisk.accounts.db import Pool, Timeouts, make_engine
     from eqrisk.accounts.limits import RateLimiter
     from eqrisk.snapshot.store import VersionStore
 
@@ -97,7 +97,7 @@ def preflight(
     version = store.served(home=home).current().version if snapshot else None
     url = settings.database_url.get_secret_value() if settings.database_url else None
     timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
-    make_engine(home, url, timeouts=timeouts).dispose()
+    make_engine(home, url, timeouts=timeouts, pool=Pool.of(settings)).dispose()
     if settings.redis_url is not None:
         limiter = RateLimiter(
             settings.redis_url.get_secret_value(),

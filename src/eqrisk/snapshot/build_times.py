@@ -26,8 +26,11 @@ def read_build_times(root: Path) -> dict[str, dict[str, float]]:
 
 
 def build_mode(manifest: dict[str, Any], dask: str | None) -> str:
-    """ "dask", else the manifest's build mode ("full" or "incremental")."""
-    return "dask" if dask is not None else str((manifest.get("build") or {}).get("mode", "full"))
+    """The manifest's build mode ("full" or "incremental"), or "dask" for a full build that ran
+    on the cluster `dask` names (an incremental build runs in process even with `dask` set:
+    `dask_min_cells`)."""
+    mode = str((manifest.get("build") or {}).get("mode", "full"))
+    return "dask" if dask is not None and mode == "full" else mode
 
 
 def record_build(root: Path, mode: str, seconds: float) -> None:

@@ -123,26 +123,40 @@ def dask_client(address: str, *, workers: int | None = None) -> Iterator[Client]
             "`dask worker ADDRESS` on each worker host), or build with --dask local or without "
             "--dask"
         ) from None
+    # A scheduler lost mid-build is eqrisk's one line (DaskUnavailable); the client's own
+    # account of it (an ERROR record, with a traceback at times) would come before it.
+    client_log = logging.getLogger("distributed.client")
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL)
     try:
         yield client
     finally:
         client.close()
+        client_log.setLevel(level)
 
 
 def _worker_threads(client: Client) -> tuple[int, int | None]:
     """(workers, numba threads per block): the cores of this host shared among the worker
     processes of a LocalCluster; workers elsewhere (or threads of this process) keep numba's
     default, all of their host's cores."""
-    workers: dict[str, int] = client.nthreads()
-    if not workers:
-        try:
-            client.wait_for_workers(1, timeout=60)
-        except TimeoutError:
-            raise DaskUnavailable(
-                "the Dask scheduler has no worker after 60 s: start some "
-                "(`dask worker SCHEDULER_ADDRESS` on each worker host)"
-            ) from None
-        workers = client.nthreads()
+    from distributed.comm.core import CommClosedError
+
+    try:
+        workers: dict[str, int] = client.nthreads()
+        if not workers:
+            try:
+                client.wait_for_workers(1, timeout=60)
+            except TimeoutError:
+                raise DaskUnavailable(
+                    "the Dask scheduler has no worker after 60 s: start some "
+                    "(`dask worker SCHEDULER_ADDRESS` on each worker host)"
+                ) from None
+            workers = client.nthreads()
+    except (CommClosedError, OSError) as exc:  # the scheduler gone while we asked or waited
+        raise DaskUnavailable(
+            f"the Dask cluster went away before the build began ({_one_line(exc)}); nothing "
+            "changed: restart it, or build without --dask"
+        ) from None
     hosts = {urlsplit(address).hostname for address in workers}
     local = hosts <= {"127.0.0.1", "localhost", "::1"}
     threads = max(1, (os.cpu_count() or 1) // len(workers)) if local else None
