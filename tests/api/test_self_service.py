@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import Server, assert_problem, bearer, client_for, free_port
 
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, AccountError
+from helpers import Server, assert_problem, bearer, client_for, free_port
 
 stripe = pytest.importorskip("stripe")
 
@@ -97,6 +97,13 @@ def card(sdk: Any, number: str = "4242424242424242") -> str:
     return str(method.id)
 
 
+def pay(sdk: Any, intent: str) -> None:
+    """Pay a PaymentIntent with a card on Stripe's side (localstripe takes the card by an
+    update, then a confirmation without one)."""
+    sdk.v1.payment_intents.update(intent, params={"payment_method": card(sdk)})
+    sdk.v1.payment_intents.confirm(intent)
+
+
 def signed(body: bytes, secret: str = WEBHOOK_SECRET, at: int | None = None) -> dict[str, str]:
     """Stripe's signature header, computed here from its documented scheme."""
     stamp = int(time.time()) if at is None else at
@@ -169,7 +176,7 @@ def test_sign_up_to_a_paid_call_and_a_top_up_through_stripes_signed_events(
         top = client.post("/api/account/topup", json={"amount_usd": 10}, headers=bearer(key))
         assert top.status_code == 201, top.text
         intent = top.json()["payment_intent"]
-        sdk.v1.payment_intents.confirm(intent, params={"payment_method": card(sdk)})
+        pay(sdk, intent)
         want = STARTING_CREDIT_TOKENS - cost + 10 * 100 * 500
         wait_for(
             lambda: client.get("/api/balance", headers=bearer(key)).json()["balance_tokens"] == want
