@@ -8,10 +8,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import subprocess
-import sys
+import secrets
 import time
-from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,88 +19,18 @@ import httpx
 import pytest
 
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, AccountError
-from helpers import Server, assert_problem, bearer, client_for, free_port
+from helpers import Server, assert_problem, bearer, client_for
+from stripe_local import (
+    PUBLISHABLE_KEY,
+    WEBHOOK_SECRET,
+    card,
+    pay,
+    stripe_env,
+    stripe_settings,
+    wait_for,
+)
 
 stripe = pytest.importorskip("stripe")
-
-SECRET_KEY = "sk_test_eqrisk"
-PUBLISHABLE_KEY = "pk_test_eqrisk"
-WEBHOOK_SECRET = "whsec_eqrisk_tests"
-
-
-def wait_for(
-    check: Callable[[], Any], timeout: float = 30.0, message: Callable[[], str] = str
-) -> Any:
-    """`check()`'s first truthy value, polled until `timeout` (then the test fails)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"no answer from {check} within {timeout}s\n{message()}")
-
-
-@pytest.fixture(scope="module")
-def stripe_base() -> Iterator[str]:
-    """localstripe on a free port, stopped after the module."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("stripe_stand_in.py")), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.poll() is None, "localstripe exited"
-        try:
-            return httpx.get(f"{base}/js.stripe.com/v3/", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-@pytest.fixture()
-def sdk(stripe_base: str) -> Any:
-    return stripe.StripeClient(SECRET_KEY, base_addresses={"api": stripe_base})
-
-
-def stripe_env(stripe_base: str) -> dict[str, str]:
-    return {
-        "EQRISK_STRIPE_SECRET_KEY": SECRET_KEY,
-        "EQRISK_STRIPE_PUBLISHABLE_KEY": PUBLISHABLE_KEY,
-        "EQRISK_STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "EQRISK_STRIPE_API_BASE": stripe_base,
-        "EQRISK_STRIPE_JS_URL": f"{stripe_base}/js.stripe.com/v3/",
-    }
-
-
-def stripe_settings(stripe_base: str) -> dict[str, Any]:
-    return {k.removeprefix("EQRISK_").lower(): v for k, v in stripe_env(stripe_base).items()}
-
-
-def card(sdk: Any, number: str = "4242424242424242") -> str:
-    method = sdk.v1.payment_methods.create(
-        params={
-            "type": "card",
-            "card": {"number": number, "exp_month": 12, "exp_year": 2031, "cvc": "123"},
-        }
-    )
-    return str(method.id)
-
-
-def pay(sdk: Any, intent: str) -> None:
-    """Pay a PaymentIntent with a card on Stripe's side (localstripe takes the card by an
-    update, then a confirmation without one)."""
-    sdk.v1.payment_intents.update(intent, params={"payment_method": card(sdk)})
-    sdk.v1.payment_intents.confirm(intent)
 
 
 def signed(body: bytes, secret: str = WEBHOOK_SECRET, at: int | None = None) -> dict[str, str]:
@@ -240,7 +169,7 @@ def verified_key(client: Any, sdk: Any, name: str = "Ada") -> tuple[str, str]:
     """(account id, first key) of a sign-up verified by a signed event for a new card."""
     up = sign_up(client, name, f"{name.lower()}@example.com")
     setup = up["setup_client_secret"].split("_secret_")[0]
-    number = f"4000{abs(hash(name)) % 10**12:012d}"
+    number = f"4000{secrets.randbelow(10**12):012d}"  # a card of its own
     resp = hook(client, setup_event(f"evt_{name}", up["account_id"], setup, card(sdk, number)))
     assert resp.status_code == 200, resp.text
     claimed = client.post("/api/signup/claim", json={"claim_token": up["claim_token"]})
@@ -391,3 +320,50 @@ def test_the_account_manages_its_keys_and_reads_its_usage(
         assert_problem(resp, 400, "INVALID_PARAMETER")
         demo = client.get("/api/account/keys", headers=bearer("eqrisk-demo"))
         assert_problem(demo, 403, "DEMO_RESTRICTED")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The accounts database's setting: SQLite under the home, or the machine's PostgreSQL."""
+    if request.param == "sqlite":
+        return {}
+    return {"database_url": request.getfixturevalue("pg_database_url")}
+
+
+def test_calls_during_top_ups_keep_balance_equal_to_credits_minus_charges(
+    home: Path, stripe_base: str, sdk: Any, database: dict[str, Any]
+) -> None:
+    """Paid calls and top-up events (each delivered twice) at once, as concurrent requests on
+    one server: every top-up is credited once, every 200 is one charge, and the balance is
+    exactly the ledger's sum."""
+    with client_for(home, **stripe_settings(stripe_base), **database) as client:
+        accounts = client.app.state.accounts
+        account_id, key = verified_key(client, sdk, f"Concurrent{secrets.token_hex(3)}")
+        intents = []
+        for _ in range(3):
+            top = client.post("/api/account/topup", json={"amount_usd": 10}, headers=bearer(key))
+            intents.append(top.json()["payment_intent"])
+        events = [
+            payment_event(f"evt_{intent}_{copy}", intent, 1000)
+            for intent in intents
+            for copy in range(2)
+        ]
+
+        def call(n: int) -> int:
+            if n % 7 == 0 and events:
+                return -hook(client, events.pop()).status_code
+            return int(client.get("/api/metrics/NVDA", headers=bearer(key)).status_code)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = list(pool.map(call, range(42)))
+        assert statuses.count(-200) == 6 and statuses.count(200) == 36
+        ledger = accounts.ledger(account_id)
+        credits = [e for e in ledger if e["kind"] == "credit"]
+        charges = [e for e in ledger if e["kind"] == "charge"]
+        assert sorted(c["request_id"] for c in credits) == sorted(intents)
+        assert len(charges) == 36
+        balance = accounts.balance(account_id)
+        assert balance == sum(e["tokens"] for e in ledger)
+        assert balance == STARTING_CREDIT_TOKENS + 3 * 1000 * 500 + sum(
+            e["tokens"] for e in charges
+        )

@@ -1,7 +1,7 @@
 """Stripe, through its official SDK (`pip install 'eqrisk[payments]'`): the calls the
 self-service routes make, and the check of its signed webhook events.
 
-- A sign-up's card: a SetupIntent (`usage: off_session`, card only) whose client secret the
+- A sign-up's card: a SetupIntent (`usage: off_session`) whose client secret the
   page confirms with Stripe.js; eqrisk never sees card numbers. The card counts as verified only
   when Stripe's signed `setup_intent.succeeded` arrives; its PaymentMethod's `card.fingerprint`
   is what "one starting credit per card" compares.
@@ -62,7 +62,6 @@ class StripeGateway:
         intent = self.client.v1.setup_intents.create(
             params={
                 "usage": "off_session",
-                "payment_method_types": ["card"],
                 "metadata": {"account_id": account_id},
             }
         )
@@ -74,7 +73,6 @@ class StripeGateway:
             params={
                 "amount": amount_cents,
                 "currency": "usd",
-                "payment_method_types": ["card"],
                 "metadata": {"account_id": account_id, "purpose": "eqrisk top-up"},
             }
         )

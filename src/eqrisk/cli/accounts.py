@@ -139,7 +139,7 @@ def accounts_list(as_json: JsonOpt = False) -> None:
         by = row["verified_by"]
         if by is None:
             return "-"
-        words = by["provider"] + (f" {by['reference']}" if by["reference"] else "")
+        words = str(by["provider"]) + (f" {by['reference']}" if by["reference"] else "")
         return words + (f" ({by['note']})" if by["note"] else "")
 
     result_table(
