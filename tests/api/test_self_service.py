@@ -8,7 +8,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -19,7 +22,7 @@ import httpx
 import pytest
 
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, AccountError
-from helpers import Server, assert_problem, bearer, client_for
+from helpers import Server, assert_problem, bearer, client_for, free_port
 from stripe_local import (
     PUBLISHABLE_KEY,
     WEBHOOK_SECRET,
@@ -220,6 +223,17 @@ def test_forged_stale_replayed_and_out_of_order_events_grant_nothing_more(
         # How it was verified, for the operator.
         how = client.app.state.self_service.book.how_verified()[account_id]
         assert how == {"provider": "stripe", "reference": setup, "note": None}
+    listed = subprocess.run(
+        [sys.executable, "-m", "eqrisk.cli", "accounts", "list", "--json"],
+        env={**os.environ, "EQRISK_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    rows = {r["account_id"]: r for r in json.loads(listed.stdout)}
+    assert rows[account_id]["verified_by"] == how
+    assert rows["demo"]["verified_by"] is None
 
 
 def test_a_top_up_is_credited_once_whatever_the_events(
@@ -367,3 +381,30 @@ def test_calls_during_top_ups_keep_balance_equal_to_credits_minus_charges(
         assert balance == STARTING_CREDIT_TOKENS + 3 * 1000 * 500 + sum(
             e["tokens"] for e in charges
         )
+
+
+def test_stripes_secrets_are_masked_in_the_config() -> None:
+    from eqrisk.settings import Settings
+
+    settings = Settings(
+        _env_file=None,
+        stripe_secret_key="sk_test_abc",
+        stripe_publishable_key="pk_test_abc",
+        stripe_webhook_secret="whsec_abc",
+        topup_amounts_usd=(50, 10, 10),
+    )
+    shown = settings.masked()
+    assert shown["stripe_secret_key"] == shown["stripe_webhook_secret"] == "**********"
+    assert shown["stripe_publishable_key"] == "pk_test_abc"  # public by design
+    assert settings.stripe_enabled and settings.topup_amounts_usd == (10, 50)
+    assert not Settings(_env_file=None, stripe_secret_key="sk_test_abc").stripe_enabled
+    with pytest.raises(ValueError, match="top-up amounts"):
+        Settings(_env_file=None, topup_amounts_usd=(0,))
+
+
+def test_stripe_unreachable_is_a_503_and_leaves_no_usable_sign_up(home: Path) -> None:
+    nowhere = stripe_settings(f"http://127.0.0.1:{free_port()}")
+    with client_for(home, **nowhere) as client:
+        resp = client.post("/api/signup", json={"name": "Ada", "email": "ada@example.com"})
+        assert "Stripe" in assert_problem(resp, 503, "SERVICE_UNAVAILABLE")["detail"]
+        assert resp.headers["Retry-After"] == "30"

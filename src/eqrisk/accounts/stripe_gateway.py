@@ -13,14 +13,20 @@ self-service routes make, and the check of its signed webhook events.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 SIGNATURE_HEADER = "stripe-signature"
+T = TypeVar("T")
 
 
 class StripeMissing(RuntimeError):
     """Stripe is configured but its SDK is not installed."""
+
+
+class ProviderError(RuntimeError):
+    """Stripe did not answer, or refused a call eqrisk made (message safe to return)."""
 
 
 class EventRejected(ValueError):
@@ -57,8 +63,19 @@ class StripeGateway:
         self.webhook_secret = webhook_secret
         self.tolerance_s = tolerance_s
 
+    def _call(self, work: Callable[[], T]) -> T:
+        try:
+            return work()
+        except self._stripe.StripeError as exc:
+            raise ProviderError(
+                f"Stripe did not accept the call: {exc.user_message or exc}"
+            ) from exc
+
     def setup_card(self, account_id: str) -> Intent:
         """A SetupIntent for the sign-up's card, tagged with the account."""
+        return self._call(lambda: self._setup_card(account_id))
+
+    def _setup_card(self, account_id: str) -> Intent:
         intent = self.client.v1.setup_intents.create(
             params={
                 "usage": "off_session",
@@ -69,6 +86,9 @@ class StripeGateway:
 
     def payment(self, account_id: str, amount_cents: int) -> Intent:
         """A PaymentIntent for a top-up of `amount_cents` US cents."""
+        return self._call(lambda: self._payment(account_id, amount_cents))
+
+    def _payment(self, account_id: str, amount_cents: int) -> Intent:
         intent = self.client.v1.payment_intents.create(
             params={
                 "amount": amount_cents,
@@ -80,7 +100,9 @@ class StripeGateway:
 
     def fingerprint(self, payment_method: str) -> str:
         """The card's fingerprint (the same card gives the same one on every account)."""
-        method = self.client.v1.payment_methods.retrieve(payment_method).to_dict()
+        method = self._call(
+            lambda: self.client.v1.payment_methods.retrieve(payment_method).to_dict()
+        )
         card = method.get("card")
         value = card.get("fingerprint") if card else None
         if not value:

@@ -18,10 +18,11 @@ from starlette.responses import Response
 
 from eqrisk.accounts.book import AccountError, Accounts
 from eqrisk.accounts.pricing import tokens_to_usd
+from eqrisk.accounts.stripe_gateway import ProviderError
 from eqrisk.api.body import json_body, validate_body
 from eqrisk.api.deps import RiskCaller
 from eqrisk.api.endpoint import Doc, Endpoint
-from eqrisk.api.endpoints.signup import state_of, stripe_of
+from eqrisk.api.endpoints.signup import provider_down, state_of, stripe_of
 from eqrisk.api.errors import ApiError, problem_responses
 from eqrisk.api.formats import json_response
 from eqrisk.api.gate import Caller
@@ -209,7 +210,10 @@ async def topup(request: Request, caller: RiskCaller) -> Response:
             state.book.open_topup(account_id, intent.id, cents)
         return intent.id, intent.client_secret
 
-    payment_intent, client_secret = await anyio.to_thread.run_sync(begin)
+    try:
+        payment_intent, client_secret = await anyio.to_thread.run_sync(begin)
+    except ProviderError as exc:
+        raise provider_down(exc) from None
     return json_response(
         {
             "payment_intent": payment_intent,
@@ -230,7 +234,9 @@ def _keyed(path: str, handler: Any, summary: str, method: Any = "GET") -> Endpoi
         service="risk",
         price_key=PRICE_KEY,
         handler=handler,
-        doc=Doc(tag=TAG, summary=summary, responses=problem_responses(400, 401, 403, 429, 500)),
+        doc=Doc(
+            tag=TAG, summary=summary, responses=problem_responses(400, 401, 403, 429, 500, 503)
+        ),
     )
 
 

@@ -19,7 +19,12 @@ from starlette.responses import Response
 
 from eqrisk.accounts.book import AccountError, Accounts
 from eqrisk.accounts.selfservice import SelfService, SignupRefused
-from eqrisk.accounts.stripe_gateway import SIGNATURE_HEADER, EventRejected, StripeGateway
+from eqrisk.accounts.stripe_gateway import (
+    SIGNATURE_HEADER,
+    EventRejected,
+    ProviderError,
+    StripeGateway,
+)
 from eqrisk.api.body import json_body, validate_body
 from eqrisk.api.endpoint import Doc, Endpoint
 from eqrisk.api.errors import ApiError, problem_responses
@@ -83,6 +88,11 @@ def stripe_of(state: SelfServiceState) -> StripeGateway:
     return state.stripe
 
 
+def provider_down(exc: ProviderError) -> ApiError:
+    log.warning("stripe: %s", exc)
+    return ApiError("SERVICE_UNAVAILABLE", f"{exc}; try again", headers={"Retry-After": "30"})
+
+
 class SignupBody(BodyParams):
     name: str = Field(min_length=1, max_length=200, description="Your name or your company's.")
     email: str = Field(
@@ -127,6 +137,8 @@ async def signup(request: Request) -> Response:
         account_id, token, client_secret = await anyio.to_thread.run_sync(begin)
     except SignupRefused as exc:
         raise ApiError("RATE_LIMIT_EXCEEDED", str(exc), headers={"Retry-After": "3600"}) from None
+    except ProviderError as exc:
+        raise provider_down(exc) from None
     except AccountError as exc:
         raise ApiError("INVALID_PARAMETER", str(exc), parameters=["body"]) from None
     return json_response(
@@ -191,6 +203,8 @@ async def stripe_webhook(request: Request) -> Response:
         event_id, outcome = await anyio.to_thread.run_sync(handle)
     except EventRejected as exc:
         raise ApiError("WEBHOOK_REJECTED", str(exc)) from None
+    except ProviderError as exc:  # Stripe retries the event later
+        raise provider_down(exc) from None
     except AccountError as exc:
         raise ApiError("WEBHOOK_REJECTED", str(exc)) from None
     log.info("stripe event %s: %s", event_id, outcome)
@@ -222,7 +236,7 @@ SIGNUP: Endpoint[Any, Any] = Endpoint(
             "Stripe's signed event; then `POST /api/signup/claim` shows the first key, once. "
             "Limited per client address; 404 when the operator creates accounts."
         ),
-        responses=problem_responses(400, 404, 429, 500),
+        responses=problem_responses(400, 404, 429, 500, 503),
     ),
 )
 
@@ -258,6 +272,6 @@ STRIPE_WEBHOOK: Endpoint[Any, Any] = Endpoint(
             "`Stripe-Signature` is checked by Stripe's SDK against the webhook secret; each "
             "event id is acted on once (a duplicate answers 200 and does nothing)."
         ),
-        responses=problem_responses(400, 404, 500),
+        responses=problem_responses(400, 404, 500, 503),
     ),
 )
