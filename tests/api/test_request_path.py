@@ -47,7 +47,7 @@ PRICES: dict[str, dict[str, Any]] = {
     "tickers": {"usd": "0.0001"},
     "estimate": {"usd": "0.0002"},
     "balance": {"usd": "0.0003"},
-    "account": {"usd": "0.00031"},
+    "account": {"usd": "0.00034"},
     "metrics": {"usd": "0.004"},
     "ticker-returns": {"usd": "0.005"},
     "returns": {"usd": "0.006"},
