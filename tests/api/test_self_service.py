@@ -20,8 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, AccountError
+from eqrisk.accounts.db import key_expiry
 from helpers import Server, assert_problem, bearer, client_for, free_port
 from stripe_local import (
     PUBLISHABLE_KEY,
@@ -323,6 +325,29 @@ def test_the_account_manages_its_keys_and_reads_its_usage(
         labels = {k["key_id"]: (k["label"], k["revoked_at"] is None) for k in keys}
         assert labels[made["key_id"]] == ("ci", False)
         assert labels[rotated["key_id"]] == ("ci", True)
+        # An optional expiry: in the future only; past it, the key is refused.
+        past = client.post(
+            "/api/account/keys",
+            json={"action": "create", "expires_at": "2020-01-01T00:00:00Z"},
+            headers=bearer(key),
+        )
+        assert_problem(past, 400, "INVALID_PARAMETER")
+        soon = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+        dated = client.post(
+            "/api/account/keys",
+            json={"action": "create", "label": "dated", "expires_at": soon},
+            headers=bearer(key),
+        ).json()
+        listed = client.get("/api/account/keys", headers=bearer(key)).json()["keys"]
+        assert [k["expires_at"] for k in listed if k["key_id"] == dated["key_id"]] == [soon]
+        with client.app.state.accounts.engine.begin() as conn:
+            conn.execute(
+                update(key_expiry)
+                .where(key_expiry.c.key_id == dated["key_id"])
+                .values(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+            )
+        expired = client.get("/api/balance", headers=bearer(dated["key"]))
+        assert_problem(expired, 401, "INVALID_API_KEY")
         # Another account's key is not this account's to revoke; the demo key manages nothing.
         _, stranger = verified_key(client, sdk, "Bob")
         stranger_id = client.get("/api/balance", headers=bearer(stranger)).json()["key_id"]

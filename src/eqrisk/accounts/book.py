@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -344,7 +344,7 @@ class Accounts:
             )
 
     def authenticate(self, key: str) -> KeyRecord | None:
-        """The active key record for a presented key, or None (unknown or revoked).
+        """The active key record for a presented key, or None (unknown, revoked or expired).
 
         Looked up by the key's SHA-256 (a secret's hash reveals nothing usable about timing);
         the stored hash is then compared in constant time."""
@@ -360,7 +360,9 @@ class Accounts:
                 db.accounts.c.balance_tokens,
             )
             .join(db.accounts, db.accounts.c.account_id == db.api_keys.c.account_id)
+            .outerjoin(db.key_expiry, db.key_expiry.c.key_id == db.api_keys.c.key_id)
             .where(and_(db.api_keys.c.key_hash == digest, db.api_keys.c.revoked_at.is_(None)))
+            .where(or_(db.key_expiry.c.expires_at.is_(None), db.key_expiry.c.expires_at > _now()))
         )
         with self.engine.connect() as conn:
             row = conn.execute(query).first()

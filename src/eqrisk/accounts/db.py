@@ -143,6 +143,14 @@ signups = Table(
     Index("signups_address_time", "address", "created_at"),
 )
 
+# A key's optional expiry (a table of its own: databases made before it get it by create_all).
+key_expiry = Table(
+    "key_expiry",
+    metadata,
+    Column("key_id", String(32), ForeignKey("api_keys.key_id"), primary_key=True),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
 # One starting credit per card: the provider's card fingerprint is the key.
 card_fingerprints = Table(
     "card_fingerprints",

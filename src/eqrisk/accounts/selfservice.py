@@ -272,6 +272,21 @@ class SelfService:
                 for r in conn.execute(query)
             }
 
+    # -- key expiry -------------------------------------------------------------------------
+    def set_expiry(self, key_id: str, expires_at: datetime) -> None:
+        """The key stops authenticating at `expires_at` (within the key cache's second)."""
+        with db.transaction(self.engine) as conn:
+            conn.execute(insert(db.key_expiry).values(key_id=key_id, expires_at=expires_at))
+
+    def expiries(self, account_id: str) -> dict[str, datetime]:
+        query = (
+            select(db.key_expiry.c.key_id, db.key_expiry.c.expires_at)
+            .join(db.api_keys, db.api_keys.c.key_id == db.key_expiry.c.key_id)
+            .where(db.api_keys.c.account_id == account_id)
+        )
+        with self.engine.connect() as conn:
+            return {r.key_id: _aware(r.expires_at) for r in conn.execute(query)}
+
     # -- top-ups ----------------------------------------------------------------------------
     def open_topup(self, account_id: str, payment_intent: str, amount_cents: int) -> None:
         with db.transaction(self.engine) as conn:

@@ -13,11 +13,12 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import Request
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 from starlette.responses import Response
 
-from eqrisk.accounts.book import AccountError, Accounts
+from eqrisk.accounts.book import DEFAULT_RATE_LIMIT, AccountError, Accounts
 from eqrisk.accounts.pricing import tokens_to_usd
+from eqrisk.accounts.selfservice import SelfService
 from eqrisk.accounts.stripe_gateway import ProviderError
 from eqrisk.api.body import json_body, validate_body
 from eqrisk.api.deps import RiskCaller
@@ -52,6 +53,9 @@ class KeysBody(BodyParams):
         default=None, max_length=32, description="The key to revoke or rotate."
     )
     label: str | None = Field(default=None, max_length=200, description="A new key's name.")
+    expires_at: AwareDatetime | None = Field(
+        default=None, description="When a new key stops working (ISO 8601 with a time zone)."
+    )
 
 
 class TopupBody(BodyParams):
@@ -126,7 +130,8 @@ async def ledger(request: Request, caller: RiskCaller) -> Response:
     )
 
 
-def _key_rows(accounts: Accounts, account_id: str) -> list[dict[str, Any]]:
+def _key_rows(book: SelfService, account_id: str) -> list[dict[str, Any]]:
+    expiries = book.expiries(account_id)
     return [
         {
             "key_id": k["key_id"],
@@ -134,18 +139,19 @@ def _key_rows(accounts: Accounts, account_id: str) -> list[dict[str, Any]]:
             "rate_limit": k["rate_limit"],
             "created_at": k["created_at"].isoformat(),
             "revoked_at": k["revoked_at"].isoformat() if k["revoked_at"] else None,
+            "expires_at": expiries[k["key_id"]].isoformat() if k["key_id"] in expiries else None,
         }
-        for k in accounts.list_keys(account_id)
+        for k in book.accounts.list_keys(account_id)
     ]
 
 
 async def list_keys(request: Request, caller: RiskCaller) -> Response:
     account_id = _own(caller)
-    accounts = _accounts(request)
+    book = state_of(request).book
 
     def read() -> list[dict[str, Any]]:
-        with accounts.backend.guard():
-            return _key_rows(accounts, account_id)
+        with book.accounts.backend.guard():
+            return _key_rows(book, account_id)
 
     rows = await anyio.to_thread.run_sync(read)
     return json_response({"account_id": account_id, "keys": rows})
@@ -155,11 +161,22 @@ async def manage_keys(request: Request, caller: RiskCaller) -> Response:
     account_id = _own(caller)
     accounts = _accounts(request)
     body = validate_body(KeysBody, await json_body(request))
+    book = state_of(request).book
+    if body.expires_at is not None and body.expires_at <= datetime.now(UTC):
+        raise ApiError(
+            "INVALID_PARAMETER", "expires_at must be in the future", parameters=["expires_at"]
+        )
+
+    def made_key(label: str | None, rate_limit: str = DEFAULT_RATE_LIMIT) -> dict[str, str]:
+        made = accounts.create_key(account_id, label=label, rate_limit=rate_limit)
+        if body.expires_at is not None:
+            book.set_expiry(made["key_id"], body.expires_at)
+        return made
 
     def act() -> dict[str, Any]:
         with accounts.backend.guard():
             if body.action == "create":
-                made = accounts.create_key(account_id, label=body.label)
+                made = made_key(body.label)
                 return {"action": "create", "key": made["key"], "key_id": made["key_id"]}
             mine = {k["key_id"]: k for k in accounts.list_keys(account_id)}
             old = mine.get(body.key_id or "")
@@ -172,9 +189,7 @@ async def manage_keys(request: Request, caller: RiskCaller) -> Response:
             if body.action == "revoke":
                 accounts.revoke_key(old["key_id"])
                 return {"action": "revoke", "key_id": old["key_id"]}
-            made = accounts.create_key(
-                account_id, label=body.label or old["label"], rate_limit=old["rate_limit"]
-            )
+            made = made_key(body.label or old["label"], old["rate_limit"])
             accounts.revoke_key(old["key_id"])
             return {
                 "action": "rotate",

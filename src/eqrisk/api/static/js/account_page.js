@@ -48,7 +48,10 @@ async function showUsage() {
 
 function keyRow(k) {
   const tr = document.createElement("tr");
-  for (const text of [k.key_id, k.label || "", k.created_at.slice(0, 10), k.revoked_at ? "revoked" : "active"]) {
+  const expired = k.expires_at && new Date(k.expires_at) <= new Date();
+  const stateText = k.revoked_at ? "revoked" : expired ? "expired" : "active";
+  const expires = k.expires_at ? k.expires_at.slice(0, 10) : "";
+  for (const text of [k.key_id, k.label || "", k.created_at.slice(0, 10), expires, stateText]) {
     const td = document.createElement("td");
     td.textContent = text;
     tr.append(td);
@@ -74,8 +77,9 @@ async function showKeys() {
   $("keys").tBodies[0].replaceChildren(...doc.keys.map(keyRow));
 }
 
-async function keyAction(action, keyId, label) {
-  const { status, doc } = await postJson("/api/account/keys", { action, key_id: keyId, label }, key);
+async function keyAction(action, keyId, label, expiresAt) {
+  const body = { action, key_id: keyId, label, expires_at: expiresAt || null };
+  const { status, doc } = await postJson("/api/account/keys", body, key);
   if (status !== 200) {
     say($("key-shown"), doc.detail || `HTTP ${status}`, "problem");
     return;
@@ -181,7 +185,8 @@ async function start() {
   });
   $("new-key").addEventListener("submit", (event) => {
     event.preventDefault();
-    keyAction("create", null, $("new-key-label").value || null);
+    const day = $("new-key-expiry").value; // YYYY-MM-DD: the key works until that day starts (UTC)
+    keyAction("create", null, $("new-key-label").value || null, day ? `${day}T00:00:00Z` : null);
   });
   $("ledger-csv").addEventListener("click", () => downloadLedger().catch(problem));
   const topup = $("topup");
