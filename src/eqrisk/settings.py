@@ -155,6 +155,36 @@ class Settings(BaseSettings):
         default=None, description="Shared secret of the payment-provider webhook (off if unset)."
     )
     webhook_tolerance_s: int = Field(default=300, ge=1, description="Webhook timestamp tolerance.")
+
+    # Self-service accounts through Stripe (off, the operator creates accounts, until the
+    # secret key, publishable key and webhook secret are all set): docs/DEPLOYMENT.md.
+    stripe_secret_key: SecretStr | None = Field(
+        default=None, description="Stripe secret key (sk_test_... first, then sk_live_...)."
+    )
+    stripe_publishable_key: str | None = Field(
+        default=None, description="Stripe publishable key (pk_...), given to the pages."
+    )
+    stripe_webhook_secret: SecretStr | None = Field(
+        default=None, description="Signing secret (whsec_...) of the Stripe webhook endpoint."
+    )
+    stripe_api_base: str | None = Field(
+        default=None, description="Another Stripe API address (a local stand-in; unset: Stripe)."
+    )
+    stripe_js_url: str = Field(
+        default="https://js.stripe.com/v3/", description="Where the pages load Stripe.js from."
+    )
+    starting_credit_usd: int = Field(
+        default=20, ge=0, le=1000, description="Credit granted once per verified card (USD)."
+    )
+    topup_amounts_usd: tuple[int, ...] = Field(
+        default=(10, 25, 100), description="Top-up amounts offered (whole USD, JSON list)."
+    )
+    signups_per_hour: int = Field(
+        default=5, ge=1, description="Sign-ups allowed per client address and hour."
+    )
+    signup_expiry_s: int = Field(
+        default=86400, ge=60, description="An unverified sign-up is deleted after this long."
+    )
     pricing_file: Path | None = Field(default=None, description="JSON price overrides.")
 
     # Price feeds (`eqrisk fetch`, `eqrisk update --from`): keys and the providers' addresses.
@@ -319,6 +349,20 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 
+    @field_validator("topup_amounts_usd")
+    @classmethod
+    def _topup_amounts(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or any(a < 1 or a > 10000 for a in value):
+            raise ValueError("top-up amounts are whole USD from 1 to 10000, at least one")
+        return tuple(sorted(set(value)))
+
+    @property
+    def stripe_enabled(self) -> bool:
+        """Self-service sign-up and top-ups through Stripe: all three of its settings set."""
+        return bool(
+            self.stripe_secret_key and self.stripe_publishable_key and self.stripe_webhook_secret
+        )
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
@@ -418,6 +462,8 @@ class Settings(BaseSettings):
             "database_url",
             "redis_url",
             "webhook_secret",
+            "stripe_secret_key",
+            "stripe_webhook_secret",
             "demo_key",
             "evaluation_key",
             "tiingo_api_key",

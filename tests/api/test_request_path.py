@@ -34,11 +34,20 @@ from eqrisk.data.master import MAG7
 from eqrisk.settings import Settings
 from helpers import assert_problem, bearer, new_key
 
+# The account's own routes (api/endpoints/account_self.py), one price key for all.
+ACCOUNT_OWN = (
+    "/api/account/usage",
+    "/api/account/ledger",
+    "/api/account/keys",
+    "/api/account/topup",
+)
+
 # Every keyed route priced, each differently; the batch per ticker with a minimum.
 PRICES: dict[str, dict[str, Any]] = {
     "tickers": {"usd": "0.0001"},
     "estimate": {"usd": "0.0002"},
     "balance": {"usd": "0.0003"},
+    "account": {"usd": "0.00034"},
     "metrics": {"usd": "0.004"},
     "ticker-returns": {"usd": "0.005"},
     "returns": {"usd": "0.006"},
@@ -362,6 +371,7 @@ def test_every_keyed_route_is_in_the_differential() -> None:
         "/api/portfolio/risk",
         "/api/estimate",
         "/api/balance",
+        *ACCOUNT_OWN,
     }
     assert keyed == covered
     assert set(PRICES) == {e.price_key for e in ENDPOINTS if not e.open}
@@ -549,6 +559,13 @@ def test_the_balance_is_charged_its_price(meter: Meter) -> None:
     resp, spent = meter.call("GET", "/api/balance")
     assert resp.status_code == 200 and spent == meter.prices["balance"].tokens
     assert spent == _spec("/api/balance").quote(None, None, meter.prices).tokens
+
+
+def test_the_accounts_own_reads_are_charged_their_price(meter: Meter) -> None:
+    for path in ACCOUNT_OWN[:3]:
+        resp, spent = meter.call("GET", path)
+        assert resp.status_code == 200 and spent == meter.prices["account"].tokens, path
+        assert spent == _spec(path).quote(None, None, meter.prices).tokens
 
 
 # ------------------------------------------------------------------------------ the class twin

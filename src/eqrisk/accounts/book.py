@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -94,6 +94,7 @@ class Accounts:
         # `backend.guard()` (key lookups, charges, the balance), so an outage is a 503 that
         # waits for a timeout at most once per `retry_s` (accounts/backends.py).
         self.backend = Backend("database", is_outage=database_outage, retry_s=retry_s)
+        self.starting_credit = STARTING_CREDIT_TOKENS  # the server sets its setting's
 
     @property
     def reads_inline(self) -> bool:
@@ -142,7 +143,7 @@ class Accounts:
         Returns True when credit was granted (False: already verified, nothing granted)."""
         try:
             with db.transaction(self.engine) as conn:
-                return _verify_card(conn, account_id, provider, reference)
+                return verify_card_in(conn, account_id, provider, reference, self.starting_credit)
         finally:
             _access_changed()
 
@@ -161,7 +162,7 @@ class Accounts:
                         received_at=_now(),
                     )
                 )
-                return _verify_card(conn, account_id, provider, reference)
+                return verify_card_in(conn, account_id, provider, reference, self.starting_credit)
         except IntegrityError:
             return None
         finally:
@@ -343,7 +344,7 @@ class Accounts:
             )
 
     def authenticate(self, key: str) -> KeyRecord | None:
-        """The active key record for a presented key, or None (unknown or revoked).
+        """The active key record for a presented key, or None (unknown, revoked or expired).
 
         Looked up by the key's SHA-256 (a secret's hash reveals nothing usable about timing);
         the stored hash is then compared in constant time."""
@@ -359,7 +360,9 @@ class Accounts:
                 db.accounts.c.balance_tokens,
             )
             .join(db.accounts, db.accounts.c.account_id == db.api_keys.c.account_id)
+            .outerjoin(db.key_expiry, db.key_expiry.c.key_id == db.api_keys.c.key_id)
             .where(and_(db.api_keys.c.key_hash == digest, db.api_keys.c.revoked_at.is_(None)))
+            .where(or_(db.key_expiry.c.expires_at.is_(None), db.key_expiry.c.expires_at > _now()))
         )
         with self.engine.connect() as conn:
             row = conn.execute(query).first()
@@ -546,7 +549,11 @@ def _balance_of(conn: Connection, account_id: str) -> int:
     return int(value)
 
 
-def _verify_card(conn: Connection, account_id: str, provider: str, reference: str | None) -> bool:
+def verify_card_in(
+    conn: Connection, account_id: str, provider: str, reference: str | None, credit: int
+) -> bool:
+    """In `conn`'s transaction: record the account's verified card, granting `credit` tokens
+    (none when 0) if it is the account's first; False when it was already verified."""
     now = _now()
     state = conn.execute(
         select(db.accounts.c.state).where(db.accounts.c.account_id == account_id)
@@ -573,15 +580,17 @@ def _verify_card(conn: Connection, account_id: str, provider: str, reference: st
         .values(
             state="verified",
             verified_at=now,
-            balance_tokens=db.accounts.c.balance_tokens + STARTING_CREDIT_TOKENS,
+            balance_tokens=db.accounts.c.balance_tokens + credit,
         )
     )
+    if credit <= 0:
+        return False
     conn.execute(
         insert(db.ledger).values(
             account_id=account_id,
             kind="grant",
             route="starting_credit",
-            tokens=STARTING_CREDIT_TOKENS,
+            tokens=credit,
             created_at=now,
         )
     )

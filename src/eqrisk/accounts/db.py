@@ -130,6 +130,52 @@ webhook_events = Table(
     Column("received_at", DateTime(timezone=True), nullable=False),
 )
 
+# Self-service sign-ups (accounts/selfservice.py): one row per account that signed up itself.
+# `claim_hash`: SHA-256 of the one-time token the sign-up page polls for the first key (the key
+# itself is made at the claim, never stored in clear); `note`: why no starting credit.
+signups = Table(
+    "signups",
+    metadata,
+    Column("account_id", String(32), ForeignKey("accounts.account_id"), primary_key=True),
+    Column("address", String(64), nullable=False),
+    Column("claim_hash", String(64), nullable=False, unique=True),
+    Column("setup_intent", String(200), unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("claimed_at", DateTime(timezone=True)),
+    Column("note", String(200)),
+    Index("signups_address_time", "address", "created_at"),
+)
+
+# A key's optional expiry (a table of its own: databases made before it get it by create_all).
+key_expiry = Table(
+    "key_expiry",
+    metadata,
+    Column("key_id", String(32), ForeignKey("api_keys.key_id"), primary_key=True),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+# One starting credit per card: the provider's card fingerprint is the key.
+card_fingerprints = Table(
+    "card_fingerprints",
+    metadata,
+    Column("fingerprint", String(200), primary_key=True),
+    Column("account_id", String(32), ForeignKey("accounts.account_id"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# Top-ups asked for (a PaymentIntent each) and credited (once: `credited_at` is set by the
+# conditional update that credits).
+topups = Table(
+    "topups",
+    metadata,
+    Column("payment_intent", String(200), primary_key=True),
+    Column("account_id", String(32), ForeignKey("accounts.account_id"), nullable=False),
+    Column("amount_cents", BigInteger, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("credited_at", DateTime(timezone=True)),
+)
+
 
 @dataclass(frozen=True)
 class Timeouts:

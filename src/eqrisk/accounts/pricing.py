@@ -67,6 +67,7 @@ DEFAULT_PRICES: dict[str, Price] = {
     "tickers": _usd("0"),
     "estimate": _usd("0"),
     "balance": _usd("0"),
+    "account": _usd("0"),
     "health": _usd("0"),
     "metrics": _usd("0.005"),
     "ticker-returns": _usd("0.005"),

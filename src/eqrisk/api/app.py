@@ -27,7 +27,7 @@ from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import Pool, Timeouts, make_engine
 from eqrisk.accounts.doubt import JOURNAL_DIR
 from eqrisk.accounts.limits import SQLITE_FILE, FailedKeys, RateLimiter
-from eqrisk.accounts.pricing import PriceTable
+from eqrisk.accounts.pricing import PriceTable, usd_to_tokens
 from eqrisk.accounts.writer import ChargeWriter
 from eqrisk.api import dashboard, outages, writers
 from eqrisk.api.bounds import Bounds
@@ -35,6 +35,7 @@ from eqrisk.api.compression import CompressedCache, Compression
 from eqrisk.api.deps import served_snapshot
 from eqrisk.api.endpoint import register_all
 from eqrisk.api.endpoints import ENDPOINTS, ESTIMATED, check_prices, keyed_service
+from eqrisk.api.endpoints.signup import self_service
 from eqrisk.api.errors import ApiError, install_error_handlers, problem_body
 from eqrisk.api.formats import RenderCache
 from eqrisk.api.gate import Gate
@@ -263,6 +264,8 @@ def create_app(
     )
     app.state.accounts = Accounts(engine, retry_s=settings.backend_retry_s)
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
+    app.state.accounts.starting_credit = usd_to_tokens(settings.starting_credit_usd)
+    app.state.self_service = self_service(app.state.accounts, settings)
     redis_url = settings.redis_url.get_secret_value() if settings.redis_url else None
     shared = settings.rate_limit_storage == "sqlite"
     app.state.limiter = RateLimiter(

@@ -14,11 +14,15 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
+
+from eqrisk.api.security import content_security_policy
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STATIC_PREFIX = "/static"
@@ -59,6 +63,32 @@ class DashboardFiles(StaticFiles):
         return super().lookup_path(path)
 
 
+def provider_origins(settings: Any) -> tuple[str, ...]:
+    """The origins of Stripe.js and Stripe's API (and the frames of its card fields) that the
+    pages need, when Stripe is configured."""
+    if not settings.stripe_enabled:
+        return ()
+    found = [settings.stripe_js_url, settings.stripe_api_base or "https://api.stripe.com"]
+    if settings.stripe_api_base is None:
+        found += ["https://js.stripe.com", "https://hooks.stripe.com"]
+    origins = []
+    for url in found:
+        parts = urlsplit(url)
+        origins.append(f"{parts.scheme}://{parts.netloc}")
+    return tuple(dict.fromkeys(origins))
+
+
+def _page(name: str, policy: str) -> Any:
+    text = (STATIC_DIR / f"{name}.html").read_text(encoding="utf-8")
+
+    async def page() -> HTMLResponse:
+        return HTMLResponse(
+            text, headers={"Cache-Control": "no-store", "Content-Security-Policy": policy}
+        )
+
+    return page
+
+
 def include(app: FastAPI) -> None:
     """Serve the page at `/` and its files under `/static` on `app`."""
     files = DashboardFiles(plotly_bundle())
@@ -74,6 +104,12 @@ def include(app: FastAPI) -> None:
         return HTMLResponse(
             index_html(demo_key, evaluation_key), headers={"Cache-Control": "no-store"}
         )
+
+    # The sign-up and account pages (api/static/signup.html, account.html): static, with the
+    # policy widened to Stripe's origins when Stripe is configured (its script, API and frames).
+    policy = content_security_policy(provider=provider_origins(settings))
+    for page in ("signup", "account"):
+        app.add_api_route(f"/{page}", _page(page, policy), methods=["GET"], include_in_schema=False)
 
     # plotly.min.js is 4.8 MB; gzip sends about a third of that.
     app.mount(STATIC_PREFIX, GZipMiddleware(files, minimum_size=1024), name="static")

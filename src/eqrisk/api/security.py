@@ -25,14 +25,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 DOCS_ASSETS = "/static-offline-docs"  # where fastapi_offline serves Swagger UI's and ReDoc's files
 
 
-def content_security_policy(scripts: Iterable[str] = (), workers: bool = False) -> str:
+def content_security_policy(
+    scripts: Iterable[str] = (), workers: bool = False, provider: Iterable[str] = ()
+) -> str:
     """The one policy; `scripts`: SHA-256 sources of inline scripts a page may run, `workers`:
-    the page starts workers from blobs (ReDoc)."""
-    script_src = " ".join(["'self'", *scripts])
+    the page starts workers from blobs (ReDoc); `provider`: the payment provider's origins the
+    sign-up and account pages load Stripe.js from, call and frame (its card fields)."""
+    origins = list(provider)
+    script_src = " ".join(["'self'", *scripts, *origins])
+    connect_src = " ".join(["'self'", *origins])
+    frames = f"; frame-src {' '.join(origins)}" if origins else ""
     policy = (
         f"default-src 'self'; script-src {script_src}; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
-        "base-uri 'none'; frame-ancestors 'none'"
+        f"img-src 'self' data: blob:; connect-src {connect_src}; object-src 'none'; "
+        f"base-uri 'none'; frame-ancestors 'none'{frames}"
     )
     return policy + ("; worker-src 'self' blob:" if workers else "")
 

@@ -116,19 +116,38 @@ def accounts_credit(
 
 @accounts_app.command("list")
 def accounts_list(as_json: JsonOpt = False) -> None:
-    """List the accounts with state and balance."""
+    """List the accounts with state, balance and how each was verified (`operator`, `stripe`
+    with its SetupIntent, `webhook`; a note when a card's starting credit was refused)."""
     from eqrisk.accounts.pricing import tokens_to_usd
+    from eqrisk.accounts.selfservice import SelfService
 
+    accounts = _accounts()
+    how = SelfService(accounts).how_verified()
     rows = [
-        {**a, "balance_usd": tokens_to_usd(a["balance_tokens"])}
-        for a in _accounts().list_accounts()
+        {
+            **a,
+            "balance_usd": tokens_to_usd(a["balance_tokens"]),
+            "verified_by": how.get(a["account_id"]),
+        }
+        for a in accounts.list_accounts()
     ]
     if as_json:
         print_json(rows)
         return
+
+    def verified(row: dict[str, Any]) -> str:
+        by = row["verified_by"]
+        if by is None:
+            return "-"
+        words = str(by["provider"]) + (f" {by['reference']}" if by["reference"] else "")
+        return words + (f" ({by['note']})" if by["note"] else "")
+
     result_table(
-        ("account", "name", "state", "balance USD"),
-        ((r["account_id"], r["name"], r["state"], f"{r['balance_usd']:.5f}") for r in rows),
+        ("account", "name", "state", "balance USD", "verified by"),
+        (
+            (r["account_id"], r["name"], r["state"], f"{r['balance_usd']:.5f}", verified(r))
+            for r in rows
+        ),
     )
 
 
