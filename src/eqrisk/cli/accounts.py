@@ -116,8 +116,10 @@ def accounts_credit(
 
 @accounts_app.command("list")
 def accounts_list(as_json: JsonOpt = False) -> None:
-    """List the accounts with state, balance and how each was verified (`operator`, `stripe`
-    with its SetupIntent, `webhook`; a note when a card's starting credit was refused)."""
+    """List the accounts: state, balance, how verified.
+
+    How each was verified: `operator`, `stripe` with its SetupIntent, or `webhook`; a note
+    when a card's starting credit was refused."""
     from eqrisk.accounts.pricing import tokens_to_usd
     from eqrisk.accounts.selfservice import SelfService
 

@@ -62,8 +62,9 @@ def accounts_export(
 
 @accounts_app.command("reconcile")
 def accounts_reconcile(as_json: JsonOpt = False) -> None:
-    """Check every balance against its ledger, and the monthly usage against the ledger's
-    charges. Each account's balance must equal the credits minus the charges of its ledger
+    """Check balances and monthly usage against the ledger.
+
+    Each account's balance must equal the credits minus the charges of its ledger
     rows, and each (account, month, route) of the usage table the charges of that month and
     route; exit 1 naming what differs."""
     from eqrisk.accounts.audit import account_totals, usage_differences
