@@ -18,6 +18,10 @@ FAMILY_ROWS = {
     "sector": "sectors",
     "long_short": "long-short",
     "hedged_l3": "L3-hedged",
+    "hedged_l3_10": "hedged 10",
+    "hedged_l3_50": "hedged 50",
+    "hedged_l3_100": "hedged 100",
+    "hedged_l3_200": "hedged 200",
 }
 
 

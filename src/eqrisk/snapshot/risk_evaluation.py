@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.panel import Panel
-from eqrisk.model.accuracy import FAMILIES, YEAR, evaluate_forecasts
+from eqrisk.model.accuracy import FAMILIES, HEDGED_SIZES, YEAR, evaluate_forecasts
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.risk_model import RiskParams, risk_model
 from eqrisk.model.run import (
@@ -50,6 +50,11 @@ FAMILY_TEXT = {
     "sector": "one equal-weight portfolio per sector",
     "long_short": "100 random long-short portfolios (50 long, 50 short, dollar neutral)",
     "hedged_l3": "the random long-only portfolios hedged with their L3 ETF hedge",
+    **{
+        f"hedged_l3_{size}": f"50 equal-weight books of {size} random stocks hedged with their "
+        "L3 ETF hedge"
+        for size in HEDGED_SIZES
+    },
 }
 
 
