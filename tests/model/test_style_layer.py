@@ -216,14 +216,15 @@ def test_both_layers_give_a_positive_definite_f_and_the_dense_variance(
     assert checked > 30
 
 
-def test_the_regime_multiplier_is_the_ewma_of_the_past_bias(
+def test_the_regime_multiplier_is_the_recent_over_the_long_run_bias(
     risk_case: Case, both_layers: RiskModel
 ) -> None:
     reg = both_layers.regime
     assert reg is not None
     b2 = pd.Series(reg.factor_b2)
     seen = b2.notna().cumsum().shift(1).fillna(0)
-    expected = b2.ewm(halflife=21.0).mean().shift(1).where(seen >= 21, 1.0)
+    recent = b2.ewm(halflife=21.0).mean() / b2.ewm(halflife=504.0).mean()
+    expected = recent.shift(1).where(seen >= 21, 1.0)
     np.testing.assert_allclose(reg.factor, expected.to_numpy(), rtol=1e-10)
     # March 2020: realised risk far above the forecasts, so the multipliers rise within days.
     sessions = pd.DatetimeIndex(risk_case.result.sessions)

@@ -305,14 +305,15 @@ def _figures(outcomes: Outcomes, daily: Outcomes, rows: np.ndarray, horizon: int
 
 
 def _worst(windows: np.ndarray) -> float | None:
-    """The 12-month window whose median b (over the family's rows) is furthest from 1."""
+    """The highest median b (over the family's rows) of a 12-month window: the year the risk
+    was most under-stated."""
     if not windows.size:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a window no row reaches
         med = np.nanmedian(windows, axis=0)
     med = med[np.isfinite(med)]
-    return round(float(med[np.argmax(np.abs(med - 1.0))]), 4) if len(med) else None
+    return round(float(med.max()), 4) if len(med) else None
 
 
 def _median(x: np.ndarray) -> float | None:

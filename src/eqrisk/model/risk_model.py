@@ -44,8 +44,10 @@ from eqrisk.model.style_regression import StyleReturns, estimation_noise, style_
 from eqrisk.model.styles import STYLE_TEXT, StyleParams, descriptors, style_exposures
 
 ANNUALIZATION = np.sqrt(252.0)
-LEVEL_NAMES = ("market", "sector", "subsector", "style")
-STYLE_LEVEL = 4  # the level of the second-layer factors in `factor_level`
+LEVEL_NAMES = ("market", "sector", "subsector")
+# The level of the second-layer factors in `factor_level` ("style"; the portfolio answer does
+# not split it out yet: docs/decisions/risk-forecast.md, the second layer).
+STYLE_LEVEL = 4
 
 
 @dataclass(frozen=True)
@@ -408,6 +410,7 @@ def _second_layer(
         cap_prev,
         intercept=params.intercept,
         min_stocks=params.min_stocks,
+        power=params.weight_power,
     )
     return exposures, regression
 
@@ -475,8 +478,14 @@ def risk_model(
         k_all = len(keys)
         noise = np.zeros((returns.shape[1] - start, k_all, k_all))
         k0 = len(factor_keys)
-        noise[:, k0:, k0:] = estimation_noise(style, cap_before(style_inputs.cap, start),
-                                              regression, spec.var)  # fmt: skip
+        assert params.styles is not None
+        noise[:, k0:, k0:] = estimation_noise(
+            style,
+            cap_before(style_inputs.cap, start),
+            regression,
+            spec.var,
+            params.styles.weight_power,
+        )
     cov = estimate_factor_covariance(
         all_factors,
         params.covariance,

@@ -68,6 +68,7 @@ def style_returns(
     *,
     intercept: bool,
     min_stocks: int = 30,
+    power: float = 0.5,
 ) -> StyleReturns:
     """The regression of every session (columns of `residuals` (n x S'), of `exposures`
     (styles x n x S'), of `cap` (n x S'), the caps of the session before); the intercept, when
@@ -95,7 +96,7 @@ def style_returns(
         m = int(ok.sum())
         if m < max(min_stocks, 2 * len(cols) + 1) or len(cols) == 0:
             continue
-        fit = wls(y[ok], design, np.sqrt(c[ok]), centred=intercept)
+        fit = wls(y[ok], design, c[ok] ** power, centred=intercept)
         out.returns[cols, t] = fit.params
         out.tstat[cols, t] = fit.tstat
         out.r2[t] = fit.r2
@@ -117,7 +118,11 @@ def _design(exposures: np.ndarray, reg: StyleReturns, t: int) -> tuple[np.ndarra
 
 
 def estimation_noise(
-    exposures: np.ndarray, cap: np.ndarray, reg: StyleReturns, specific_var: np.ndarray
+    exposures: np.ndarray,
+    cap: np.ndarray,
+    reg: StyleReturns,
+    specific_var: np.ndarray,
+    power: float = 0.5,
 ) -> np.ndarray:
     """(sessions, S, S): the covariance of each session's factor-return estimates that comes
     from the specific returns, (X'WX)^-1 X'W Omega W X (X'WX)^-1 with Omega the specific
@@ -131,7 +136,7 @@ def estimation_noise(
             continue
         x, est = _design(exposures, reg, t)
         rows = reg.used[:, t]
-        w = np.sqrt(cap[rows, t])
+        w = cap[rows, t] ** power
         omega = specific_var[rows, t]
         known = np.isfinite(omega)
         if not known.any():

@@ -64,6 +64,7 @@ class StyleParams:
     intercept: bool = True
     min_stocks: int = 30
     noise: bool = True
+    weight_power: float = 0.5  # regression weights cap^power (0.5: the square root of cap)
 
     def __post_init__(self) -> None:
         unknown = set(self.names) - set(STYLE_NAMES)
