@@ -17,6 +17,7 @@ from eqrisk.model.risk_model import RiskModel, RiskParams, RiskState, StyleInput
 from eqrisk.model.specific import SpecificState
 from eqrisk.model.style_regression import style_returns, wls
 from eqrisk.model.styles import StyleParams, descriptors, standardise, style_exposures
+from eqrisk.snapshot.risk_evaluation import style_inputs
 from helpers import shared_file
 from model.risk_case import Case
 
@@ -234,3 +235,24 @@ def test_the_regime_multiplier_is_the_recent_over_the_long_run_bias(
                  sessions.searchsorted(pd.Timestamp("2017-10-01")))  # fmt: skip
     assert reg.factor[crash].max() > 2.0 * reg.factor[calm].mean()
     assert reg.specific[crash].max() > 1.5 * reg.specific[calm].mean()
+
+
+def test_the_style_inputs_of_a_panel_are_its_caps_and_turnover() -> None:
+    nan = np.nan
+    cap = np.array([[2e9, 2e9, nan], [5e8, 6e8, 7e8], [nan, nan, nan]])
+    close_raw = np.array([[20.0, 20.0, 21.0], [5.0, 6.0, 7.0], [30.0, 31.0, 32.0]])
+    volume = np.array([[1e6, 2e6, 3e6], [nan, 4e5, 5e5], [1e5, 1e5, 1e5]])
+    fields = {"close": close_raw, "open": close_raw, "high": close_raw, "low": close_raw,
+              "close_raw": close_raw, "volume": volume, "market_cap": cap}  # fmt: skip
+    panel = Panel(symbols=np.array(["A", "B", "SPY"]),
+                  sessions=np.arange(3).astype("datetime64[D]"), **fields)  # fmt: skip
+    stocks = np.array([True, True, False])
+    got = style_inputs(panel, np.array(["B", "A", "SPY"]), stocks[[1, 0, 2]])
+    # turnover = volume / shares, shares = cap / raw close (B: 1e8 shares, A: 1e8 shares)
+    assert got.turnover is not None
+    np.testing.assert_allclose(got.turnover[0], [nan, 4e5 / 1e8, 5e5 / 1e8])
+    np.testing.assert_allclose(got.turnover[1], [1e6 / 1e8, 2e6 / 1e8, nan])
+    assert np.isnan(got.turnover[2]).all() and np.isnan(got.cap[2]).all()
+    np.testing.assert_array_equal(got.cap[0], cap[1])
+    no_volume = Panel(**{**panel.__dict__, "volume": np.full((3, 3), nan)})
+    assert style_inputs(no_volume, panel.symbols, stocks).turnover is None
