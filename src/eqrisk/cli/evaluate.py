@@ -18,6 +18,10 @@ FAMILY_ROWS = {
     "sector": "sectors",
     "long_short": "long-short",
     "hedged_l3": "L3-hedged",
+    "hedged_l3_10": "hedged 10",
+    "hedged_l3_50": "hedged 50",
+    "hedged_l3_100": "hedged 100",
+    "hedged_l3_200": "hedged 200",
 }
 
 
@@ -32,6 +36,14 @@ def evaluate(
     risk: Annotated[
         bool, typer.Option("--risk/--no-risk", help="Measure the risk forecast.")
     ] = True,
+    styles: Annotated[
+        bool,
+        typer.Option(
+            "--styles/--no-styles",
+            help="Measure the model with its second layer (style factors; needs market caps) "
+            "and the volatility regime adjustment.",
+        ),
+    ] = False,
     hedges: Annotated[
         bool, typer.Option("--hedges/--no-hedges", help="Measure the hedge quality.")
     ] = True,
@@ -40,8 +52,10 @@ def evaluate(
     """Out-of-sample accuracy of the risk forecast and the hedges. On the ingested data: the
     risk forecast's bias statistics (next to the weighted-average-volatility baseline) and the
     next-day hedge quality per level and estimator (equal weights, EWMA half-lives)."""
+    from eqrisk.model.regime import RegimeParams
     from eqrisk.model.risk_model import RiskParams
     from eqrisk.model.run import ModelParams
+    from eqrisk.model.styles import StyleParams
     from eqrisk.snapshot.evaluate import DEFAULT_HALFLIVES
     from eqrisk.snapshot.evaluate import evaluate as run_evaluate
 
@@ -56,7 +70,13 @@ def evaluate(
                 params,
                 halflives=tuple(halflife) if halflife else DEFAULT_HALFLIVES,
                 market_etf=settings.market_etf,
-                risk=RiskParams() if risk else None,
+                risk=(
+                    RiskParams(styles=StyleParams(), regime=RegimeParams())
+                    if styles
+                    else RiskParams()
+                )
+                if risk
+                else None,
                 hedges=hedges,
                 progress=say,
             )

@@ -19,6 +19,7 @@ volatilities, sum |w_i| s_i (the hedge's ETF legs are positions too).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,14 @@ import numpy as np
 from eqrisk.model.outcome_kernel import portfolio_days
 from eqrisk.model.risk_model import RiskModel
 
-FAMILIES = ("random_long_only", "sector", "long_short", "hedged_l3")
+HEDGED_SIZES = (10, 50, 100, 200)  # equal-weight books hedged at L3, by number of names
+FAMILIES = (
+    "random_long_only",
+    "sector",
+    "long_short",
+    "hedged_l3",
+    *(f"hedged_l3_{size}" for size in HEDGED_SIZES),
+)
 YEAR = 252
 MONTH = 21
 
@@ -60,10 +68,14 @@ def make_portfolios(
     count: int = 100,
     size: int = 50,
     seed: int = 0,
+    hedged_sizes: tuple[int, ...] = (),
+    hedged_count: int = 50,
 ) -> Portfolios:
     """`count` random long-only portfolios of `size` stocks (weights uniform on the simplex),
     one equal-weight portfolio per sector (`sectors` (n,) int, -1 = none), `count` long-short
-    ones (`size` longs, `size` shorts) and the long-only ones again, hedged."""
+    ones (`size` longs, `size` shorts) and the long-only ones again, hedged; then, per size in
+    `hedged_sizes` (at most the stocks there are), `hedged_count` equal-weight books of that
+    many random stocks, hedged (family `hedged_l3_<size>`)."""
     rng = np.random.default_rng(seed)
     n = len(sectors)
     rows: list[np.ndarray] = []
@@ -89,8 +101,15 @@ def make_portfolios(
         family.append("long_short")
     rows += long_only
     family += ["hedged_l3"] * len(long_only)
+    for names in hedged_sizes:
+        for _ in range(hedged_count):
+            w = np.zeros(n)
+            w[rng.choice(pool, min(names, len(pool)), replace=False)] = 1.0
+            rows.append(w / w.sum())
+            family.append(f"hedged_l3_{names}")
     weights = np.array(rows) if rows else np.zeros((0, n))
-    return Portfolios(family, weights, np.array([f == "hedged_l3" for f in family], dtype=bool))
+    hedged = np.array([f.startswith("hedged_l3") for f in family], dtype=bool)
+    return Portfolios(family, weights, hedged)
 
 
 @dataclass(frozen=True)
@@ -165,6 +184,9 @@ def portfolio_outcomes(
         has = idx >= 0
         avail[has] &= ~(level[has] > j) | diag_ok[idx[has]]
     last = n_t - s - horizon + 1  # sessions whose horizon ends within the data
+    style = model.exposures.style
+    if style is None:
+        style = np.zeros((0, returns.shape[0], cov.shape[0]))
     portfolio_days(
         members,
         weights,
@@ -179,6 +201,7 @@ def portfolio_outcomes(
         np.nan_to_num(_window_sums(factor_returns, horizon)[:, s : s + last]),
         previous(vol23)[:, s : s + last],
         previous(factor_vol23)[:, s : s + last],
+        style[:, :, :last],
         out.realised,
         out.model,
         out.baseline,
@@ -268,13 +291,29 @@ def _figures(outcomes: Outcomes, daily: Outcomes, rows: np.ndarray, horizon: int
             entry["members"] = int(kept.sum())
             entry["observations"] = int(np.median(obs)) if len(obs) else 0
         windows = rolling_bias(real[kept], forecast[kept])
-        entry[name] = {"bias": _median(whole[kept]), "mad_12m": _median(mad_from_one(windows))}
+        entry[name] = {
+            "bias": _median(whole[kept]),
+            "mad_12m": _median(mad_from_one(windows)),
+            "worst_12m": _worst(windows),
+        }
     independent = max(entry["observations"] / horizon, 1.0)
     half = float(np.sqrt(2.0 / independent))
     entry["band"] = [round(1.0 - half, 4), round(1.0 + half, 4)]
     floor = permutation_floor(daily.realised[rows][kept], daily.model[rows][kept], horizon)
     entry["mad_12m_floor"] = _median(floor)
     return entry
+
+
+def _worst(windows: np.ndarray) -> float | None:
+    """The highest median b (over the family's rows) of a 12-month window: the year the risk
+    was most under-stated."""
+    if not windows.size:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window no row reaches
+        med = np.nanmedian(windows, axis=0)
+    med = med[np.isfinite(med)]
+    return round(float(med.max()), 4) if len(med) else None
 
 
 def _median(x: np.ndarray) -> float | None:
@@ -303,7 +342,7 @@ def evaluate_forecasts(
     forecasts of sessions model.start + burn_in on (see the module docstring and `_figures`).
     `vol23`, `factor_vol23`: daily 23-session volatilities; `stocks` (n,) bool; `sectors` (n,)
     int group of each stock (-1 = none)."""
-    ports = portfolios or make_portfolios(stocks, sectors)
+    ports = portfolios or make_portfolios(stocks, sectors, hedged_sizes=HEDGED_SIZES)
     fam = np.array(ports.family)
     stock_rows = np.flatnonzero(stocks)
     out: dict[str, dict[str, Any]] = {}

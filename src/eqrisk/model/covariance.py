@@ -96,6 +96,10 @@ class OwnMoments:
             self.weights[lag] = lam * self.weights[lag] + seen
         self.count += np.isfinite(x)
 
+    def remove(self, noise: np.ndarray, x: np.ndarray) -> None:
+        """Take a session's noise (K,) out of the lag-0 sums just updated with x."""
+        self.sums[0] -= np.where(np.isfinite(x), noise, 0.0)
+
     def variance(self, nw: np.ndarray, min_obs: int) -> np.ndarray:
         return newey_west_variance(self.sums, self.weights, self.count, nw, min_obs)
 
@@ -123,6 +127,12 @@ class PairMoments:
         self.cross = lam * self.cross + np.outer(x0, x0)
         self.own = lam * self.own + np.where(joint, (x0 * x0)[:, None], 0.0)
         self.count += joint
+
+    def remove(self, noise: np.ndarray, x: np.ndarray) -> None:
+        """Take a session's noise (K x K) out of the sums just updated with x."""
+        joint = np.outer(np.isfinite(x), np.isfinite(x))
+        self.cross -= np.where(joint, noise, 0.0)
+        self.own -= np.where(joint, noise.diagonal()[:, None], 0.0)
 
     def correlation(self, min_obs: int) -> np.ndarray:
         """rho_jk; 0 for a pair with fewer than `min_obs` joint days, 1 on the diagonal."""
@@ -198,9 +208,12 @@ def factor_covariance(
     params: CovarianceParams,
     *,
     state: CovarianceState | None = None,
+    noise: np.ndarray | None = None,
 ) -> FactorCovariance:
     """F for sessions state.session .. T-1 (all of them without a state) of `factor_returns`
-    (K x T, NaN = no return); the new state continues with session T."""
+    (K x T, NaN = no return); the new state continues with session T. `noise` ((T - start) x
+    K x K): the part of each session's second moments that is estimation error (factors
+    estimated by a regression), taken out of the sums as the session joins them."""
     f = np.asarray(factor_returns, dtype=np.float64)
     k, n_t = f.shape
     st = CovarianceState.empty(k, params) if state is None else state.copy()
@@ -217,7 +230,8 @@ def factor_covariance(
     for t in range(start, n_t):
         # The forecast of t from the sums of sessions <= t-1, then session t joins the sums.
         v = st.vol.variance(nw, params.min_obs)
-        vol[t - start] = np.sqrt(v)
+        with np.errstate(invalid="ignore"):  # less noise than estimation error: no forecast
+            vol[t - start] = np.sqrt(v)
         obs[t - start] = st.vol.count
         cov[t - start] = st.corr.correlation(params.min_obs) * np.outer(
             vol[t - start], vol[t - start]
@@ -225,6 +239,9 @@ def factor_covariance(
         x = f[:, t]
         st.vol.update(lam_v, x, st.lagged)
         st.corr.update(lam_c, x)
+        if noise is not None:
+            st.vol.remove(noise[t - start].diagonal(), x)
+            st.corr.remove(noise[t - start], x)
         if params.nw_lags:
             st.lagged = np.vstack([x[None, :], st.lagged[:-1]])
     st.session = n_t

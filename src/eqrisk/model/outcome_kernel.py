@@ -13,16 +13,20 @@ from numba import njit
 @njit(cache=True)
 def portfolio_days(
     members, weights, hedged, avail, index, level, values, cov, spec, r_sum, f_sum, base, fbase,
-    out_real, out_model, out_base,
+    style, out_real, out_model, out_base,
 ):  # fmt: skip
     """Sessions are the columns of `avail` (n x S), `level` (n x S), `values` (3 x n x S),
     `spec`, `r_sum`, `base` (n x S), `f_sum`, `fbase` (K x S) and `cov` (S x K x K); the
     members of portfolio p are members[p, :] (-1 = padding) with weights[p, :]. Long weights of
     the members present are scaled to sum to 1, short ones to -1. Outputs (P x S) are written
-    where the portfolio has a member; the horizon's scaling is the caller's."""
+    where the portfolio has a member; the horizon's scaling is the caller's. `style` (S x n x
+    S'): exposures to the second-layer factors, the last S of the K (never hedged: a hedged
+    portfolio sells its exposure to the first K - S only, and keeps the second layer's risk)."""
     n_p, n_m = members.shape
     n_s = avail.shape[1]
     k = cov.shape[1]
+    n_style = style.shape[0]
+    n_etf = k - n_style
     x = np.zeros(k)
     touched = np.zeros(k, dtype=np.bool_)
     for t in range(n_s):
@@ -59,6 +63,11 @@ def portfolio_days(
                     if f >= 0:
                         x[f] += w * values[j, i, t]
                         touched[f] = True
+                for s in range(n_style):
+                    h = style[s, i, t]
+                    if h != 0.0:
+                        x[n_etf + s] += w * h
+                        touched[n_etf + s] = True
                 spec_var += w * w * spec[i, t]
                 real += w * r_sum[i, t]
                 if np.isfinite(base[i, t]):
@@ -67,14 +76,15 @@ def portfolio_days(
             for f in range(k):
                 if not touched[f]:
                     continue
-                if hedged[p]:
+                if hedged[p] and f < n_etf:
                     real -= x[f] * f_sum[f, t]
                     if np.isfinite(fbase[f, t]):
                         base_vol += abs(x[f]) * fbase[f, t]
-                else:
-                    for g in range(k):
-                        if touched[g]:
-                            factor_var += x[f] * cov[t, f, g] * x[g]
+                    continue
+                g0 = n_etf if hedged[p] else 0
+                for g in range(g0, k):
+                    if touched[g]:
+                        factor_var += x[f] * cov[t, f, g] * x[g]
             out_real[p, t] = real
             out_model[p, t] = np.sqrt(spec_var + factor_var)
             out_base[p, t] = base_vol

@@ -30,12 +30,24 @@ import numpy as np
 
 from eqrisk.model.covariance import CovarianceParams, CovarianceState, FactorCovariance
 from eqrisk.model.covariance import factor_covariance as estimate_factor_covariance
+from eqrisk.model.regime import (
+    Regime,
+    RegimeParams,
+    RegimeState,
+    bias_squared,
+    regime_multipliers,
+)
 from eqrisk.model.run import LEVEL_HR
 from eqrisk.model.specific import SpecificParams, SpecificState, SpecificVariance
 from eqrisk.model.specific import specific_variance as estimate_specific_variance
+from eqrisk.model.style_regression import StyleReturns, estimation_noise, style_returns
+from eqrisk.model.styles import STYLE_TEXT, StyleParams, descriptors, style_exposures
 
 ANNUALIZATION = np.sqrt(252.0)
 LEVEL_NAMES = ("market", "sector", "subsector")
+# The level of the second-layer factors in `factor_level` ("style"; the portfolio answer does
+# not split it out yet: docs/decisions/risk-forecast.md, the second layer).
+STYLE_LEVEL = 4
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,8 @@ class RiskParams:
     level: int = 3
     covariance: CovarianceParams = field(default_factory=CovarianceParams)
     specific: SpecificParams = field(default_factory=SpecificParams)
+    styles: StyleParams | None = None  # the second factor layer (None: the ETF layer only)
+    regime: RegimeParams | None = None  # the volatility regime adjustment (None: none)
 
     def __post_init__(self) -> None:
         if self.level not in LEVEL_HR:
@@ -62,6 +76,18 @@ class RiskParams:
             "specific_prior_obs": s.prior_obs,
             "specific_floor_daily": s.floor,
             "newey_west_lags": c.nw_lags,
+            "style_factors": None
+            if self.styles is None
+            else {
+                name: STYLE_TEXT.get(name, "cross-sectional mean of the L3 residuals")
+                for name in self.styles.factor_names
+            },
+            "regime_adjustment": None
+            if self.regime is None
+            else {
+                "factor_halflife": self.regime.factor_halflife,
+                "specific_halflife": self.regime.specific_halflife,
+            },
         }
 
 
@@ -71,6 +97,7 @@ class RiskState:
 
     covariance: CovarianceState
     specific: SpecificState
+    regime: RegimeState | None = None
 
     @property
     def session(self) -> int:
@@ -84,7 +111,10 @@ class RiskState:
         covariance.session += by
         specific = self.specific.copy()
         specific.session += by
-        return RiskState(covariance, specific)
+        regime = None if self.regime is None else self.regime.copy()
+        if regime is not None:
+            regime.session += by
+        return RiskState(covariance, specific, regime)
 
 
 @dataclass(frozen=True)
@@ -94,6 +124,8 @@ class Exposures:
     index: np.ndarray  # (n, 3) factor row of the market, sector, subsector slot; -1 = none
     values: np.ndarray  # (3, n, T - start): hedge of t-1 (0 in an unused slot, NaN = none)
     level: np.ndarray  # (n, T - start) int8: level of the hedge used, 0 = none
+    # (S, n, T - start): second-layer exposures (factor rows K .. K + S - 1), 0 = none
+    style: np.ndarray | None = None
 
 
 def factor_levels(factor_index: np.ndarray, n_factors: int) -> np.ndarray:
@@ -183,6 +215,13 @@ class RiskModelDay:
     values: np.ndarray  # (n, 3) exposures (0 in a slot not used)
     level: np.ndarray  # (n,) level of the hedge used, 0 = no exposures
     specific_var: np.ndarray  # (n,)
+    # (n, S): exposures to the second-layer factors, the last S rows of `cov` (0 = none)
+    style: np.ndarray | None = None
+
+    @property
+    def n_etf(self) -> int:
+        """The first-layer (ETF hierarchy) factors: the first rows of `cov`."""
+        return len(self.factor_keys) - (0 if self.style is None else self.style.shape[1])
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -226,10 +265,19 @@ class RiskModel:
     factor_cov: FactorCovariance
     specific: SpecificVariance
     params: RiskParams
+    style: StyleReturns | None = None  # the second layer's regression (sessions start..T-1)
+    regime: Regime | None = None
+
+    @property
+    def n_etf(self) -> int:
+        return len(self.factor_keys) - (
+            0 if self.exposures.style is None else len(self.exposures.style)
+        )
 
     @property
     def state(self) -> RiskState:
-        return RiskState(self.factor_cov.state, self.specific.state)
+        regime = None if self.regime is None else self.regime.state
+        return RiskState(self.factor_cov.state, self.specific.state, regime)
 
     def day(self, t: int) -> RiskModelDay:
         """The model of forecast session t (an index of the whole calendar)."""
@@ -251,6 +299,7 @@ class RiskModel:
             values=np.where(index >= 0, self.exposures.values[:, :, k].T, 0.0),
             level=level,
             specific_var=self.specific.var[:, k],
+            style=None if self.exposures.style is None else self.exposures.style[:, :, k].T,
         )
 
     @cached_property
@@ -268,7 +317,28 @@ class RiskModel:
                 term = v[a, has] * v[b, has] * cov[days, ia[has, None], ib[has, None]]
                 active = (level[has] > a) & (level[has] > b)
                 out[has] += np.where(active, term, 0.0)
+        if self.exposures.style is not None:
+            out += self._style_var()
         out[level == 0] = np.nan
+        return out
+
+    def _style_var(self) -> np.ndarray:
+        """(n, T - start): h_s' F_ss h_s + 2 h_etf' F_es h_s, the second layer's part of each
+        row's factor variance (a factor without a covariance yet has exposure 0)."""
+        hs = self.exposures.style
+        assert hs is not None
+        k0 = self.n_etf
+        cov = np.nan_to_num(self.factor_cov.cov)
+        out: np.ndarray = np.einsum("ant,tab,bnt->nt", hs, cov[:, k0:, k0:], hs)
+        idx, v, level = self.exposures.index, self.exposures.values, self.exposures.level
+        days = np.arange(cov.shape[0])[None, :]
+        for j in range(3):
+            ij = idx[:, j]
+            has = ij >= 0
+            cross = np.zeros((int(has.sum()), cov.shape[0]))
+            for a in range(len(hs)):
+                cross += cov[days, ij[has, None], k0 + a] * hs[a, has]
+            out[has] += 2.0 * np.where(level[has] > j, v[j, has] * cross, 0.0)
         return out
 
     @cached_property
@@ -285,6 +355,66 @@ class RiskModel:
         }
 
 
+@dataclass(frozen=True)
+class StyleInputs:
+    """What the second layer reads besides returns: caps (n x T, at each close), turnover
+    (n x T, volume / shares; None where the data has no volume) and which rows are stocks."""
+
+    cap: np.ndarray
+    turnover: np.ndarray | None
+    stocks: np.ndarray
+
+
+def cap_before(cap: np.ndarray, start: int) -> np.ndarray:
+    """(n, T - start): the cap at the close before each session start..T-1 (NaN for 0)."""
+    out = np.full((cap.shape[0], cap.shape[1] - start), np.nan)
+    first = max(start - 1, 0)
+    width = cap.shape[1] - 1 - first
+    if width > 0:
+        out[:, out.shape[1] - width :] = cap[:, first : cap.shape[1] - 1]
+    return out
+
+
+def _second_layer(
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    factor_index: np.ndarray,
+    resid: np.ndarray,
+    params: StyleParams,
+    inputs: StyleInputs,
+    start: int,
+) -> tuple[np.ndarray, StyleReturns]:
+    """Exposures (S, n, T - start) of sessions start..T-1 (descriptors of the close before)
+    and the regression of those sessions' L3 residuals on them."""
+    n, n_t = returns.shape
+    market_row = np.where(factor_index[:, 0] >= 0, factor_index[:, 0], 0)
+    market = np.where((factor_index[:, 0] >= 0)[:, None], factor_returns[market_row], np.nan)
+    first = max(start - 1, 0)
+    raw = descriptors(
+        returns, market, inputs.cap, inputs.turnover, params.names,
+        columns=slice(first, max(n_t - 1, first)),
+    )  # fmt: skip
+    prev = range(first, max(n_t - 1, first))  # the close before each forecast session t >= 1
+    exposures = np.full((len(raw), n, n_t - start), np.nan)
+    if len(prev):
+        exposures[:, :, n_t - start - len(prev) :] = style_exposures(
+            raw, inputs.cap, inputs.stocks, prev
+        )
+    cap_prev = cap_before(inputs.cap, start)
+    if params.intercept:
+        in_layer = inputs.stocks[:, None] & np.isfinite(cap_prev) & (cap_prev > 0)
+        exposures = np.concatenate([np.where(in_layer, 1.0, np.nan)[None], exposures])
+    regression = style_returns(
+        resid,
+        exposures[1:] if params.intercept else exposures,
+        cap_prev,
+        intercept=params.intercept,
+        min_stocks=params.min_stocks,
+        power=params.weight_power,
+    )
+    return exposures, regression
+
+
 def risk_model(
     returns: np.ndarray,
     factor_returns: np.ndarray,
@@ -296,23 +426,42 @@ def risk_model(
     *,
     groups: np.ndarray | None = None,
     state: RiskState | None = None,
+    style_inputs: StyleInputs | None = None,
 ) -> RiskModel:
     """The risk model of every session from `state.session` on (all of them without a state).
 
     `returns` (n x T), `factor_returns` (K x T, the layout's published rows), `factor_index`
     (n x 3, into them), `hedge_ratios`: the cascade's `lk_*_hr` fields (n x T). `groups` (n,) or
-    (n x T): each row's shrinkage group for D, default its sector factor row.
+    (n x T): each row's shrinkage group for D, default its sector factor row. With
+    `params.styles`, `style_inputs` (caps, turnover) and the sessions' history before `start`
+    (StyleParams.history) in the arrays: the second layer's factors follow the K ETF-layer ones.
     """
     start = 0 if state is None else state.session
     if state is not None and state.specific.session != start:
         raise ValueError("the state's factor and specific parts stop at different sessions")
+    if params.styles is not None and style_inputs is None:
+        raise ValueError("a model with style factors needs the caps (style_inputs)")
+    if state is not None and (params.regime is None) != (state.regime is None):
+        raise ValueError("the state and the settings disagree on the regime adjustment")
     own = np.array([factor_keys.index(s) if s in factor_keys else -1 for s in symbols.tolist()])
     exposures = hedge_exposures(hedge_ratios, factor_index, own, params.level, start)
     resid = specific_returns(returns, factor_returns, exposures, start)
     resid[own >= 0] = np.nan  # a factor's own row has no specific risk, and joins no group
-    cov = estimate_factor_covariance(
-        factor_returns, params.covariance, state=None if state is None else state.covariance
-    )
+    keys = list(factor_keys)
+    levels = factor_levels(factor_index, len(factor_keys))
+    all_factors = factor_returns
+    regression: StyleReturns | None = None
+    if params.styles is not None and style_inputs is not None:
+        style, regression = _second_layer(
+            returns, factor_returns, factor_index, resid, params.styles, style_inputs, start
+        )
+        resid = regression.residuals
+        names = params.styles.factor_names
+        keys += names
+        levels = np.concatenate([levels, np.full(len(names), STYLE_LEVEL)])
+        g = np.full((len(names), returns.shape[1]), np.nan)
+        g[:, start:] = regression.returns
+        all_factors = np.vstack([factor_returns, g])
     if groups is None:
         groups = factor_index[:, 1]
     spec = estimate_specific_variance(
@@ -323,13 +472,55 @@ def risk_model(
         first_column=start,
     )
     spec.var[own >= 0] = 0.0
+    noise = None
+    corrected = params.styles is not None and params.styles.noise
+    if regression is not None and style_inputs is not None and corrected:
+        k_all = len(keys)
+        noise = np.zeros((returns.shape[1] - start, k_all, k_all))
+        k0 = len(factor_keys)
+        assert params.styles is not None
+        noise[:, k0:, k0:] = estimation_noise(
+            style,
+            cap_before(style_inputs.cap, start),
+            regression,
+            spec.var,
+            params.styles.weight_power,
+        )
+    cov = estimate_factor_covariance(
+        all_factors,
+        params.covariance,
+        state=None if state is None else state.covariance,
+        noise=noise,
+    )
+    if regression is not None:
+        # A second-layer factor weighs nothing in a session before it has a covariance.
+        ready = np.isfinite(np.diagonal(cov.cov, axis1=1, axis2=2)[:, len(factor_keys) :])
+        style = np.where(ready.T[:, None, :], np.nan_to_num(style), 0.0)
+        exposures = Exposures(exposures.index, exposures.values, exposures.level, style)
+    regime: Regime | None = None
+    if params.regime is not None:
+        # The factor regime is read from the first layer's factors, whose returns are observed
+        # (a second-layer return is an estimate; a weak one's tiny variance would dominate).
+        k0 = len(factor_keys)
+        diag = np.diagonal(cov.cov, axis1=1, axis2=2).T[:k0]
+        regime = regime_multipliers(
+            bias_squared(factor_returns[:, start:], diag),
+            bias_squared(resid, spec.var),
+            params.regime,
+            state=None if state is None else state.regime,
+        )
+        cov.cov[:] *= regime.factor[:, None, None]
+        cov.vol[:] *= np.sqrt(regime.factor)[:, None]
+        spec.var[:] *= regime.specific[None, :]
     return RiskModel(
         start=start,
         symbols=symbols,
-        factor_keys=list(factor_keys),
-        factor_level=factor_levels(factor_index, len(factor_keys)),
+        factor_keys=keys,
+        factor_level=levels,
         exposures=exposures,
         factor_cov=cov,
         specific=spec,
         params=params,
+        style=regression,
+        regime=regime,
     )

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.panel import Panel
-from eqrisk.model.accuracy import FAMILIES, YEAR, evaluate_forecasts
+from eqrisk.model.accuracy import FAMILIES, HEDGED_SIZES, YEAR, evaluate_forecasts
 from eqrisk.model.cascade import rolling_std
-from eqrisk.model.risk_model import RiskParams, risk_model
+from eqrisk.model.risk_model import RiskParams, StyleInputs, risk_model
 from eqrisk.model.run import (
     VOL_SHORT_MIN_OBS,
     VOL_SHORT_WINDOW,
@@ -50,6 +50,11 @@ FAMILY_TEXT = {
     "sector": "one equal-weight portfolio per sector",
     "long_short": "100 random long-short portfolios (50 long, 50 short, dollar neutral)",
     "hedged_l3": "the random long-only portfolios hedged with their L3 ETF hedge",
+    **{
+        f"hedged_l3_{size}": f"50 equal-weight books of {size} random stocks hedged with their "
+        "L3 ETF hedge"
+        for size in HEDGED_SIZES
+    },
 }
 
 
@@ -75,10 +80,12 @@ def risk_accuracy(
     m = result.metrics
     layout = plan.layout
     progress("risk model: F and D of every session")
-    model = risk_model(
-        m["return"], layout.factors, layout.fidx, layout.keys, result.symbols, m, risk_params
-    )
     stocks = plan.is_stock & (layout.fidx[:, 1] >= 0)
+    inputs = None if risk_params.styles is None else style_inputs(panel, result.symbols, stocks)
+    model = risk_model(
+        m["return"], layout.factors, layout.fidx, layout.keys, result.symbols, m, risk_params,
+        style_inputs=inputs,
+    )  # fmt: skip
     progress("risk model: out-of-sample figures")
     factor_vol23 = rolling_std(layout.factors, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS)
     figures = evaluate_forecasts(
@@ -95,6 +102,19 @@ def risk_accuracy(
     sessions = pd.DatetimeIndex(result.sessions)
     first = min(YEAR, len(sessions) - 1) if len(sessions) else 0
     return accuracy_record(figures, sessions[first:], risk_params)
+
+
+def style_inputs(panel: Panel, symbols: np.ndarray, stocks: np.ndarray) -> StyleInputs:
+    """What the second layer reads of the panel, in the rows of `symbols`: the market caps,
+    and the turnover volume / shares = volume x raw close / cap (None where the data set has
+    no volume or no cap)."""
+    rows = np.array([panel.index_of()[str(s)] for s in symbols.tolist()], dtype=np.int64)
+    cap = np.where(stocks[:, None], panel.market_cap[rows], np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        turnover = panel.volume[rows] * panel.close_raw[rows] / cap
+    turnover = np.where(np.isfinite(turnover) & (turnover > 0), turnover, np.nan)
+    has_volume = bool(np.isfinite(turnover).any())
+    return StyleInputs(cap=cap, turnover=turnover if has_volume else None, stocks=stocks)
 
 
 def accuracy_record(

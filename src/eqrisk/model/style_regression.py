@@ -1,0 +1,148 @@
+"""Returns of the second-layer factors: each session, a weighted least-squares regression across
+stocks of the specific returns the ETF layer leaves (the L3 residuals) on the style exposures
+known the session before, weights the square root of cap. Pure: arrays in, arrays out.
+
+Per session t, over the stocks with a residual, exposures and a cap (at least `min_stocks`, and
+more than twice the number of factors): g_t = (X'WX)^-1 X'Wy, the factor returns; the residual
+y - X g_t is the specific return after both layers (a stock outside the regression keeps its
+residual: its style exposures are 0 that session). A style whose exposures are all zero or
+missing that session (liquidity on data without volume) is left out and has no return. Kept
+per session: the weighted R^2 (centred when there is an intercept, as statsmodels' WLS) and each
+factor's t-statistic (conventional standard errors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StyleReturns:
+    """Sessions start..T-1 of the regression: factor returns, t-statistics, R^2, stocks used,
+    and the residuals after both layers (n x sessions)."""
+
+    returns: np.ndarray  # (S, sessions), NaN where the factor was not estimated
+    tstat: np.ndarray  # (S, sessions)
+    r2: np.ndarray  # (sessions,)
+    stocks: np.ndarray  # (sessions,) int: stocks in the regression
+    residuals: np.ndarray  # (n, sessions)
+    used: np.ndarray  # (n, sessions) bool: the stocks of each session's regression
+
+
+@dataclass(frozen=True)
+class Fit:
+    params: np.ndarray
+    tstat: np.ndarray
+    r2: float
+    resid: np.ndarray
+
+
+def wls(y: np.ndarray, x: np.ndarray, w: np.ndarray, *, centred: bool) -> Fit:
+    """Weighted least squares of y (m,) on x (m, p), weights w (m,): coefficients, their
+    t-statistics, R^2 (centred on the weighted mean of y if `centred`) and residuals."""
+    sw = np.sqrt(w)
+    xw = x * sw[:, None]
+    yw = y * sw
+    q, r = np.linalg.qr(xw)
+    params = np.linalg.solve(r, q.T @ yw)
+    resid = y - x @ params
+    m, p = x.shape
+    ssr = float(np.sum(w * resid * resid))
+    sigma2 = ssr / (m - p)
+    r_inv = np.linalg.solve(r, np.eye(p))
+    se = np.sqrt(sigma2 * np.sum(r_inv * r_inv, axis=1))
+    if centred:
+        mean = np.sum(w * y) / np.sum(w)
+        tss = float(np.sum(w * (y - mean) ** 2))
+    else:
+        tss = float(np.sum(w * y * y))
+    return Fit(params=params, tstat=params / se, r2=1.0 - ssr / tss, resid=resid)
+
+
+def style_returns(
+    residuals: np.ndarray,
+    exposures: np.ndarray,
+    cap: np.ndarray,
+    *,
+    intercept: bool,
+    min_stocks: int = 30,
+    power: float = 0.5,
+) -> StyleReturns:
+    """The regression of every session (columns of `residuals` (n x S'), of `exposures`
+    (styles x n x S'), of `cap` (n x S'), the caps of the session before); the intercept, when
+    asked, is the first factor."""
+    n_style, n, n_s = exposures.shape
+    p_all = n_style + int(intercept)
+    out = StyleReturns(
+        returns=np.full((p_all, n_s), np.nan),
+        tstat=np.full((p_all, n_s), np.nan),
+        r2=np.full(n_s, np.nan),
+        stocks=np.zeros(n_s, dtype=np.int64),
+        residuals=residuals.copy(),
+        used=np.zeros((n, n_s), dtype=bool),
+    )
+    for t in range(n_s):
+        y = residuals[:, t]
+        x = exposures[:, :, t].T
+        c = cap[:, t]
+        ok = np.isfinite(y) & np.isfinite(x).all(axis=1) & np.isfinite(c) & (c > 0)
+        cols = np.flatnonzero(np.any(x[ok] != 0.0, axis=0))
+        design = x[np.ix_(ok, cols)]
+        if intercept:
+            design = np.column_stack([np.ones(int(ok.sum())), design])
+            cols = np.concatenate([[-1], cols]) + 1
+        m = int(ok.sum())
+        if m < max(min_stocks, 2 * len(cols) + 1) or len(cols) == 0:
+            continue
+        fit = wls(y[ok], design, c[ok] ** power, centred=intercept)
+        out.returns[cols, t] = fit.params
+        out.tstat[cols, t] = fit.tstat
+        out.r2[t] = fit.r2
+        out.stocks[t] = m
+        out.residuals[ok, t] = fit.resid
+        out.used[ok, t] = True
+    return out
+
+
+def _design(exposures: np.ndarray, reg: StyleReturns, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """Session t's design matrix over its regression's stocks and the factors it estimated."""
+    est = np.flatnonzero(np.isfinite(reg.returns[:, t]))
+    intercept = reg.returns.shape[0] == exposures.shape[0] + 1
+    rows = reg.used[:, t]
+    x = exposures[:, rows, t].T
+    if intercept:
+        x = np.column_stack([np.ones(int(rows.sum())), x])
+    return x[:, est], est
+
+
+def estimation_noise(
+    exposures: np.ndarray,
+    cap: np.ndarray,
+    reg: StyleReturns,
+    specific_var: np.ndarray,
+    power: float = 0.5,
+) -> np.ndarray:
+    """(sessions, S, S): the covariance of each session's factor-return estimates that comes
+    from the specific returns, (X'WX)^-1 X'W Omega W X (X'WX)^-1 with Omega the specific
+    variances forecast for that session (a stock without one: the session's median). The
+    estimated factor returns carry it on top of the true ones; the same specific returns are
+    counted again in D, so the factor covariance leaves it out."""
+    p, n_s = reg.returns.shape
+    out = np.zeros((n_s, p, p))
+    for t in range(n_s):
+        if reg.stocks[t] == 0:
+            continue
+        x, est = _design(exposures, reg, t)
+        rows = reg.used[:, t]
+        w = cap[rows, t] ** power
+        omega = specific_var[rows, t]
+        known = np.isfinite(omega)
+        if not known.any():
+            continue
+        omega = np.where(known, omega, np.median(omega[known]))
+        xw = x * w[:, None]
+        a = np.linalg.solve(xw.T @ x, xw.T)  # (X'WX)^-1 X'W
+        out[t][np.ix_(est, est)] = (a * omega) @ a.T
+    return out

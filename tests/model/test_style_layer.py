@@ -1,0 +1,258 @@
+"""Issue 34, the risk model's second layer on real data: style descriptors equal an independent
+pandas computation, standardisation keeps its identities, the cross-sectional regression equals
+statsmodels' WLS on a day of the real data set, and the model over both layers with the regime
+adjustment never looks ahead, resumes bit for bit and matches a dense h' F h."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+
+from eqrisk.data.panel import Panel
+from eqrisk.model.covariance import CovarianceState
+from eqrisk.model.regime import RegimeParams, RegimeState
+from eqrisk.model.risk_model import RiskModel, RiskParams, RiskState, StyleInputs, risk_model
+from eqrisk.model.specific import SpecificState
+from eqrisk.model.style_regression import style_returns, wls
+from eqrisk.model.styles import StyleParams, descriptors, standardise, style_exposures
+from eqrisk.snapshot.risk_evaluation import style_inputs
+from helpers import shared_file
+from model.risk_case import Case
+
+STYLES = StyleParams(names=("size", "momentum", "beta", "residual_volatility"), min_stocks=10)
+PARAMS = RiskParams(styles=STYLES, regime=RegimeParams())
+
+
+def _weighted(series: pd.Series, halflife: float, length: int) -> pd.Series:
+    """An independent rolling EWMA-weighted sum (pandas windows, missing values skipped)."""
+    w = 0.5 ** (np.arange(length)[::-1] / halflife)
+    return series.rolling(length, min_periods=1).apply(
+        lambda a: np.nansum(a * w[-len(a) :]), raw=True
+    )
+
+
+def _count(series: pd.Series, length: int) -> pd.Series:
+    return series.notna().astype(float).rolling(length, min_periods=1).sum()
+
+
+@pytest.fixture(scope="module")
+def slice_data(real_universe: tuple[Panel, pd.DataFrame]) -> dict[str, np.ndarray]:
+    """The last 800 sessions of 60 real stocks and SPY, with caps from the real share counts."""
+    panel, master = real_universe
+    fin = pd.read_csv(shared_file("constituents_financials.csv"))
+    shares = (fin["Market Cap"] / fin["Price"]).groupby(fin["Symbol"]).first()
+    stocks = [s for s in master.loc[master["asset_type"] == "stock", "symbol"] if s in shares]
+    rows = np.flatnonzero(np.isin(panel.symbols, stocks[:60]))
+    spy = int(np.flatnonzero(panel.symbols == "SPY")[0])
+    close = panel.close[:, -801:]
+    r = close[:, 1:] / close[:, :-1] - 1.0
+    cap = shares.reindex(panel.symbols[rows]).to_numpy()[:, None] * close[rows, 1:]
+    return {"returns": r[rows], "market": np.broadcast_to(r[spy], r[rows].shape).copy(),
+            "cap": cap}  # fmt: skip
+
+
+def test_descriptors_equal_pandas(slice_data: dict[str, np.ndarray]) -> None:
+    r, mkt, cap = slice_data["returns"], slice_data["market"], slice_data["cap"]
+    rng = np.random.default_rng(3)
+    turnover = rng.lognormal(-5.0, 0.5, r.shape)
+    turnover[rng.random(r.shape) < 0.05] = np.nan
+    d = descriptors(r, mkt, cap, turnover)
+    for i in (0, 7, 31):
+        ri, mi = pd.Series(r[i]), pd.Series(mkt[i])
+        lr = np.log1p(ri)
+        mom = _weighted(lr.shift(21), 126.0, 504).where(_count(lr.shift(21), 504) >= 252)
+        both = ri.notna() & mi.notna()
+        num = _weighted((ri * mi).where(both), 63.0, 252)
+        den = _weighted((mi * mi).where(both), 63.0, 252)
+        beta = (num / den).where(_count((ri * mi).where(both), 252) >= 126)
+        rv = np.sqrt(_weighted(ri * ri, 42.0, 252) / _weighted(ri.notna() * 1.0, 42.0, 252))
+        rev = _weighted(lr, 5.0, 21).where(_count(lr, 21) >= 10)
+        u = pd.Series(turnover[i])
+        parts = [
+            np.log(u.rolling(n, min_periods=1).mean() * n / months).where(_count(u, n) >= n / 2)
+            for n, months in ((21, 1), (63, 3), (252, 12))
+        ]
+        liq = 0.35 * parts[0] + 0.35 * parts[1] + 0.3 * parts[2]
+        expected = {"size": np.log(cap[i]), "momentum": mom, "beta": beta,
+                    "residual_volatility": rv.where(_count(ri, 252) >= 63),
+                    "reversal": rev, "liquidity": liq}  # fmt: skip
+        for name, want in expected.items():
+            np.testing.assert_allclose(d[name][i], np.asarray(want, float), rtol=1e-10,
+                                       atol=1e-14, err_msg=name)  # fmt: skip
+    assert np.isfinite(d["momentum"][:, -1]).all()
+
+
+def test_a_descriptor_depends_on_its_window_only(slice_data: dict[str, np.ndarray]) -> None:
+    r, mkt, cap = slice_data["returns"], slice_data["market"], slice_data["cap"]
+    full = descriptors(r, mkt, cap, None)
+    part = descriptors(r[:, :700], mkt[:, :700], cap[:, :700], None, columns=slice(650, 700))
+    for name in full:
+        np.testing.assert_array_equal(part[name][:, 650:700], full[name][:, 650:700])
+
+
+def test_standardised_exposures_keep_their_identities(slice_data: dict[str, np.ndarray]) -> None:
+    cap = slice_data["cap"][:, -1].copy()
+    x = descriptors(slice_data["returns"], slice_data["market"], slice_data["cap"], None)
+    mom = x["momentum"][:, -1].copy()
+    mom[3] = np.nan  # a stock with a cap and no descriptor: average
+    mom[5] = 40.0  # an outlier: limited
+    cap[8] = np.nan  # no cap: out of the layer
+    z = standardise(mom, cap)
+    ok = np.isfinite(cap)
+    assert np.isnan(z[8]) and z[3] == 0.0
+    held = ok & np.isfinite(mom)
+    assert abs(np.sum(cap[held] * z[held]) / np.sum(cap[held])) < 1e-12
+    assert abs(np.std(z[held]) - 1.0) < 1e-12
+    assert z[5] == z[held].max() and 2.9 < z[5] <= 3.05
+    # The same day by pandas: centre on the cap-weighted mean, scale, limit, until in range.
+    s = pd.Series(mom[held])
+    c = pd.Series(cap[held])
+    while True:
+        s = s - (s * c).sum() / c.sum()
+        s = s / s.std(ddof=0)
+        if s.abs().max() <= 3.05:
+            break
+        s = s.clip(-3.0, 3.0)
+    np.testing.assert_allclose(z[held], s.to_numpy(), rtol=1e-12)
+
+
+def test_the_regression_equals_statsmodels_wls_on_a_real_day(
+    slice_data: dict[str, np.ndarray],
+) -> None:
+    r, cap = slice_data["returns"], slice_data["cap"]
+    raw = descriptors(r, slice_data["market"], cap, None, STYLES.names)
+    t = r.shape[1] - 1
+    stocks = np.ones(len(r), dtype=bool)
+    x = style_exposures(raw, cap, stocks, range(t - 1, t))  # the close before session t
+    y = r[:, t : t + 1] - slice_data["market"][:, t : t + 1]
+    reg = style_returns(y, x, cap[:, t - 1 : t], intercept=True, min_stocks=10)
+    ok = np.isfinite(y[:, 0]) & np.isfinite(x[:, :, 0]).all(axis=0) & np.isfinite(cap[:, t - 1])
+    assert ok.sum() >= 50 and reg.used[:, 0].tolist() == ok.tolist()
+    xo, yo, wo = x[:, ok, 0].T, y[ok, 0], np.sqrt(cap[ok, t - 1])
+    ref = sm.WLS(yo, sm.add_constant(xo), weights=wo).fit()
+    np.testing.assert_allclose(reg.returns[:, 0], ref.params, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(reg.tstat[:, 0], ref.tvalues, rtol=1e-10)
+    assert abs(reg.r2[0] - ref.rsquared) < 1e-10
+    np.testing.assert_allclose(reg.residuals[ok, 0], ref.resid, rtol=0, atol=1e-12)
+    # Without an intercept: R^2 uncentred, as statsmodels.
+    fit = wls(yo, xo, wo, centred=False)
+    ref0 = sm.WLS(yo, xo, weights=wo).fit()
+    np.testing.assert_allclose(fit.params, ref0.params, rtol=0, atol=1e-10)
+    assert abs(fit.r2 - ref0.rsquared) < 1e-10
+
+
+def _style_inputs(case: Case, stop: int | None = None) -> StyleInputs:
+    close = case.panel.close[:, :stop]
+    shares = np.linspace(1e9, 5e9, len(close))
+    stocks = np.isin(case.result.symbols, case.panel.symbols) & (case.layout.fidx[:, 1] >= 0)
+    stocks &= ~np.isin(case.result.symbols, case.layout.keys)
+    return StyleInputs(cap=np.where(stocks[:, None], shares[:, None] * close, np.nan),
+                       turnover=None, stocks=stocks)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def both_layers(risk_case: Case) -> RiskModel:
+    return risk_case.run(PARAMS, style_inputs=_style_inputs(risk_case))
+
+
+def test_both_layers_resume_bitwise_and_never_look_ahead(
+    risk_case: Case, both_layers: RiskModel
+) -> None:
+    full = both_layers
+    split = 3000
+    m = {k: v[:, :split] for k, v in risk_case.result.metrics.items()}
+    lay = risk_case.layout
+    head = risk_model(m["return"], lay.factors[:, :split], lay.fidx, lay.keys,
+                      risk_case.result.symbols, m, PARAMS,
+                      style_inputs=_style_inputs(risk_case, split))  # fmt: skip
+    assert head.state.regime is not None
+    state = RiskState(  # through plain arrays, as a snapshot stores it
+        CovarianceState.from_arrays(head.state.covariance.to_arrays()),
+        SpecificState.from_arrays(head.state.specific.to_arrays()),
+        RegimeState.from_arrays(head.state.regime.to_arrays()),
+    )
+    tail = risk_case.run(PARAMS, state=state, style_inputs=_style_inputs(risk_case))
+    for name in ("risk_total_vol", "risk_factor_vol", "risk_specific_vol"):
+        both = np.hstack([head.predicted[name], tail.predicted[name]])
+        np.testing.assert_array_equal(both, full.predicted[name], err_msg=name)
+    np.testing.assert_array_equal(
+        np.concatenate([head.factor_cov.cov, tail.factor_cov.cov]), full.factor_cov.cov
+    )
+    assert full.style is not None and head.style is not None and tail.style is not None
+    np.testing.assert_array_equal(
+        np.hstack([head.style.returns, tail.style.returns]), full.style.returns
+    )
+    # The forecasts up to the split are those of a run that had no data after it.
+    np.testing.assert_array_equal(
+        head.predicted["risk_total_vol"], full.predicted["risk_total_vol"][:, :split]
+    )
+
+
+def test_both_layers_give_a_positive_definite_f_and_the_dense_variance(
+    both_layers: RiskModel,
+) -> None:
+    model = both_layers
+    k_etf = model.n_etf
+    assert model.factor_keys[k_etf:] == STYLES.factor_names
+    assert (model.factor_level[k_etf:] == 4).all()
+    checked = 0
+    for t in range(600, len(model.factor_cov.cov), 97):
+        day = model.day(t)
+        cov = day.cov
+        keep = np.isfinite(np.diag(cov))
+        assert np.linalg.eigvalsh(cov[np.ix_(keep, keep)])[0] > 0.0
+        assert day.style is not None
+        rows = np.flatnonzero(day.usable)
+        h = np.zeros((len(rows), len(day.factor_keys)))
+        for j in range(3):
+            idx = day.index[rows, j]
+            has = idx >= 0
+            h[np.flatnonzero(has), idx[has]] += day.values[rows[has], j]
+        h[:, k_etf:] = day.style[rows]
+        dense = np.einsum("ik,kl,il->i", h, np.nan_to_num(cov), h)
+        np.testing.assert_allclose(model.factor_var[rows, t], dense, rtol=1e-12)
+        checked += int((np.abs(day.style[rows]) > 0).any())
+    assert checked > 30
+
+
+def test_the_regime_multiplier_is_the_recent_over_the_long_run_bias(
+    risk_case: Case, both_layers: RiskModel
+) -> None:
+    reg = both_layers.regime
+    assert reg is not None
+    b2 = pd.Series(reg.factor_b2)
+    seen = b2.notna().cumsum().shift(1).fillna(0)
+    recent = b2.ewm(halflife=21.0).mean() / b2.ewm(halflife=504.0).mean()
+    expected = recent.shift(1).where(seen >= 21, 1.0)
+    np.testing.assert_allclose(reg.factor, expected.to_numpy(), rtol=1e-10)
+    # March 2020: realised risk far above the forecasts, so the multipliers rise within days.
+    sessions = pd.DatetimeIndex(risk_case.result.sessions)
+    crash = slice(sessions.searchsorted(pd.Timestamp("2020-03-09")),
+                  sessions.searchsorted(pd.Timestamp("2020-04-15")))  # fmt: skip
+    calm = slice(sessions.searchsorted(pd.Timestamp("2017-03-01")),
+                 sessions.searchsorted(pd.Timestamp("2017-10-01")))  # fmt: skip
+    assert reg.factor[crash].max() > 2.0 * reg.factor[calm].mean()
+    assert reg.specific[crash].max() > 1.5 * reg.specific[calm].mean()
+
+
+def test_the_style_inputs_of_a_panel_are_its_caps_and_turnover() -> None:
+    nan = np.nan
+    cap = np.array([[2e9, 2e9, nan], [5e8, 6e8, 7e8], [nan, nan, nan]])
+    close_raw = np.array([[20.0, 20.0, 21.0], [5.0, 6.0, 7.0], [30.0, 31.0, 32.0]])
+    volume = np.array([[1e6, 2e6, 3e6], [nan, 4e5, 5e5], [1e5, 1e5, 1e5]])
+    fields = {"close": close_raw, "open": close_raw, "high": close_raw, "low": close_raw,
+              "close_raw": close_raw, "volume": volume, "market_cap": cap}  # fmt: skip
+    panel = Panel(symbols=np.array(["A", "B", "SPY"]),
+                  sessions=np.arange(3).astype("datetime64[D]"), **fields)  # fmt: skip
+    stocks = np.array([True, True, False])
+    got = style_inputs(panel, np.array(["B", "A", "SPY"]), stocks[[1, 0, 2]])
+    # turnover = volume / shares, shares = cap / raw close (B: 1e8 shares, A: 1e8 shares)
+    assert got.turnover is not None
+    np.testing.assert_allclose(got.turnover[0], [nan, 4e5 / 1e8, 5e5 / 1e8])
+    np.testing.assert_allclose(got.turnover[1], [1e6 / 1e8, 2e6 / 1e8, nan])
+    assert np.isnan(got.turnover[2]).all() and np.isnan(got.cap[2]).all()
+    np.testing.assert_array_equal(got.cap[0], cap[1])
+    no_volume = Panel(**{**panel.__dict__, "volume": np.full((3, 3), nan)})
+    assert style_inputs(no_volume, panel.symbols, stocks).turnover is None
