@@ -37,6 +37,7 @@ TOOLS = {
     "returns_summary",
     "estimate_cost",
     "portfolio_risk",
+    "decompose_stock",
 }
 TRANSPORTS = ["http", "stdio"]
 Session = Callable[[str], Any]
@@ -423,3 +424,23 @@ def test_a_ticker_that_is_not_one_is_a_free_tool_error(
         assert result.is_error
         assert "ticker" in result.content[0].text and "pattern" in result.content[0].text
     assert charges(accounts, account_id) == []
+
+
+def test_decompose_stock_is_the_decompose_route(server: Server, accounts: Accounts) -> None:
+    account_id, key = new_key(accounts)
+
+    async def body(client: McpClient) -> dict[str, Any]:
+        result = await client.call_tool("decompose_stock", {"ticker": "nvda"})
+        assert not result.is_error, result.content
+        return dict(result.structured_content or {})
+
+    got = run("http", server.base, key, body)
+    want = route(server.base, key, "POST", "/api/decompose", json={"ticker": "NVDA"}).json()
+    assert got["ticker"] == "NVDA" and got["date"] == want["teo"]
+    assert [layer["layer"] for layer in got["layers"]] == list(want["exposure"])
+    for layer in got["layers"]:
+        block = want["exposure"][layer["layer"]]
+        assert layer["explained_risk"] == block["er"] and layer["hedge_ratio"] == block["hr"]
+    assert got["hedge"] == want["hedge"]
+    assert got["charge"]["cost_usd"] == pytest.approx(0.005)
+    assert charges(accounts, account_id) == [("decompose", 250), ("decompose", 250)]

@@ -76,6 +76,21 @@ def test_the_estimate_offers_the_sized_endpoints_in_registry_order() -> None:
         "factor-covariance",
         "specific-risk",
         "tickers",
+        "decompose",
+        "batch/latest-metrics",
+        "returns-decomposition",
+        "rankings/top",
+        "rankings/screen",
+        "rankings",
+        "macro-factors",
+        "etf/factor-returns",
+        "correlation",
+        "metrics/correlation",
+        "lstar",
+        "batch/lstar",
+        "portfolio/risk-index",
+        "industry-panel",
+        "universe/members",
     ]
 
 

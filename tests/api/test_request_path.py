@@ -65,6 +65,21 @@ PRICES: dict[str, dict[str, Any]] = {
     "resids": {"usd": "0.0008"},
     "symbol_list": {"usd": "0.0009"},
     "factor_list": {"usd": "0.0011"},
+    "decompose": {"usd": "0.0012"},
+    "batch/latest-metrics": {"usd": "0.0013"},
+    "returns-decomposition": {"usd": "0.0014"},
+    "rankings": {"usd": "0.0015"},
+    "rankings/top": {"usd": "0.0016"},
+    "rankings/screen": {"usd": "0.0017"},
+    "macro-factors": {"usd": "0.0018"},
+    "etf/factor-returns": {"usd": "0.0019"},
+    "correlation": {"usd": "0.0021"},
+    "metrics/correlation": {"usd": "0.0022"},
+    "lstar": {"usd": "0.0023"},
+    "batch/lstar": {"usd": "0.0024", "per": "ticker", "minimum_usd": "0.003"},
+    "portfolio/risk-index": {"usd": "0.0025"},
+    "industry-panel": {"usd": "0.0026"},
+    "universe/members": {"usd": "0.0027"},
 }
 EXAMPLES = settings(
     max_examples=40,
@@ -186,6 +201,126 @@ QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     ),
     "/factor_list": st.fixed_dictionaries(
         {}, optional={"format": st.sampled_from(["json", "csv", "xml"]), "version": VERSIONS}
+    ),
+    "/api/batch/latest-metrics": st.fixed_dictionaries(
+        {"tickers": st.sampled_from(["NVDA,AAPL", "nvda NOPE", "NOPE", ",", "SPY,GOOG"])},
+        optional={"version": VERSIONS},
+    ),
+    "/api/returns-decomposition": st.fixed_dictionaries(
+        {"ticker": ANY_TICKER},
+        optional={
+            "years": YEARS,
+            "include_lstar": BOOLS,
+            "threshold": st.sampled_from(["0.01", "0", "2", "x"]),
+            "market_factor_etf": st.sampled_from(["SPY", "QQQ"]),
+        },
+    ),
+    "/api/rankings/top": st.fixed_dictionaries(
+        {
+            "metric": st.sampled_from(["mkt_cap", "ER_L3", "gross_return", "nope"]),
+            "cohort": st.sampled_from(["universe", "sector", "subsector", "x"]),
+            "window": st.sampled_from(["1d", "21d", "252d", "2d"]),
+        },
+        optional={"limit": st.sampled_from(["1", "100", "0", "101"])},
+    ),
+    "/api/macro-factors": st.fixed_dictionaries(
+        {},
+        optional={
+            "factors": st.sampled_from(["credit,gold", "usd", "nope", "OIL MOM"]),
+            "start": RANGE,
+            "end": RANGE,
+            "format": FORMATS,
+        },
+    ),
+    "/api/etf/factor-returns": st.fixed_dictionaries(
+        {},
+        optional={
+            "sleeve": st.sampled_from(["market", "sector", "all", "x"]),
+            "tickers": st.sampled_from(["SPY", "XLK,XLE", "KRE"]),
+            "teo": DATES,
+        },
+    ),
+    "/api/lstar": st.fixed_dictionaries(
+        {"ticker": ANY_TICKER},
+        optional={"years": YEARS, "threshold": st.sampled_from(["0.01", "-1"])},
+    ),
+    "/api/industry-panel": st.fixed_dictionaries(
+        {},
+        optional={
+            "level": st.sampled_from(["market", "subsector", "x"]),
+            "min_peers": st.sampled_from(["1", "3", "0"]),
+            "teo": DATES,
+            "by": st.sampled_from(["level", "fact"]),
+        },
+    ),
+}
+# Routes with a path parameter beyond /api/metrics/{ticker}: path -> its query parameters.
+PATH_QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "/api/rankings/{ticker}": st.fixed_dictionaries(
+        {},
+        optional={
+            "metric": st.sampled_from(["mkt_cap", "nope"]),
+            "cohort": st.sampled_from(["sector", "x"]),
+            "window": st.sampled_from(["1d", "63d"]),
+        },
+    ),
+    "/api/metrics/{ticker}/correlation": st.fixed_dictionaries(
+        {},
+        optional={
+            "factors": st.sampled_from(["credit,gold", "nope", "usd"]),
+            "return_type": st.sampled_from(["gross", "l2", "l3_residual", "x"]),
+            "window_days": st.sampled_from(["20", "252", "19"]),
+            "method": st.sampled_from(["pearson", "spearman", "kendall"]),
+        },
+    ),
+    "/api/universe/{name}/members": st.fixed_dictionaries({}, optional={"teo": DATES}),
+}
+# POST routes beyond batch and portfolio: path -> its body.
+BODIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "/api/decompose": st.fixed_dictionaries({"ticker": ANY_TICKER}),
+    "/api/rankings/screen": st.fixed_dictionaries(
+        {
+            "metric": st.sampled_from(["mkt_cap", "er_l1", "nope"]),
+            "cohort": st.sampled_from(["universe", "sector"]),
+            "window": st.sampled_from(["1d", "21d"]),
+        },
+        optional={
+            "limit": st.sampled_from([1, 500, 501]),
+            "min_percentile": st.sampled_from([50, 101]),
+            "decile": st.sampled_from([1, 10, 11]),
+            "sector_filter": st.sampled_from(["xlk", "Energy", "nope"]),
+            "as_of": DATES,
+        },
+    ),
+    "/api/correlation": st.fixed_dictionaries(
+        {"ticker": ANY_TICKER | st.lists(spelt(STOCKS + ETFS + UNKNOWN), min_size=1, max_size=3)},
+        optional={
+            "factors": st.sampled_from([["credit"], ["nope"], ["gold", "usd"]]),
+            "return_type": st.sampled_from(["gross", "l1", "l3_residual"]),
+            "window_days": st.sampled_from([20, 2001]),
+        },
+    ),
+    "/api/batch/lstar": st.fixed_dictionaries(
+        {"tickers": st.lists(spelt(STOCKS + ETFS + UNKNOWN), min_size=1, max_size=4)},
+        optional={
+            "years": st.sampled_from([1, 2, 11]),
+            "format": st.sampled_from(["json", "csv", "PARQUET"]),
+            "threshold": st.sampled_from([0.01, 2]),
+        },
+    ),
+    "/api/portfolio/risk-index": st.fixed_dictionaries(
+        {
+            "positions": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "ticker": spelt(STOCKS + ETFS + UNKNOWN),
+                        "weight": st.sampled_from([0.5, 100.0, 0.0, -1.0]),
+                    }
+                ),
+                max_size=4,
+            )
+        },
+        optional={"timeSeries": st.booleans(), "years": st.sampled_from([1, 16])},
     ),
 }
 METRICS_PATH = "/api/metrics/{ticker}"
@@ -366,6 +501,8 @@ def test_every_keyed_route_is_in_the_differential() -> None:
     keyed = {e.path for e in ENDPOINTS if not e.open}
     covered = {
         *QUERIES,
+        *PATH_QUERIES,
+        *BODIES,
         METRICS_PATH,
         "/api/batch/analyze",
         "/api/portfolio/risk",
@@ -477,6 +614,49 @@ PORTFOLIO = st.fixed_dictionaries(
         "units": st.sampled_from(["weights", "dollars"]),
     },
 )
+
+
+@EXAMPLES
+@given(data=st.data())
+def test_a_path_route_is_charged_its_plans_price_and_its_estimate(
+    meter: Meter, data: st.DataObject
+) -> None:
+    path = data.draw(st.sampled_from(sorted(PATH_QUERIES)))
+    spec = _spec(path)
+    (name,) = spec.path_params
+    names = ["uni_mc_50", "UNI_DV_500", "uni_mc_7"] if name == "name" else STOCKS + ETFS + UNKNOWN
+    value = data.draw(spelt(names)).strip()
+    params = data.draw(PATH_QUERIES[path])
+    url = path.replace("{" + name + "}", quote(value, safe=""))
+    resp, spent = meter.call("GET", f"{url}?{urlencode(params)}" if params else url)
+    estimate = meter.estimate(url.removeprefix("/api/"), params)
+    assert estimate.status_code == (200 if resp.is_success else resp.status_code), resp.text[:300]
+    if resp.is_success:
+        assert spent == estimate.json()["estimated_tokens"]
+        assert spent == meter.quote(spec, {**params, name: value})
+        assert spent == meter.prices[spec.price_key or ""].cost(1)
+
+
+@EXAMPLES
+@given(data=st.data(), encoding=st.sampled_from(sorted(ACCEPTED)))
+def test_a_post_route_is_charged_its_plans_price_in_every_accepted_encoding(
+    meter: Meter, data: st.DataObject, encoding: str
+) -> None:
+    path = data.draw(st.sampled_from(sorted(BODIES)))
+    doc = data.draw(BODIES[path])
+    encode, content_type, extra = ACCEPTED[encoding]
+    headers = {"content-type": content_type, **extra}
+    resp, spent = meter.call("POST", path, body=encode(doc), headers=headers)
+    spec = _spec(path)
+    estimate = meter.estimate(spec.name, doc)
+    assert estimate.status_code == (200 if resp.is_success else resp.status_code), resp.text[:300]
+    if resp.is_success:
+        assert spent == estimate.json()["estimated_tokens"] == meter.quote(spec, doc)
+        price = meter.prices[spec.price_key or ""]
+        if price.per == "call" and spent:  # zero: a call that is not charged (no position)
+            assert spent == price.cost(1)
+    else:
+        assert 400 <= resp.status_code < 500 and spent == 0
 
 
 @EXAMPLES

@@ -139,7 +139,10 @@ def test_metrics_carry_hedge_levels_built_from_the_flat_values(client):
         "sector": meta["sector_etf"],
         "subsector": meta["subsector_etf"],
     }
-    assert levels["statistical_lstar"] is None and levels["recommended_level"] == "L3"
+    assert levels["recommended_level"] == "L3"
+    # L*: the level with the least out-of-sample residual share, the simpler one on a tie
+    hq = [m["l1_hq"], m["l2_hq"], m["l3_hq"]]
+    assert levels["statistical_lstar"] == f"L{hq.index(min(hq)) + 1}"
     # the per-level betas: the hedge ratio of the ETF each level adds
     assert m["l1_mkt_beta"] == m["l1_mkt_hr"]
     assert m["l2_sec_beta"] == m["l2_sec_hr"]
@@ -151,6 +154,7 @@ def test_a_stock_without_subsector_etf_stops_at_l2(client):
     assert doc["meta"]["subsector_etf"] is None
     assert set(doc["hedge_levels"]) == {"L1", "L2", "statistical_lstar", "recommended_level"}
     assert doc["hedge_levels"]["recommended_level"] == "L2"
+    assert doc["hedge_levels"]["statistical_lstar"] in ("L1", "L2")
 
 
 # --------------------------------------------------------------------------- §7 ticker-returns

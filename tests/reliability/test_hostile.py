@@ -70,6 +70,9 @@ VALID = {
 VALID_ON = {
     "/api/etf-returns": {"ticker": "XLK"},
     "/api/l3-decomposition": {"years": ""},  # `from` sets the start there: not both
+    "/api/batch/latest-metrics": {"tickers": "NVDA,AAPL"},
+    "/api/rankings/top": {"metric": "mkt_cap", "cohort": "universe", "window": "1d"},
+    "/api/universe/{name}/members": {"name": "uni_mc_50"},
 }
 
 

@@ -86,6 +86,21 @@ DEFAULT_PRICES: dict[str, Price] = {
     "resids": _usd("0"),
     "symbol_list": _usd("0"),
     "factor_list": _usd("0"),
+    "decompose": _usd("0.005"),
+    "batch/latest-metrics": _usd("0.001"),
+    "returns-decomposition": _usd("0.005"),
+    "rankings": _usd("0.001"),
+    "rankings/top": _usd("0.001"),
+    "rankings/screen": _usd("0.001"),
+    "macro-factors": _usd("0.001"),
+    "etf/factor-returns": _usd("0.005"),
+    "correlation": _usd("0.002"),
+    "metrics/correlation": _usd("0.002"),
+    "lstar": _usd("0.005"),
+    "batch/lstar": _usd("0.002", per="ticker", minimum="0.01"),
+    "portfolio/risk-index": _usd("0.005"),
+    "industry-panel": _usd("0.005"),
+    "universe/members": _usd("0.005"),
 }
 
 

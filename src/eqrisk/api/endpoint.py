@@ -129,9 +129,10 @@ class Endpoint(Generic[P, T]):
 
     @property
     def name(self) -> str:
-        """The estimate's name for it: the path after `/api/`, without path parameters."""
-        base = self.path.split("/{", 1)[0]
-        return base.removeprefix("/api/").strip("/")
+        """The estimate's name for it: the path after `/api/`, without path parameters
+        (`/api/metrics/{ticker}/correlation`: `metrics/correlation`)."""
+        parts = [part for part in self.path.split("/") if part and not part.startswith("{")]
+        return "/".join(parts).removeprefix("api/")
 
     @property
     def path_params(self) -> tuple[str, ...]:

@@ -148,7 +148,10 @@ class HedgeLevels(BaseModel):
     L1: HedgeLevel | None = None
     L2: HedgeLevel | None = None
     L3: HedgeLevel | None = None
-    statistical_lstar: str | None = Field(description="Always null: eqrisk has no L* rule.")
+    statistical_lstar: str | None = Field(
+        description="L*: the level whose out-of-sample hedge left the least residual variance "
+        "on the latest session (docs/decisions/drop-in-routes.md); null without its quality."
+    )
     recommended_level: str | None = Field(description="The deepest level the symbol has.")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from eqrisk.api import lstar
 from eqrisk.api.errors import ApiError
 from eqrisk.api.fields import (
     HEDGE_RATIO_COLUMNS,
@@ -97,9 +98,9 @@ def hedge_levels(sym: Symbol, values: dict[str, float | None]) -> dict[str, Any]
     A level whose own ETF's hedge ratio is null is left out (an ETF's L2/L3, a stock without a
     subsector ETF at L3, a stock whose sector ETF's sample is still short of min_obs at L2 and
     L3: those columns carry the level above): the real client counts a missing block as no
-    hedge. eqrisk has no
-    statistical rule for L*, so `statistical_lstar` is null and `recommended_level` names the
-    deepest level the symbol has (the one that leaves the least residual risk by construction).
+    hedge. `statistical_lstar` is the L* rule of the latest session (the level whose
+    out-of-sample hedge left the least residual variance, docs/decisions/drop-in-routes.md) and
+    `recommended_level` names the deepest level the symbol has.
     """
     etfs = {
         "L1": {"market": sym.market_etf, "sector": None, "subsector": None},
@@ -118,9 +119,22 @@ def hedge_levels(sym: Symbol, values: dict[str, float | None]) -> dict[str, Any]
             continue  # no subsector level (yet): L3 would only repeat L2
         block["hedge_etfs"] = etfs[level]
         out[level] = block
-    out["statistical_lstar"] = None
+    out["statistical_lstar"] = statistical_lstar(values, out)
     out["recommended_level"] = max((k for k in _LEVELS if k in out), default=None)
     return out
+
+
+def statistical_lstar(values: dict[str, float | None], blocks: dict[str, Any]) -> str | None:
+    """The L* rule (`api/lstar.py`) on the latest session's hedge quality, among the levels
+    the symbol has a block for; None without an L1 quality."""
+    hq = np.array(
+        [[np.nan if (v := values.get(f)) is None else v] for f in lstar.HQ_FIELDS], dtype=float
+    )
+    for k, level in enumerate(lstar.LEVELS):
+        if level not in blocks:
+            hq[k] = np.nan
+    (name,) = lstar.level_names(lstar.lstar_levels(hq))
+    return name
 
 
 def entry_meta(snap: Snapshot, sym: Symbol) -> dict[str, Any]:

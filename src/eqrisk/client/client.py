@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 import pandas as pd
 
-from eqrisk.client import calls, risk
+from eqrisk.client import calls, dropin, risk
 from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.frames import LastCall, Portfolio
@@ -295,6 +295,52 @@ class Client(_Config):
     ) -> pd.DataFrame:
         """GET /api/specific-risk: each symbol's exposures H and specific variance D."""
         return self._run(calls.extra(risk.specific_risk(date, format), version=version))
+
+    def decompose(self, ticker: str, *, version: str | None = None) -> dict[str, Any]:
+        """POST /api/decompose: the four-bets decomposition (market, sector, subsector,
+        residual shares and hedge ratios) of one stock."""
+        return self._run(calls.extra(dropin.decompose(ticker), version=version))
+
+    def factor_correlation(
+        self,
+        ticker: str | Sequence[str],
+        factors: Sequence[str] | None = None,
+        *,
+        return_type: str | None = None,
+        window_days: int | None = None,
+        method: str | None = None,
+        version: str | None = None,
+    ) -> dict[str, Any]:
+        """POST /api/correlation: correlations of a stock's (residual) returns with the macro
+        and style factors; a list of tickers answers `{results: [...]}`."""
+        call = dropin.factor_correlation(ticker, factors, return_type, window_days, method)
+        return self._run(calls.extra(call, version=version))
+
+    def rankings(
+        self,
+        ticker: str,
+        *,
+        metric: str | None = None,
+        cohort: str | None = None,
+        window: str | None = None,
+        version: str | None = None,
+    ) -> pd.DataFrame:
+        """GET /api/rankings/{ticker}: the stock's cross-sectional ranks, one row per cell."""
+        call = dropin.rankings(ticker, metric, cohort, window)
+        return self._run(calls.extra(call, version=version))
+
+    def top_rankings(
+        self,
+        metric: str,
+        cohort: str,
+        window: str,
+        limit: int | None = None,
+        *,
+        version: str | None = None,
+    ) -> pd.DataFrame:
+        """GET /api/rankings/top: the best-ranked stocks of one metric, cohort and window."""
+        call = dropin.top_rankings(metric, cohort, window, limit)
+        return self._run(calls.extra(call, version=version))
 
     def heatmap(self, limit: int | None = None, *, version: str | None = None) -> pd.DataFrame:
         """GET /api/heatmap: the largest stocks with their latest return."""

@@ -325,3 +325,41 @@ class PortfolioRiskResult(BaseModel):
             unused={u["ticker"]: u["reason"] for u in doc["unused"]},
             charge=charge,
         )
+
+
+class Layer(BaseModel):
+    layer: str = Field(description="market, sector, subsector or residual.")
+    explained_risk: float | None = Field(description="Share of the stock's variance (0 to 1).")
+    hedge_ratio: float | None = Field(description="Dollars of the ETF per $1 of stock.")
+    hedge_etf: str | None = Field(description="The ETF that hedges this layer.")
+
+
+class Decomposition(BaseModel):
+    """A stock's four bets: market, sector, subsector and its own (residual) risk."""
+
+    ticker: str
+    date: str | None = Field(description="The session of these values.")
+    layers: list[Layer]
+    hedge: dict[str, float] = Field(description="ETF -> dollars to hold per $1 of stock.")
+    charge: Charge
+
+    @classmethod
+    def of(cls, answer: Mapping[str, Any], charge: Charge) -> Decomposition:
+        exposure = answer.get("exposure") or {}
+        layers = [
+            Layer(
+                layer=name,
+                explained_risk=_number(block.get("er")),
+                hedge_ratio=_number(block.get("hr")),
+                hedge_etf=block.get("hedge_etf"),
+            )
+            for name, block in exposure.items()
+        ]
+        teo = answer.get("teo")
+        return cls(
+            ticker=str(answer.get("ticker")),
+            date=str(teo) if teo is not None else None,
+            layers=layers,
+            hedge={k: float(v) for k, v in (answer.get("hedge") or {}).items()},
+            charge=charge,
+        )

@@ -259,3 +259,15 @@ async def portfolio_risk(
         )
         calls.note()
         return results.PortfolioRiskResult.of(answer.raw, calls.charge())
+
+
+@tool
+async def decompose_stock(ticker: Ticker, ctx: Context) -> results.Decomposition:
+    """A stock's risk as four bets (POST /api/decompose, 0.005 USD): the share of its variance
+    explained by the market, its sector and its subsector ETF and what is left (its own risk),
+    each layer's hedge ratio and ETF, and the dollars of each ETF to hold per $1 of stock to
+    hedge it."""
+    async with api(ctx) as calls:
+        answer = await calls.client.decompose(ticker)
+        calls.note()
+        return results.Decomposition.of(answer, calls.charge())

@@ -17,7 +17,9 @@ from eqrisk.api.endpoints import (
     account_self,
     batch_analyze,
     betas,
+    correlation,
     daily,
+    decompose,
     estimate,
     factor_covariance,
     factor_list,
@@ -25,16 +27,23 @@ from eqrisk.api.endpoints import (
     health,
     heatmap,
     l3_decomposition,
+    latest_metrics,
+    lstar,
+    macro,
     metrics,
     portfolio_risk,
+    rankings,
     ready,
     returns,
+    returns_decomposition,
+    risk_index,
     signup,
     specific_risk,
     symbol_list,
     symbol_returns,
     ticker_returns,
     tickers,
+    universe,
 )
 
 ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
@@ -72,6 +81,22 @@ ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
     symbol_returns.RESIDS,
     symbol_list.ENDPOINT,
     factor_list.ENDPOINT,
+    # Service B beyond the specification: the rest of the real client (drop-in-routes.md).
+    decompose.ENDPOINT,
+    latest_metrics.ENDPOINT,
+    returns_decomposition.ENDPOINT,
+    rankings.TOP,  # before rankings/{ticker}: a path is matched in this order
+    rankings.SCREEN,
+    rankings.TICKER,
+    macro.MACRO,
+    macro.ETF_FACTORS,
+    correlation.POST,
+    correlation.SINGLE,
+    lstar.LSTAR,
+    lstar.BATCH,
+    risk_index.ENDPOINT,
+    universe.PANEL,
+    universe.MEMBERS,
 )
 
 # The endpoints /api/estimate prices, by name (`Endpoint.name`): those with a size.
@@ -81,7 +106,12 @@ _KEYED_PATHS: dict[str, str] = {
     e.path: e.service for e in ENDPOINTS if not e.open and "{" not in e.path
 }
 _KEYED_PREFIXES: tuple[tuple[str, str], ...] = tuple(
-    (e.path.split("{", 1)[0], e.service) for e in ENDPOINTS if not e.open and "{" in e.path
+    (e.path.split("{", 1)[0], e.service)
+    for e in ENDPOINTS
+    if not e.open and "{" in e.path and e.path.endswith("}")
+)
+_DEEP_PARAMS: tuple[Endpoint[Any, Any], ...] = tuple(
+    e for e in ENDPOINTS if not e.open and "{" in e.path and not e.path.endswith("}")
 )
 
 
@@ -96,6 +126,9 @@ def keyed_service(path: str) -> str | None:
     for prefix, service in _KEYED_PREFIXES:
         if path.startswith(prefix) and "/" not in path[len(prefix) :]:
             return service
+    for endpoint in _DEEP_PARAMS:  # a path parameter followed by more path
+        if endpoint.match(path) is not None:
+            return endpoint.service
     return None
 
 

@@ -74,6 +74,8 @@ def endpoint_name(
     name = name[len("api/") :] if name.lower().startswith("api/") else name
     out = dict(params)
     head, _, rest = name.partition("/")
+    if name.lower() in estimated:  # a fixed path first: `rankings/top`, not `rankings/{ticker}`
+        return name.lower(), out
     if rest and head.lower() in estimated and estimated[head.lower()].path_params:
         name = head.lower() + "/" + rest
     else:

@@ -71,7 +71,7 @@ class L3Params(VersionedParams):
     csv_comment: bool = Field(False, description=CSV_COMMENT_DESCRIPTION)
 
 
-def _check_market_etf(idx: SymbolIndex, etf: str | None) -> None:
+def check_market_etf(idx: SymbolIndex, etf: str | None) -> None:
     accepted = market_etfs(idx)
     if etf is not None and etf not in accepted:
         raise ApiError(
@@ -98,7 +98,7 @@ def _synonym(value: date | None, other: date | None, name: str, alias: str) -> d
 def plan_l3(snap: Snapshot, p: L3Params) -> SeriesPlan:
     idx = snap.index
     sym = lookup(idx, p.ticker)
-    _check_market_etf(idx, p.market_factor_etf)
+    check_market_etf(idx, p.market_factor_etf)
     if idx.data_as_of is None:
         raise ApiError("SERVICE_UNAVAILABLE", "the served snapshot has no sessions")
     first, last = _synonym(p.from_, p.start, "from", "start"), _synonym(p.to, p.end, "to", "end")
