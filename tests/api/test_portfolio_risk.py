@@ -196,3 +196,27 @@ def test_specific_risk_reports_the_level_a_row_really_has(client: TestClient) ->
         slots = [r[f"{slot}_factor"] is not None for slot in ("market", "sector", "subsector")]
         assert r["level"] == max(j + 1 for j, has in enumerate(slots) if has), r
     assert {r["level"] for r in rows} >= {1, 2, 3}
+
+
+def test_each_position_says_the_level_of_the_model_it_was_given(client: TestClient) -> None:
+    """Issue 39: every position tells the level of its exposures (the one /api/specific-risk
+    reports): NVDA 3 (SMH), AAPL 2 (no subsector ETF in the demo), XLK 1 as a factor of the
+    model itself; the benchmark's rows too. Every demo ETF is a factor: no note."""
+    book = {"NVDA": 0.4, "AAPL": 0.3, "XLK": 0.2, "CRVR": 0.1}
+    doc = _post(client, {"positions": book, "benchmark": "SPY"})
+    pos = {x["ticker"]: x for x in doc["portfolio"]["positions"]}
+    assert {t: x["model_level"] for t, x in pos.items()} == {
+        "NVDA": 3,
+        "AAPL": 2,
+        "XLK": 1,
+        "CRVR": pos["CRVR"]["model_level"],
+    }
+    assert pos["NVDA"]["model"] == "market, sector and subsector factors"
+    assert pos["AAPL"]["model"] == "market and sector factors"
+    assert pos["XLK"]["model"].startswith("a factor of the model itself")
+    rows = client.get("/api/specific-risk", params={"date": doc["date"]}, headers=AUTH).json()
+    level = {r["ticker"]: r["level"] for r in rows["data"]}
+    assert all(x["model_level"] == level[t] for t, x in pos.items())
+    active = {x["ticker"]: x["model_level"] for x in doc["tracking_error"]["positions"]}
+    assert active["SPY"] == 1 and active["NVDA"] == 3
+    assert doc["notes"] == []

@@ -60,6 +60,12 @@ class PositionRisk(BaseModel):
     marginal: float = Field(description="d vol / d w_i.")
     contribution: float = Field(description="w_i d vol / d w_i; they add up to vol.")
     share: float = Field(description="contribution / vol.")
+    model_level: int = Field(
+        description="The deepest level of the model's exposures the position has: 1 market "
+        "(a factor, or an ETF that is not one), 2 + sector (a stock without a subsector ETF), "
+        "3 + subsector."
+    )
+    model: str = Field(description="What model_level models the position on, in words.")
 
 
 class RiskBreakdown(BaseModel):
@@ -110,6 +116,11 @@ class PortfolioRiskResponse(Enveloped):
     partial: bool = Field(
         description=f"True when used_share is below {LOW_USED_SHARE}: the figures describe "
         "part of the book only (see `unused` for the rest)."
+    )
+    notes: list[str] = Field(
+        description="What the figures leave out: a position that is neither a stock nor a "
+        "factor of the model (an ETF such as QQQ, TLT, GLD) is modelled on the market factor "
+        "alone, its other content counted as specific risk."
     )
 
 

@@ -25,7 +25,8 @@ class PortfolioRisk:
     a column per book); `factors` and `positions`: exposure or position, marginal,
     contribution and share (index factor / ticker; the benchmark's in `active_factors` and
     `active_positions`); `hedge`: the ETF legs (notional, tradable, exposure after);
-    `unused`: ticker -> why. `raw` is the JSON answer."""
+    `unused`: ticker -> why; `notes`: what the figures leave out (a position modelled on the
+    market factor alone); `positions` has each one's `model_level`. `raw` is the JSON answer."""
 
     date: str
     summary: pd.DataFrame
@@ -56,6 +57,12 @@ class PortfolioRisk:
     @property
     def partial(self) -> bool:
         return bool(self.raw.get("partial", False))
+
+    @property
+    def notes(self) -> list[str]:
+        """What the figures leave out, e.g. "QQQ: an ETF that is not a factor of the model,
+        modelled on the market factor alone"."""
+        return [str(n) for n in self.raw.get("notes", [])]
 
 
 SUMMARY = ("vol_daily", "vol_annual", "factor_vol_daily", "specific_vol_daily")

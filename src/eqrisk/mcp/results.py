@@ -290,6 +290,10 @@ class PortfolioRiskResult(BaseModel):
     hedge: list[HedgeTrade]
     vol_after_hedge_daily: float
     unused: dict[str, str] = Field(description="Tickers the model could not use, and why.")
+    notes: list[str] = Field(
+        description="What the figures leave out (an ETF that is not a factor of the model is "
+        "modelled on the market factor alone)."
+    )
     charge: Charge
 
     @classmethod
@@ -323,6 +327,7 @@ class PortfolioRiskResult(BaseModel):
             ],
             vol_after_hedge_daily=doc["hedge"]["vol_after_daily"],
             unused={u["ticker"]: u["reason"] for u in doc["unused"]},
+            notes=list(doc.get("notes", [])),
             charge=charge,
         )
 

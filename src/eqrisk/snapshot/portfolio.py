@@ -11,7 +11,7 @@ specific risk (where every factor is an ETF; a group portfolio cannot be traded)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,15 @@ from eqrisk.model.risk_model import ANNUALIZATION, RiskModelDay
 from eqrisk.snapshot.risk_days import day_level, risk_day
 from eqrisk.snapshot.versions import Snapshot
 
-__all__ = ["HedgeLegs", "PortfolioAnswer", "day_level", "portfolio_answer", "risk_day"]
+__all__ = [
+    "HedgeLegs",
+    "PortfolioAnswer",
+    "day_level",
+    "market_only",
+    "model_levels",
+    "portfolio_answer",
+    "risk_day",
+]
 
 LOW_USED_SHARE = 0.9
 """Below this share of the book's gross size used, the answer says that it describes part of
@@ -51,6 +59,9 @@ class PortfolioAnswer:
     risk: PortfolioRisk
     hedge: HedgeLegs
     used_share: float  # sum |w| of the positions used / sum |w| of all positions given
+    levels: dict[str, int]  # ticker -> level of the model each used row was given (0 none)
+    factor_rows: frozenset[str]  # the used tickers that are themselves factors of the model
+    notes: list[str]  # what the answer's reader should know (a row modelled on SPY alone)
 
     @property
     def partial(self) -> bool:
@@ -75,6 +86,43 @@ def _exposure(day: RiskModelDay, positions: Mapping[str, float], keys: list[str]
     return [float(x[where[k]]) for k in keys]
 
 
+LEVEL_MODELS = {
+    0: "no exposures",
+    1: "market factor only",
+    2: "market and sector factors",
+    3: "market, sector and subsector factors",
+}
+"""What each level of a row's exposures models it on (`model_level` of the answer)."""
+FACTOR_MODEL = "a factor of the model itself (exposure 1, no specific risk)"
+
+
+def model_levels(day: RiskModelDay, tickers: Iterable[str]) -> dict[str, int]:
+    """The level of the exposures each known ticker has on the day's model: the deepest level
+    its row really has (a stock without a subsector ETF: 2; a factor or an ETF: 1)."""
+    row_of = day.row_of
+    return {t: int(day.level[row_of[t]]) for t in tickers if t in row_of}
+
+
+def market_only(
+    levels: Mapping[str, int], factors: Iterable[str], asset_types: Mapping[str, str]
+) -> list[str]:
+    """The notes of the rows that are not stocks nor factors of the model (QQQ, TLT, GLD ...)
+    and are modelled on the market factor alone: their sector or style content is specific
+    risk to the model (docs/decisions/portfolio-risk.md)."""
+    own = set(factors)
+    out = []
+    for ticker, lev in levels.items():
+        kind = asset_types.get(ticker, "stock")
+        if kind != "stock" and ticker not in own and lev == 1:
+            article = "an" if kind[:1] in "aeiou" else "a"
+            name = "ETF" if kind == "etf" else kind
+            out.append(
+                f"{ticker}: {article} {name} that is not a factor of the model, modelled on the "
+                "market factor alone"
+            )
+    return out
+
+
 def portfolio_answer(
     snap: Snapshot,
     t: int,
@@ -82,11 +130,14 @@ def portfolio_answer(
     *,
     benchmark: str | Mapping[str, float] | None = None,
     hedge_level: int = 3,
+    asset_types: Mapping[str, str] | None = None,
 ) -> PortfolioAnswer:
     """The risk of `positions` on session t, its tracking error against `benchmark` (positions,
     or a ticker held for the net value of the positions used), and the ETF hedge at
-    `hedge_level` with the volatility left after it. The day's model is the cached one
-    (`risk_days`): O(positions x factors) arithmetic here."""
+    `hedge_level` with the volatility left after it, the level of the model each used row was
+    given, and a note per row that is not a stock nor a factor (`asset_types`: ticker -> stock,
+    etf or index; default the snapshot's). The day's model is the cached one (`risk_days`):
+    O(positions x factors) arithmetic here."""
     day = risk_day(snap, t)
     if isinstance(benchmark, str):
         benchmark = {benchmark: float(resolve(day, positions).weights.sum())}
@@ -105,6 +156,14 @@ def portfolio_answer(
     exposure_after = _exposure(at, used, legs.keys)
     gross = float(np.abs(np.fromiter(positions.values(), dtype=np.float64)).sum())
     used_gross = float(np.abs(risk.portfolio.positions.weights).sum())
+    rows_used = list(risk.portfolio.positions.tickers)
+    if risk.active is not None:
+        rows_used += [t for t in risk.active.positions.tickers if t not in set(rows_used)]
+    levels = model_levels(day, rows_used)
+    if asset_types is None:
+        symbols = snap.index.symbols
+        asset_types = {t: symbols[t].asset_type for t in levels if t in symbols}
+    factor_rows = frozenset(levels) & frozenset(day.factor_keys)
     return PortfolioAnswer(
         session=t,
         risk=risk,
@@ -117,11 +176,25 @@ def portfolio_answer(
             exposure_after=exposure_after,
         ),
         used_share=used_gross / gross if gross > 0.0 and np.isfinite(gross) else 0.0,
+        levels=levels,
+        factor_rows=factor_rows,
+        notes=market_only(levels, day.factor_keys, asset_types),
     )
 
 
-def attribution_dict(a: Attribution) -> dict[str, Any]:
-    """An attribution as plain JSON-ready numbers."""
+def model_of(ticker: str, level: int, factor_rows: frozenset[str]) -> str:
+    """What a row's `model_level` means, in words."""
+    return FACTOR_MODEL if ticker in factor_rows else LEVEL_MODELS[level]
+
+
+def attribution_dict(
+    a: Attribution,
+    levels: Mapping[str, int] | None = None,
+    factor_rows: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """An attribution as plain JSON-ready numbers (with `levels`, each position's
+    `model_level` and `model`)."""
+    lv = levels or {}
     f, p = a.factors, a.positions
     return {
         "vol_daily": a.vol,
@@ -147,6 +220,14 @@ def attribution_dict(a: Attribution) -> dict[str, Any]:
                 "marginal": float(p.marginal[i]),
                 "contribution": float(p.contribution[i]),
                 "share": float(p.share[i]),
+                **(
+                    {}
+                    if levels is None
+                    else {
+                        "model_level": lv.get(p.tickers[i], 0),
+                        "model": model_of(p.tickers[i], lv.get(p.tickers[i], 0), factor_rows),
+                    }
+                ),
             }
             for i in range(len(p.tickers))
         ],

@@ -173,8 +173,10 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
     doc = {
         "date": call.plan.date,
         "units": p.units,
-        "portfolio": attribution_dict(risk.portfolio),
-        "tracking_error": None if risk.active is None else attribution_dict(risk.active),
+        "portfolio": attribution_dict(risk.portfolio, a.levels, a.factor_rows),
+        "tracking_error": (
+            None if risk.active is None else attribution_dict(risk.active, a.levels, a.factor_rows)
+        ),
         "hedge": {
             "level": p.level,
             "legs": legs,
@@ -185,6 +187,7 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
         "benchmark_unused": unusable_list(risk.benchmark_unusable),
         "used_share": a.used_share,
         "partial": a.partial,
+        "notes": a.notes,
     }
     return document(call.snap, doc)
 
@@ -218,7 +221,9 @@ ENDPOINT = Endpoint(
             "contribution, share); with `benchmark`, the same for positions less the benchmark "
             "(its vol is the tracking error); the ETF hedge at `level` (notionals to buy, "
             "negative to sell) with the volatility left after it; the tickers not used, with "
-            "why. Charged per position used (see /api/estimate)."
+            "why; each position's `model_level` (1 market, 2 + sector, 3 + subsector) and "
+            "`notes` naming a position that is neither a stock nor a factor (an ETF such as "
+            "QQQ), modelled on the market factor alone. Charged per position used (see /api/estimate)."
         ),
         response_model=PortfolioRiskResponse,
         responses={**ERRORS, **BODY_ERRORS},

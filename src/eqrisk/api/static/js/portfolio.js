@@ -202,11 +202,15 @@ function riskTables(book, doc) {
     ? el("p", { class: "note warn", id: "risk-partial", dataset: { usedShare: String(doc.used_share) } },
       `Partial answer: the risk model used ${fmtPct(doc.used_share)} of the book's gross size; the figures leave the rest out.`)
     : null;
+  // A position that is neither a stock nor a factor (QQQ, TLT ...) is modelled on SPY alone.
+  const notes = (doc.notes || []).length
+    ? el("ul", { class: "note warn", id: "risk-notes" }, doc.notes.map((n) => el("li", {}, n)))
+    : null;
   return [partial, stats,
     el("div", { class: "tables" },
       table("risk-by-level", "Risk by level", "Level", rows(levels, "level")),
       table("risk-by-position", "Risk by position", "Ticker", rows(p.positions, "ticker"))),
-    unused].filter(Boolean);
+    notes, unused].filter(Boolean);
 }
 
 export const SECTIONS = [hedgeSection, riskSection, chartsSection, positionsSection];
