@@ -36,6 +36,8 @@ def test_portfolio_risk_frames_hold_the_routes_numbers(client: Client) -> None:
     assert risk.by_level["portfolio"].sum() == pytest.approx(risk.vol, rel=1e-12)
     assert risk.positions["contribution"].sum() == pytest.approx(risk.vol, rel=1e-12)
     assert list(risk.positions.index) == ["NVDA", "AAPL", "MSFT"]
+    assert risk.positions["model_level"].to_dict() == {"NVDA": 3, "AAPL": 2, "MSFT": 3}
+    assert risk.notes == raw["notes"] == []
     assert risk.unused == {"NOPE": "not in the model's universe"}
     assert list(risk.hedge.index) == [leg["etf"] for leg in raw["hedge"]["legs"]]
     assert risk.vol_after_hedge == raw["hedge"]["vol_after_daily"]
