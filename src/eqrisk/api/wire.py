@@ -77,11 +77,18 @@ def _num(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _listed(values: np.ndarray) -> list[Any]:
-    """JSON-ready list: dates as YYYY-MM-DD, NaN as None."""
-    if values.dtype.kind == "M":
-        return [str(d) for d in values.astype("datetime64[D]")]
+def _listed(values: np.ndarray) -> list[Any] | np.ndarray:
+    """JSON-ready: NaN as null. A float64 array goes to orjson as it is (it writes the same
+    text as for the Python floats, NaN as null, without a Python object per value)."""
+    if values.dtype == np.float64:
+        return np.ascontiguousarray(values)
     return [None if v != v else v for v in values.tolist()]
+
+
+def _dates(snap: Snapshot, plan: SeriesPlan) -> list[str]:
+    """The plan's sessions as YYYY-MM-DD texts, picked from the version's texts."""
+    texts: list[str] = snap.session_texts[plan.lo : plan.hi][plan.mask].tolist()
+    return texts
 
 
 def latest_values(snap: Snapshot, sym: Symbol) -> dict[str, float | None]:
@@ -165,13 +172,11 @@ def flat_metrics(snap: Snapshot, sym: Symbol, values: dict[str, float | None]) -
 def returns_columns(snap: Snapshot, plan: SeriesPlan) -> dict[str, Any]:
     """Column-wise returns of a batch entry: `dates`, `values` (gross return) and the L3 hedge
     ratio series under their explicit names and under the legacy `l1`/`l2`/`l3`."""
-    cols = {
-        k: _listed(v)
-        for k, v in plan.columns(snap, {"values": "return", **LONG_TABLE_COLUMNS}).items()
-    }
+    mapping = {"values": "return", **LONG_TABLE_COLUMNS}
+    cols = {k: _listed(plan.column(snap, field)) for k, field in mapping.items()}
     hr = {name: cols[name] for name in ("l3_market_hr", "l3_sector_hr", "l3_subsector_hr")}
     return {
-        "dates": cols["date"],
+        "dates": _dates(snap, plan),
         "values": cols["values"],
         "l1": hr["l3_market_hr"],
         "l2": hr["l3_sector_hr"],
@@ -182,8 +187,8 @@ def returns_columns(snap: Snapshot, plan: SeriesPlan) -> dict[str, Any]:
 
 def l3_columns(snap: Snapshot, plan: SeriesPlan) -> dict[str, Any]:
     """`{dates, l3_market_hr, ..., l3_residual_er}`: the column layout of /api/l3-decomposition."""
-    cols = {k: _listed(v) for k, v in plan.columns(snap, l3_long_columns()).items()}
-    return {"dates": cols.pop("date"), **cols}
+    cols = {k: _listed(plan.column(snap, field)) for k, field in l3_long_columns().items()}
+    return {"dates": _dates(snap, plan), **cols}
 
 
 def l3_long_columns() -> dict[str, str]:

@@ -80,6 +80,15 @@ class Snapshot:
         return sessions
 
     @cached_property
+    def session_texts(self) -> np.ndarray:
+        """Each session as its YYYY-MM-DD text (object array, aligned with `sessions`), made
+        once per version: JSON answers list dates by picking from it."""
+        texts: np.ndarray = np.datetime_as_string(
+            self.sessions.astype("datetime64[D]"), unit="D"
+        ).astype(object)
+        return texts
+
+    @cached_property
     def symbols(self) -> pd.DataFrame:
         """The `symbols` table indexed by ticker, with `row` (index into the arrays)."""
         frame = pq.read_table(self.path / "symbols.parquet").to_pandas()
