@@ -22,9 +22,10 @@ import numpy as np
 from eqrisk.model.risk_model import ANNUALIZATION, LEVEL_NAMES, RiskModelDay
 
 
-@dataclass(frozen=True)
+@dataclass
 class Unusable:
-    """A ticker the answer could not use, and why."""
+    """A ticker the answer could not use, and why. Not frozen: a frozen dataclass's __init__
+    costs three times a plain one's, and a book may list thousands (nothing changes them)."""
 
     ticker: str
     reason: str
@@ -110,15 +111,25 @@ def resolve(day: RiskModelDay, positions: Mapping[str, float]) -> Positions:
     ok = known & np.isfinite(weights) & (weights != 0.0)
     ok[ok] = day.usable[rows[ok]]
     unusable = []
-    for i in np.flatnonzero(~ok).tolist():
-        if not known[i]:
+    bad = np.flatnonzero(~ok)
+    # Python lists, not numpy scalars, in the loop: a book of thousands of unknown tickers.
+    problems = day.problems
+    for i, is_known, finite, zero, row in zip(
+        bad.tolist(),
+        known[bad].tolist(),
+        np.isfinite(weights[bad]).tolist(),
+        (weights[bad] == 0.0).tolist(),
+        rows[bad].tolist(),
+        strict=True,
+    ):
+        if not is_known:
             reason = "not in the model's universe"
-        elif not np.isfinite(weights[i]):
+        elif not finite:
             reason = "position is not a finite number"
-        elif weights[i] == 0.0:
+        elif zero:
             reason = "position is zero"
         else:
-            reason = day.problems[rows[i]] or "no forecast"
+            reason = problems[row] or "no forecast"
         unusable.append(Unusable(tickers[i], reason))
     keep = np.flatnonzero(ok)
     return Positions([tickers[i] for i in keep.tolist()], rows[keep], weights[keep], unusable)

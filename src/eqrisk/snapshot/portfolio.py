@@ -20,7 +20,6 @@ import numpy as np
 from eqrisk.model.portfolio_risk import (
     Attribution,
     PortfolioRisk,
-    Unusable,
     portfolio_risk,
     resolve,
 )
@@ -232,10 +231,6 @@ def attribution_dict(
             for i in range(len(p.tickers))
         ],
     }
-
-
-def unusable_list(items: list[Unusable]) -> list[dict[str, str]]:
-    return [{"ticker": u.ticker, "reason": u.reason} for u in items]
 
 
 ANNUAL = float(ANNUALIZATION)

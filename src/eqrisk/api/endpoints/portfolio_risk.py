@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import Field, field_validator
 from starlette.responses import Response
 
@@ -29,7 +30,6 @@ from eqrisk.snapshot.portfolio import (
     PortfolioAnswer,
     attribution_dict,
     portfolio_answer,
-    unusable_list,
 )
 from eqrisk.snapshot.risk_days import implied_etfs
 from eqrisk.snapshot.versions import Snapshot
@@ -79,12 +79,15 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
             if not key or len(key) > 32:
                 raise ValueError(f"{ticker!r} is not a ticker")
             out[key] = out.get(key, 0.0) + float(w)
-        for ticker, w in out.items():
-            if not math.isfinite(w) or abs(w) > MAX_ABS_POSITION:
-                raise ValueError(
-                    f"the position of {ticker} ({w:.6g}) is not a finite number of magnitude at "
-                    f"most {MAX_ABS_POSITION:.0e}"
-                )
+        weights = np.fromiter(out.values(), dtype=np.float64, count=len(out))
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~(np.abs(weights) <= MAX_ABS_POSITION))  # NaN and inf too
+        if bad.size:
+            ticker, w = list(out.items())[int(bad[0])]
+            raise ValueError(
+                f"the position of {ticker} ({w:.6g}) is not a finite number of magnitude at "
+                f"most {MAX_ABS_POSITION:.0e}"
+            )
         return out
 
     @field_validator("benchmark")
@@ -183,8 +186,9 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
             "vol_after_daily": hedge.vol_after,
             "vol_after_annual": hedge.vol_after * ANNUAL,
         },
-        "unused": unusable_list(risk.unusable),
-        "benchmark_unused": unusable_list(risk.benchmark_unusable),
+        # orjson writes each Unusable (a dataclass) as {"ticker", "reason"}: no dict per item
+        "unused": risk.unusable,
+        "benchmark_unused": risk.benchmark_unusable,
         "used_share": a.used_share,
         "partial": a.partial,
         "notes": a.notes,
