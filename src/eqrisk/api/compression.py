@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import anyio
 import brotli  # type: ignore[import-untyped]
+from isal import igzip
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MIN_BYTES = 1024  # smaller answers gain nothing worth a header and a compression
@@ -32,11 +33,11 @@ CACHE_BYTES = 64 * 2**20  # compressed answers kept, per process
 OFF_LOOP_BYTES = 256 * 1024  # larger bodies are compressed in a worker thread
 GZIP_LEVEL = 6  # zlib's default
 BROTLI_QUALITY = 5  # of 0-11: near gzip -9's ratio, faster than gzip -6 on JSON and CSV
-# Larger bodies get the fastest levels: on a 50 MB batch answer brotli 5 took 1.43 s of CPU
-# and 1 took 0.23 s (11.7 -> 12.3 MB), gzip 6 3.2 s and 1 0.46 s (20.6 -> 21.7 MB), so what
-# a large answer costs the server stays near its price (docs/decisions/answers.md).
+# Larger bodies get fast encoders: on a 50 MB batch answer brotli 5 took 1.43 s of CPU and 1
+# took 0.23 s (11.7 -> 12.3 MB); zlib's gzip 6 3.2 s, ISA-L's gzip 2 0.17 s (20.6 -> 21.3 MB),
+# so what a large answer costs the server stays near its price (docs/decisions/answers.md).
 FAST_BYTES = 2**20
-FAST_GZIP_LEVEL = 1
+FAST_GZIP_LEVEL = 2  # of ISA-L's 0-3
 FAST_BROTLI_QUALITY = 1
 ENCODINGS = ("br", "gzip")  # preferred first when equally acceptable
 _TEXT_TYPES = (
@@ -84,8 +85,9 @@ def compress(body: bytes, encoding: str) -> bytes:
     if encoding == "br":
         out: bytes = brotli.compress(body, quality=FAST_BROTLI_QUALITY if fast else BROTLI_QUALITY)
         return out
-    level = FAST_GZIP_LEVEL if fast else GZIP_LEVEL
-    return gzip.compress(body, compresslevel=level, mtime=0)
+    if fast:
+        return igzip.compress(body, compresslevel=FAST_GZIP_LEVEL, mtime=0)
+    return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
 
 
 class CompressedCache:
