@@ -52,19 +52,51 @@ def group_runs(stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(stacked[kept]), index
 
 
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    """Whether `a` and `b` hold the same bits (shape, dtype and every byte: NaN payloads and
+    -0.0 against 0.0 differ), read in place: each element viewed as the unsigned integer of
+    its width, so no copy of either array is made (the only temporary is one bool per
+    element)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    unsigned = _UNSIGNED.get(a.dtype.itemsize)
+    if unsigned is None or a.dtype.hasobject:
+        return a.tobytes() == b.tobytes()
+    return bool(np.array_equal(a.view(unsigned), b.view(unsigned)))
+
+
+def _converts_back(values: np.ndarray, narrow: np.ndarray) -> bool:
+    """Whether `narrow.astype(float64)` has the bits of `values` (float64), without making that
+    copy. Off NaN, a conversion to float64 keeps the sign, so equal values are equal bits but
+    for a -0.0 an unsigned integer gives back as 0.0; a NaN's payload may change on the way,
+    so the NaN elements alone are converted back and compared bit for bit."""
+    with np.errstate(invalid="ignore"):
+        equal = values == narrow
+    if narrow.dtype.kind == "u":  # `values` is finite here: no NaN to look at
+        return bool(equal.all()) and not bool(np.signbit(values).any())
+    nan = np.isnan(values)
+    if not bool((equal | nan).all()):
+        return False
+    if not bool(nan.any()):
+        return True
+    back = narrow[nan].astype(np.float64)
+    return same_bits(back, values[nan])
 
 
 def narrowest(values: np.ndarray) -> np.ndarray:
     """`values` (float64) in the narrowest dtype that converts back to the same bits."""
+    if values.dtype != np.float64:
+        return values
     for code in ("B", "H", "f"):
         dtype = CODES[code]
         if dtype.kind == "u" and not np.isfinite(values).all():
             continue
         with np.errstate(invalid="ignore", over="ignore"):
             narrow = values.astype(dtype)
-        if same_bits(narrow.astype(np.float64), values):
+        if _converts_back(values, narrow):
             return narrow
     return values
 
