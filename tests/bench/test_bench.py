@@ -193,3 +193,28 @@ def test_bench_compression_figures_are_the_answers_bytes(demo_home, tmp_path) ->
         else:
             assert row["sent_as"] == row["encoding"] and row["ratio"] > 2
             assert row["compress_ms"] > 0 and row["request_hit_ms"] > 0
+
+
+def test_eqrisk_bench_wire_runs_as_a_user_runs_it(demo_home, tmp_path) -> None:
+    """`eqrisk bench wire --home H --repeats 1 --json` on a copy of the demo home, in a child
+    process: every answer measured in every encoding (its `/daily` request asks for symbols
+    the served market holds: a fixed list once answered 404 on the 16-year demo market)."""
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(demo_home / "snapshots", home / "snapshots")
+    command = ["bench", "wire", "--home", str(home), "--repeats", "1", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "eqrisk.cli", *command],
+        env={**os.environ, "EQRISK_HOME": str(tmp_path / "unused")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["results"]
+    assert len(rows) == 18
+    daily = [r for r in rows if r["target"].startswith("/daily")]
+    assert [r["encoding"] for r in daily] == ["identity", "gzip", "br"]
+    assert daily[0]["bytes"] == daily[0]["identity_bytes"] > 0
+    assert "measuring /daily" in proc.stderr
