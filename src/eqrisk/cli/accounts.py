@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from eqrisk.cli.app import JsonOpt, app, fail
+from eqrisk.cli.app import JsonOpt, app, fail, get_settings
 from eqrisk.cli.output import print_json, result, result_table, show
-from eqrisk.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from eqrisk.settings import Settings
 
 accounts_app = typer.Typer(
     help="Accounts: create, verify a card, credit, suspend, list. Verifying a card grants the "

@@ -13,7 +13,7 @@ import errno
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
@@ -28,9 +28,28 @@ from eqrisk.cli.output import result as result
 from eqrisk.cli.output import say_error as say_error
 from eqrisk.cli.output import show as show
 from eqrisk.cli.output import stages as stages
-from eqrisk.settings import Settings, SettingsError, get_settings
+
+if TYPE_CHECKING:  # the settings (pydantic-settings) load on first use: `--help` needs none
+    from eqrisk.settings import Settings
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_ENVIRONMENT = 1, 2, 3
+
+
+def get_settings() -> Settings:
+    """The process's settings (`eqrisk.settings.get_settings`), imported when a command first
+    asks: `eqrisk --help` and every command's help start without loading them."""
+    from eqrisk import settings
+
+    return settings.get_settings()
+
+
+def reload_settings() -> Settings:
+    """The settings read again from the environment (after a command has set a variable its
+    worker processes read)."""
+    from eqrisk import settings
+
+    settings.get_settings.cache_clear()
+    return settings.get_settings()
 
 
 class EnvironmentProblem(Exception):
@@ -77,15 +96,26 @@ def os_problem(exc: OSError, home: Path) -> str:
     return f"{exc.strerror or _first_line(exc)}: {where}"
 
 
+def _is_snapshot_error(exc: BaseException) -> bool:
+    """Whether `exc` is a SnapshotError, without loading the snapshot modules where none was
+    loaded (so none was raised): a command's `--help` ends in an exception too, and its help
+    must not import the model's kernels."""
+    if "eqrisk.snapshot.version" not in sys.modules:  # where SnapshotError is defined
+        return False
+    from eqrisk.snapshot.versions import SnapshotError
+
+    return isinstance(exc, SnapshotError)
+
+
 def _operator_error(exc: BaseException) -> tuple[str, int] | None:
     """One line and an exit code for a failure the operator can fix, else None (a bug: the
     traceback is kept). The single place where environment failures become messages."""
-    from eqrisk.snapshot.versions import SnapshotError
+    from eqrisk.settings import SettingsError
 
     if isinstance(exc, SettingsError):
         return f"invalid setting: {exc}", EXIT_ENVIRONMENT
     settings = get_settings()
-    if isinstance(exc, EnvironmentProblem | SnapshotError):
+    if isinstance(exc, EnvironmentProblem) or _is_snapshot_error(exc):
         return str(exc), EXIT_ENVIRONMENT
     if isinstance(exc, OSError):
         return os_problem(exc, settings.home_dir), EXIT_ENVIRONMENT

@@ -17,10 +17,10 @@ from eqrisk.cli.app import (
     summary_line,
 )
 from eqrisk.cli.output import note, out, print_json, result, stages
-from eqrisk.settings import Settings
 
 if TYPE_CHECKING:  # imported by the commands that need it, not at start-up
     from eqrisk.data.ingest_report import IngestReport
+    from eqrisk.settings import Settings
 
 # `eqrisk ingest`'s longer options, named so that its signature stays readable.
 ReplaceOpt = Annotated[

@@ -8,14 +8,24 @@ import ipaddress
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from eqrisk.cli.app import SUMMARY_KEYS, JsonOpt, app, fail, summary_line
+from eqrisk.cli.app import (
+    SUMMARY_KEYS,
+    JsonOpt,
+    app,
+    fail,
+    get_settings,
+    reload_settings,
+    summary_line,
+)
 from eqrisk.cli.output import note, print_json, result, stages
 from eqrisk.cli.serve import HostOpt, PortOpt, preflight, run_server
-from eqrisk.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from eqrisk.settings import Settings
 
 EVALUATION_KEY_FILE = Path("demo") / "evaluation-key"  # under the demo's home, mode 0600
 
@@ -172,8 +182,7 @@ def demo(
     if key is not None and _is_loopback(host):
         # Worker processes build the app from the settings: the key travels in the environment.
         os.environ["EQRISK_EVALUATION_KEY"] = key["key"]
-        get_settings.cache_clear()
-        settings = get_settings()
+        settings = reload_settings()
         offered = f"  evaluation key: {key['key']} (offered by the page)\n"
     elif key is not None:
         note(

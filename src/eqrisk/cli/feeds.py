@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from eqrisk.cli.app import EXIT_ENVIRONMENT, JsonOpt, app, err, fail, show, stages
-from eqrisk.settings import Settings, get_settings
+from eqrisk.cli.app import (
+    EXIT_ENVIRONMENT,
+    JsonOpt,
+    app,
+    err,
+    fail,
+    get_settings,
+    show,
+    stages,
+)
+
+if TYPE_CHECKING:
+    from eqrisk.settings import Settings
 
 ProviderOpt = Annotated[
     str, typer.Option("--provider", help="The price provider: yahoo (keyless) or tiingo (key).")

@@ -10,7 +10,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -20,10 +20,13 @@ from eqrisk.cli.app import (
     app,
     fail,
     os_problem,
+    reload_settings,
 )
 from eqrisk.cli.mcp import mcp_line
 from eqrisk.cli.output import note
-from eqrisk.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from eqrisk.settings import Settings
 
 
 def _log_config(access_log: bool) -> dict[str, Any]:
@@ -263,6 +266,5 @@ def serve(
     os.environ["EQRISK_SERVICES"] = json.dumps(choices[service])
     if access_log is not None:
         os.environ["EQRISK_ACCESS_LOG"] = json.dumps(access_log)
-    get_settings.cache_clear()
-    settings = get_settings()
+    settings = reload_settings()
     run_server(settings, host or settings.host, port or settings.port, workers)

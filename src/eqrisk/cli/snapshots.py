@@ -9,9 +9,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from eqrisk.cli.app import EXIT_FAILURE, EXIT_USAGE, SUMMARY_KEYS, JsonOpt, app, fail
+from eqrisk.cli.app import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    SUMMARY_KEYS,
+    JsonOpt,
+    app,
+    fail,
+    get_settings,
+)
 from eqrisk.cli.output import print_json, result, result_table, show
-from eqrisk.settings import get_settings
 
 if TYPE_CHECKING:
     from eqrisk.snapshot.store import VersionStore
