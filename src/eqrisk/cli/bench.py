@@ -57,9 +57,10 @@ def bench_cost(
     seconds: Annotated[float, typer.Option(help="Seconds of /api/health per load.")] = 5.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """CPU-seconds per USD per route at each route's worst case (largest body, most and most
-    unknown tickers, longest range), the free calls' CPU, and /api/health's latency alone and
-    with four worst-case portfolio and estimate calls running, on one `eqrisk serve`."""
+    """What a call costs the server per USD it is charged. CPU-seconds per USD per route at each
+    route's worst case (largest body, most and most unknown tickers, longest range), the free
+    calls' CPU, and /api/health's latency alone and with four worst-case portfolio and estimate
+    calls running, on one `eqrisk serve`."""
     from eqrisk.bench.cost import run
 
     figures = run(repeats=repeats, seconds=seconds, say=err.print)
