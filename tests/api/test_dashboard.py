@@ -56,6 +56,20 @@ def stale_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     ticker = str(largest["symbol"].iloc[0])
     dropped = sorted(prices["date"].unique())[-2:]
     prices = prices[~((prices["symbol"] == ticker) & prices["date"].isin(dropped))]
+    # Two macro factors' ETFs (the stock view's correlations): GLD and IEF, the proxy eqrisk
+    # reads for the vendor's VGIT, priced as copies of two sector ETFs over the last 300 days.
+    recent = sorted(prices["date"].unique())[-300:]
+    for etf, like in (("GLD", "XLP"), ("IEF", "XLU")):
+        rows = prices[(prices["symbol"] == like) & prices["date"].isin(recent)]
+        prices = pd.concat([prices, rows.assign(symbol=etf)], ignore_index=True)
+        master.loc[len(master)] = {
+            **master[master["symbol"] == like].iloc[0].to_dict(),
+            "symbol": etf,
+            "name": f"{etf} (test)",
+            "gics_sector": None,
+            "gics_sub_industry": None,
+        }
+    master.to_csv(files["master"], index=False)
     prices.to_csv(files["prices"], index=False)
     report = ingest([files["prices"]], files["master"], home=home, data_source=DATA_SOURCE)
     assert report.ok, report.issues
@@ -413,6 +427,26 @@ def test_searching_nvda_opens_its_page_with_every_row_plotted(
     for name, value in cells.items():
         assert float(value) == metrics[name], name
     assert "NVIDIA" in browser.find_element(By.ID, "stock-title").text
+
+    # The macro correlations, third request of the view: the route's values, factor by factor,
+    # "no data" where the data set lacks the ETF, and the IEF proxy labelled as one.
+    macro = api.get("/api/metrics/NVDA/correlation").json()
+    wait_js(browser, "return document.querySelector('#macro-table tbody tr')")
+    table = browser.execute_script(
+        "return [...document.querySelectorAll('#macro-table tbody tr')].map(tr => ["
+        "tr.dataset.factor, tr.cells[1].dataset.value, tr.cells[1].textContent,"
+        "tr.cells[2].dataset.etf, tr.cells[2].dataset.proxyFor, tr.cells[2].textContent])"
+    )
+    assert [r[0] for r in table] == list(macro["correlations"]) and len(table) == 18
+    for key, value, text, etf, proxy_for, _label in table:
+        want = macro["correlations"][key]
+        assert (float(value) if value else None) == want, key
+        assert text == ("no data" if want is None else f"{want:.3f}"), key
+        assert etf == (macro["sources"][key]["etf"] or ""), key
+        assert proxy_for == (macro["sources"][key]["proxy_for"] or ""), key
+    served = {r[0]: r for r in table if r[1]}
+    assert sorted(served) == ["gold", "term_spread"]
+    assert served["term_spread"][5] == "IEF (proxy for VGIT)" and served["gold"][5] == "GLD"
 
 
 def test_stock_page_level_switch_and_csv_download(

@@ -102,23 +102,39 @@ def test_macro_factor_errors(client: TestClient) -> None:
 def test_correlations_equal_pandas_on_the_same_series(
     client: TestClient, method: str, return_type: str, column: str
 ) -> None:
-    params = {"factors": "credit,gold,momentum,usd", "return_type": return_type, "method": method}
+    params = {
+        "factors": "credit,gold,momentum,usd,term_spread",
+        "return_type": return_type,
+        "method": method,
+    }
     doc = get(client, "/api/metrics/nvda/correlation", window_days=252, **params)
     stock = series(client, "NVDA", column)
-    for key, etf in [("credit", "HYG"), ("gold", "GLD"), ("momentum", "MTUM")]:
+    for key, etf in [
+        ("credit", "HYG"),
+        ("gold", "GLD"),
+        ("momentum", "MTUM"),
+        ("term_spread", "IEF"),
+    ]:
         pair = pd.concat([stock, series(client, etf, "returns_gross")], axis=1, join="inner")
         pair = pair.dropna().tail(252)
         want = pair.iloc[:, 0].corr(pair.iloc[:, 1], method=method)
         assert doc["correlations"][key] == pytest.approx(want, abs=1e-12)
     assert doc["correlations"]["usd"] is None
     assert any(w.startswith("usd: no series") for w in doc["warnings"])
-    assert doc["overlap_days"] == 252 and doc["macro_factors_loaded"] == 3
+    assert doc["sources"] == {
+        "credit": {"etf": "HYG", "proxy_for": None},
+        "gold": {"etf": "GLD", "proxy_for": None},
+        "momentum": {"etf": "MTUM", "proxy_for": None},
+        "usd": {"etf": None, "proxy_for": None},
+        "term_spread": {"etf": "IEF", "proxy_for": "VGIT"},
+    }
+    assert doc["overlap_days"] == 252 and doc["macro_factors_loaded"] == 4
     assert doc["stock_series_length"] == len(stock)
     post = client.post(
         "/api/correlation",
         json={
             "ticker": "NVDA",
-            "factors": ["hy", "xau", "mom", "dxy"],
+            "factors": ["hy", "xau", "mom", "dxy", "vgit"],
             "return_type": return_type,
             "method": method,
         },

@@ -162,15 +162,21 @@ def correlations(
     snap: Snapshot, sym: Symbol, keys: list[str], unknown: list[str], p: Any
 ) -> dict[str, Any]:
     """The vendor's single-ticker object: `correlations` per key (null: no series or under 30
-    pairs), `overlap_days` (the most pairs used), `warnings`."""
+    pairs), `overlap_days` (the most pairs used), `warnings`; and eqrisk's `sources`: per key,
+    the ETF read (null: none in the data) and the vendor's ETF it stands in for, if a proxy."""
     stock = np.asarray(snap.array(STOCK_SERIES[p.return_type])[sym.row], dtype=np.float64)
     warnings = [f"unknown factor key dropped: {name}" for name in unknown]
     if p.return_type == "l3_residual" and sym.subsector_etf is None:
         warnings.append(f"{sym.ticker} has no subsector ETF: its L3 residual is the L2 one")
     out: dict[str, float | None] = {}
+    sources: dict[str, dict[str, str | None]] = {}
     overlap = loaded = 0
     for key in keys:
         series = mf.series_of(snap, key)
+        sources[key] = {
+            "etf": series.etf,
+            "proxy_for": mf.BY_KEY[key].etfs[0] if series.proxy else None,
+        }
         if series.warning:
             warnings.append(series.warning)
         if series.row is None:
@@ -196,6 +202,7 @@ def correlations(
         "warnings": warnings,
         "stock_series_length": int(np.isfinite(stock).sum()),
         "macro_factors_loaded": loaded,
+        "sources": sources,
     }
 
 
@@ -239,7 +246,9 @@ POST = Endpoint(
         summary="Correlations of stocks' returns with macro and style factors",
         description=(
             "One ticker: `{ticker, return_type, window_days, method, correlations, "
-            "overlap_days, warnings, stock_series_length, macro_factors_loaded}`; a list: "
+            "overlap_days, warnings, stock_series_length, macro_factors_loaded, sources}` "
+            "(`sources`: per factor, the ETF read and `proxy_for`, the vendor's ETF a proxy "
+            "stands in for); a list: "
             "`{results: [...]}` in request order, a failed ticker `{ticker, error, status}`. "
             "One price per request." + DESCRIPTION
         ),

@@ -1,6 +1,8 @@
-// The stock page: the latest snapshot (/api/metrics) and its history (/api/ticker-returns):
-// two requests, asked one after the other (a refused ticker costs the rate limit once); a level
-// switch redraws from the cached answers without asking again.
+// The stock page: the latest snapshot (/api/metrics), its history (/api/ticker-returns) and, with
+// a paid key, its macro correlations (/api/metrics/{ticker}/correlation): asked one after the
+// other (a refused ticker costs the rate limit once); a level switch redraws from the cached
+// answers without asking again. The demo key does not ask the correlations: its five requests a
+// minute go to the views.
 
 import { readMetrics } from "./adapt.js";
 import * as charts from "./charts.js";
@@ -30,6 +32,7 @@ export function stockPage(view, ticker, params) {
   const viewCalls = () => [
     { endpoint: `metrics/${ticker}`, params: {}, label: "snapshot" },
     { endpoint: "ticker-returns", params: { ticker, years: Number(yearsSel.value) }, label: `${yearsSel.value} y of returns` },
+    ...(state.isDemo ? [] : [{ endpoint: `metrics/${ticker}/correlation`, params: {}, label: "macro correlations" }]),
   ];
   const cost = costLine(viewCalls);
   const downloadCost = costLine(() => [
@@ -59,17 +62,20 @@ export function stockPage(view, ticker, params) {
   const head = el("div", { class: "page-head" }, el("h1", { id: "stock-title" }, ticker));
   const snapshot = el("section", { class: "snapshot", id: "snapshot", "aria-label": "Latest snapshot" });
   const chartsArea = el("section", { class: "charts", id: "stock-charts" });
+  const macro = el("section", { class: "macro", id: "macro", "aria-label": "Macro correlations" });
   view.append(
     head,
     el("div", { class: "controls" }, yearsSel, load, levelSel, cost.node),
     snapshot,
     chartsArea,
+    macro,
     el("div", { class: "controls download" }, el("span", {}, "Download these rows as"), fmtSel, download, downloadCost.node, downloadOut),
   );
 
   const fetchIt = async () => {
     snapshot.replaceChildren(el("p", { class: "muted" }, "Loading\u2026"));
     chartsArea.replaceChildren();
+    macro.replaceChildren();
     let snap;
     try {
       snap = readMetrics(await state.client.get(`/api/metrics/${encodeURIComponent(ticker)}`, null, signal));
@@ -97,9 +103,41 @@ export function stockPage(view, ticker, params) {
       cards.vol.draw(charts.predictedVol, rows);
     } catch (err) {
       showProblem(chartsArea, err, fetchIt);
+      return;
+    }
+    if (state.isDemo) {
+      macro.replaceChildren(el("p", { class: "muted", id: "macro-note" }, "Macro correlations are not asked with the demo key: its five requests a minute go to the views."));
+      return;
+    }
+    macro.replaceChildren(el("p", { class: "muted" }, "Loading macro correlations\u2026"));
+    try {
+      renderMacro(macro, await state.client.get(`/api/metrics/${encodeURIComponent(ticker)}/correlation`, null, signal));
+    } catch (err) {
+      if (!isCancelled(err)) macro.replaceChildren(problemPanel(err, fetchIt, "inline"));
     }
   };
   fetchIt();
+}
+
+// One row per factor of the answer: its correlation (or "no data" where the data set lacks the
+// factor's ETF or the overlap is under 30 sessions), the ETF read, and the proxy it stands for.
+function renderMacro(section, doc) {
+  const sources = doc.sources || {};
+  const rows = Object.entries(doc.correlations).map(([key, value]) => {
+    const src = sources[key] || {};
+    const etf = src.etf ? (src.proxy_for ? `${src.etf} (proxy for ${src.proxy_for})` : src.etf) : "";
+    return el("tr", { dataset: { factor: key } },
+      el("th", { scope: "row" }, key.replace(/_/g, " ")),
+      el("td", { dataset: { value: value ?? "" }, class: value === null ? "muted" : "" }, value === null ? "no data" : fmtNum(value, 3)),
+      el("td", { class: "muted", dataset: { etf: src.etf || "", proxyFor: src.proxy_for || "" } }, etf));
+  });
+  const span = `${doc.method}, ${doc.return_type.replace(/_/g, " ")} returns, last ${doc.overlap_days || doc.window_days} sessions`;
+  section.replaceChildren(
+    el("table", { class: "grid", id: "macro-table" },
+      el("caption", {}, `Macro and style factor correlations (${span})`),
+      el("thead", {}, el("tr", {}, el("th", {}, "Factor"), el("th", {}, "Correlation"), el("th", {}, "ETF"))),
+      el("tbody", {}, rows)),
+  );
 }
 
 function chartCards(area, level, years) {
