@@ -38,6 +38,8 @@ TOOLS = {
     "estimate_cost",
     "portfolio_risk",
     "decompose_stock",
+    "factor_correlation",
+    "rankings",
 }
 TRANSPORTS = ["http", "stdio"]
 Session = Callable[[str], Any]
@@ -424,6 +426,83 @@ def test_a_ticker_that_is_not_one_is_a_free_tool_error(
         assert result.is_error
         assert "ticker" in result.content[0].text and "pattern" in result.content[0].text
     assert charges(accounts, account_id) == []
+
+
+def test_the_new_tools_refuse_a_ticker_that_is_not_one_for_free(
+    server: Server, accounts: Accounts
+) -> None:
+    account_id, key = new_key(accounts)
+    hostile = ["../balance", "JPM?version=x", "NVDA#x", "%2F", "a/b"]
+
+    async def body(client: McpClient) -> list[Any]:
+        return [
+            await client.call_tool(name, {"ticker": ticker})
+            for ticker in hostile
+            for name in ("factor_correlation", "rankings", "decompose_stock")
+        ] + [await client.call_tool("factor_correlation", {"ticker": "NVDA", "factors": ["a/b"]})]
+
+    answers = run("http", server.base, key, body)
+    assert len(answers) == 16
+    for result in answers[:-1]:
+        assert result.is_error
+        assert "ticker" in result.content[0].text and "pattern" in result.content[0].text
+    assert answers[-1].is_error and "pattern" in answers[-1].content[0].text
+    assert charges(accounts, account_id) == []
+
+
+def test_factor_correlation_and_rankings_are_their_routes(
+    server: Server, accounts: Accounts
+) -> None:
+    account_id, key = new_key(accounts)
+    args = {"ticker": "nvda", "factors": ["credit", "mom"], "window_days": 60, "method": "spearman"}
+
+    async def body(client: McpClient) -> list[dict[str, Any]]:
+        out = []
+        for name, arguments in (
+            ("factor_correlation", args),
+            ("rankings", {"ticker": "nvda", "window": "21d"}),
+        ):
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, result.content
+            out.append(dict(result.structured_content or {}))
+        return out
+
+    got, ranks = run("http", server.base, key, body)
+    body_sent = {**args, "ticker": "NVDA", "return_type": "l3_residual"}
+    want = route(server.base, key, "POST", "/api/correlation", json=body_sent).json()
+    assert got["ticker"] == "NVDA" and got["method"] == "spearman" and got["window_days"] == 60
+    assert got["overlap_days"] == want["overlap_days"] and got["warnings"] == want["warnings"]
+    assert [f["factor"] for f in got["factors"]] == ["credit", "momentum"]
+    for item in got["factors"]:
+        assert item["correlation"] == want["correlations"][item["factor"]]
+        assert item["etf"] == want["sources"][item["factor"]]["etf"]
+        assert item["proxy_for"] == want["sources"][item["factor"]]["proxy_for"]
+    # the demo data set holds no macro ETF: null with a warning naming the vendor's ETF
+    assert all(f["correlation"] is None for f in got["factors"])
+    assert any("HYG" in w for w in got["warnings"])
+    assert got["charge"]["cost_usd"] == pytest.approx(0.002)
+
+    grid = route(server.base, key, "GET", "/api/rankings/NVDA", params={"window": "21d"}).json()
+    assert ranks["ticker"] == "NVDA" and ranks["date"] == grid["teo"]
+    assert len(ranks["ranks"]) == len(grid["rankings"]) == 21  # 7 metrics x 3 cohorts
+    for mine, theirs in zip(ranks["ranks"], grid["rankings"], strict=True):
+        assert (mine["metric"], mine["cohort"], mine["window"]) == (
+            theirs["metric"],
+            theirs["cohort"],
+            theirs["window"],
+        )
+        assert mine["rank"] == theirs["rank_ordinal"]
+        assert mine["cohort_size"] == theirs["cohort_size"]
+        assert mine["percentile"] == theirs["rank_percentile"]
+        assert mine["value"] == theirs["value"]
+    assert sum(r["rank"] is not None for r in ranks["ranks"]) > 0
+    assert ranks["charge"]["cost_usd"] == pytest.approx(0.001)
+    assert charges(accounts, account_id) == [
+        ("correlation", 100),
+        ("rankings", 50),
+        ("correlation", 100),
+        ("rankings", 50),
+    ]
 
 
 def test_decompose_stock_is_the_decompose_route(server: Server, accounts: Accounts) -> None:

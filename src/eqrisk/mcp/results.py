@@ -368,3 +368,95 @@ class Decomposition(BaseModel):
             hedge={k: float(v) for k, v in (answer.get("hedge") or {}).items()},
             charge=charge,
         )
+
+
+class FactorValue(BaseModel):
+    factor: str = Field(description="The macro or style factor key, e.g. credit, momentum.")
+    correlation: float | None = Field(
+        description="Correlation of the stock's returns with the factor's (-1 to 1); null when "
+        "the data set lacks the factor's ETF or they overlap under 30 sessions."
+    )
+    etf: str | None = Field(description="The ETF whose returns stand for the factor.")
+    proxy_for: str | None = Field(
+        description="The ETF the real Service B reads, where `etf` is a proxy for it."
+    )
+
+
+class FactorCorrelation(BaseModel):
+    """A stock's correlations with macro and style factors."""
+
+    ticker: str
+    return_type: str = Field(description="gross, l1, l2 or l3_residual returns of the stock.")
+    method: str = Field(description="pearson or spearman.")
+    window_days: int = Field(description="The most paired sessions used per factor.")
+    overlap_days: int = Field(description="Paired sessions behind the best-covered factor.")
+    factors: list[FactorValue]
+    warnings: list[str] = Field(description="Factors dropped, missing or served by a proxy.")
+    charge: Charge
+
+    @classmethod
+    def of(cls, answer: Mapping[str, Any], charge: Charge) -> FactorCorrelation:
+        sources = answer.get("sources") or {}
+        return cls(
+            ticker=str(answer.get("ticker")),
+            return_type=str(answer.get("return_type")),
+            method=str(answer.get("method")),
+            window_days=int(answer.get("window_days") or 0),
+            overlap_days=int(answer.get("overlap_days") or 0),
+            factors=[
+                FactorValue(
+                    factor=key,
+                    correlation=_number(value),
+                    etf=(sources.get(key) or {}).get("etf"),
+                    proxy_for=(sources.get(key) or {}).get("proxy_for"),
+                )
+                for key, value in (answer.get("correlations") or {}).items()
+            ],
+            warnings=[str(w) for w in answer.get("warnings") or []],
+            charge=charge,
+        )
+
+
+class Rank(BaseModel):
+    metric: str
+    cohort: str = Field(description="universe, sector or subsector: whom it is ranked among.")
+    window: str = Field(description="1d, 21d, 63d or 252d.")
+    rank: int | None = Field(description="1 is the largest value of the cohort.")
+    cohort_size: int | None
+    percentile: float | None = Field(description="100 for the first, down to 100/cohort_size.")
+    value: float | None = Field(description="The metric's value for this stock.")
+
+
+class Rankings(BaseModel):
+    """A stock's ranks in its cohorts on the latest session."""
+
+    ticker: str
+    date: str | None = Field(description="The session ranked; null: not in the universe then.")
+    ranks: list[Rank]
+    charge: Charge
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, charge: Charge) -> Rankings:
+        teo = frame.attrs.get("teo")
+        return cls(
+            ticker=str(frame.attrs.get("ticker")),
+            date=str(teo) if teo is not None else None,
+            ranks=[
+                Rank(
+                    metric=str(r["metric"]),
+                    cohort=str(r["cohort"]),
+                    window=str(r["window"]),
+                    rank=_integer(r.get("rank_ordinal")),
+                    cohort_size=_integer(r.get("cohort_size")),
+                    percentile=_number(r.get("rank_percentile")),
+                    value=_number(r.get("value")),
+                )
+                for r in frame.to_dict("records")
+            ],
+            charge=charge,
+        )
+
+
+def _integer(value: Any) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None else None

@@ -271,3 +271,80 @@ async def decompose_stock(ticker: Ticker, ctx: Context) -> results.Decomposition
         answer = await calls.client.decompose(ticker)
         calls.note()
         return results.Decomposition.of(answer, calls.charge())
+
+
+@tool
+async def factor_correlation(
+    ticker: Ticker,
+    ctx: Context,
+    factors: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_\-]+$")]]
+        | None,
+        Field(
+            description="Factor keys (default: all 18): macro inflation, term_spread, "
+            "short_rates, credit, oil, gold, usd, volatility, bitcoin, vix_spot; style "
+            "momentum, quality, low_vol, value, growth, size, dividend, moat.",
+            max_length=40,
+        ),
+    ] = None,
+    return_type: Annotated[
+        Literal["gross", "l1", "l2", "l3_residual"],
+        Field(description="The stock's daily return (gross) or what the L1, L2 or L3 hedge left."),
+    ] = "l3_residual",
+    window_days: Annotated[
+        int, Field(description="The last N sessions both series have.", ge=20, le=2000)
+    ] = 252,
+    method: Annotated[
+        Literal["pearson", "spearman"], Field(description="pearson or spearman (ranks).")
+    ] = "pearson",
+) -> results.FactorCorrelation:
+    """How a stock's returns move with macro and style factors (POST /api/correlation,
+    0.002 USD): per factor, the correlation with its ETF's daily returns, the ETF read and the
+    ETF it stands in for where it is a proxy. A factor the data set lacks is null, never
+    invented. Use l3_residual (default) to see what the ETF hedge leaves exposed."""
+    async with api(ctx) as calls:
+        answer = await calls.client.factor_correlation(
+            ticker.strip().upper(),
+            factors,
+            return_type=return_type,
+            window_days=window_days,
+            method=method,
+        )
+        calls.note()
+        return results.FactorCorrelation.of(answer, calls.charge())
+
+
+@tool
+async def rankings(
+    ticker: Ticker,
+    ctx: Context,
+    metric: Annotated[
+        Literal[
+            "mkt_cap",
+            "gross_return",
+            "sector_residual",
+            "subsector_residual",
+            "er_l1",
+            "er_l2",
+            "er_l3",
+        ]
+        | None,
+        Field(description="Only this metric (default: all seven)."),
+    ] = None,
+    cohort: Annotated[
+        Literal["universe", "sector", "subsector"] | None,
+        Field(description="Only ranks among this cohort (default: all three)."),
+    ] = None,
+    window: Annotated[
+        Literal["1d", "21d", "63d", "252d"] | None,
+        Field(description="Only this window (default: all four)."),
+    ] = None,
+) -> results.Rankings:
+    """Where a stock ranks on the latest session (GET /api/rankings/{ticker}, 0.001 USD):
+    per metric (market cap, return, sector and subsector residual return, explained risk at
+    L1-L3), cohort (the universe, its sector, its subsector) and window, its rank (1 is the
+    largest value), the cohort's size and its percentile."""
+    async with api(ctx) as calls:
+        frame = await calls.client.rankings(ticker, metric=metric, cohort=cohort, window=window)
+        calls.note()
+        return results.Rankings.of(frame, calls.charge())
