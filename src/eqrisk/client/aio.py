@@ -17,13 +17,14 @@ from eqrisk.client import calls, dropin, risk
 from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.client import _Config
+from eqrisk.client.dropin_methods import AsyncDropinMethods
 from eqrisk.client.frames import LastCall, Portfolio
 from eqrisk.client.risk import PortfolioRisk
 
 T = TypeVar("T")
 
 
-class AsyncClient(_Config):
+class AsyncClient(_Config, AsyncDropinMethods):
     """A client of both services for asyncio code; configured as `Client` (`transport`: an
     async httpx transport, for example `httpx.ASGITransport(app)` in process)."""
 

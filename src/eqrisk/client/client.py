@@ -22,6 +22,7 @@ import pandas as pd
 from eqrisk.client import calls, dropin, risk
 from eqrisk.client import factors as fx
 from eqrisk.client.calls import Call, Symbols
+from eqrisk.client.dropin_methods import DropinMethods
 from eqrisk.client.frames import LastCall, Portfolio
 from eqrisk.client.risk import PortfolioRisk
 
@@ -71,7 +72,7 @@ class _AsyncBridge(httpx.BaseTransport):
             return pool.submit(asyncio.run, run()).result()
 
 
-class Client(_Config):
+class Client(_Config, DropinMethods):
     """A client of both services (see `_Config` for the configuration).
 
     `transport` is any httpx transport, sync or async (an `httpx.ASGITransport(app)` runs the

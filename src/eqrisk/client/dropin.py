@@ -4,8 +4,9 @@ and rankings. Described once, run by `Client` and `AsyncClient`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pandas as pd
@@ -48,9 +49,86 @@ def rankings(
     ticker: str, metric: str | None, cohort: str | None, window: str | None
 ) -> Call[pd.DataFrame]:
     params = {"metric": metric, "cohort": cohort, "window": window}
-    return Call("GET", f"/api/rankings/{ticker.strip().upper()}", _rankings, params)
+    # One path segment, percent-encoded: a ticker can never name another route or a query.
+    return Call("GET", f"/api/rankings/{quote(ticker.strip().upper(), safe='')}", _rankings, params)
 
 
 def top_rankings(metric: str, cohort: str, window: str, limit: int | None) -> Call[pd.DataFrame]:
     params = {"metric": metric, "cohort": cohort, "window": window, "limit": limit}
     return Call("GET", "/api/rankings/top", _rankings, params)
+
+
+def _optional(**given: Any) -> dict[str, Any]:
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _names(tickers: str | Sequence[str]) -> list[str]:
+    return [tickers] if isinstance(tickers, str) else list(tickers)
+
+
+def latest_metrics(tickers: str | Sequence[str]) -> Call[dict[str, Any]]:
+    return Call("GET", "/api/batch/latest-metrics", _dict, {"tickers": _names(tickers)})
+
+
+def returns_decomposition(
+    ticker: str, years: int | None, include_lstar: bool | None, threshold: float | None
+) -> Call[dict[str, Any]]:
+    params = _optional(ticker=ticker, years=years, include_lstar=include_lstar, threshold=threshold)
+    return Call("GET", "/api/returns-decomposition", _dict, params)
+
+
+def macro_factors(
+    factors: Sequence[str] | None, start: str | None, end: str | None
+) -> Call[dict[str, Any]]:
+    params = _optional(factors=list(factors) if factors is not None else None, start=start, end=end)
+    return Call("GET", "/api/macro-factors", _dict, params)
+
+
+def etf_factor_returns(
+    sleeve: str | None, tickers: Sequence[str] | None, teo: str | None
+) -> Call[dict[str, Any]]:
+    params = _optional(sleeve=sleeve, tickers=list(tickers) if tickers else None, teo=teo)
+    return Call("GET", "/api/etf/factor-returns", _dict, params)
+
+
+def screen_rankings(metric: str, cohort: str, window: str, **filters: Any) -> Call[pd.DataFrame]:
+    """`filters`: limit, min_percentile, decile, sector_filter, as_of (None: unset)."""
+    body = {"metric": metric, "cohort": cohort, "window": window, **_optional(**filters)}
+    return Call("POST", "/api/rankings/screen", _rankings, body=body)
+
+
+def lstar(ticker: str, years: int | None, threshold: float | None) -> Call[dict[str, Any]]:
+    return Call(
+        "GET", "/api/lstar", _dict, _optional(ticker=ticker, years=years, threshold=threshold)
+    )
+
+
+def batch_lstar(
+    tickers: Sequence[str], years: int | None, threshold: float | None
+) -> Call[dict[str, Any]]:
+    body = {"tickers": list(tickers), **_optional(years=years, threshold=threshold)}
+    return Call("POST", "/api/batch/lstar", _dict, body=body)
+
+
+def risk_index(
+    positions: Mapping[str, float], time_series: bool, years: int | None
+) -> Call[dict[str, Any]]:
+    body: dict[str, Any] = {
+        "positions": [{"ticker": t, "weight": float(w)} for t, w in positions.items()],
+        "timeSeries": time_series,
+        **_optional(years=years),
+    }
+    return Call("POST", "/api/portfolio/risk-index", _dict, body=body)
+
+
+def industry_panel(
+    teo: str | None, level: str | None, min_peers: int | None
+) -> Call[dict[str, Any]]:
+    params = _optional(teo=teo, level=level, min_peers=min_peers)
+    return Call("GET", "/api/industry-panel", _dict, params)
+
+
+def universe_members(name: str, teo: str | None) -> Call[dict[str, Any]]:
+    # One path segment, percent-encoded, as for a ticker.
+    path = f"/api/universe/{quote(name.strip(), safe='')}/members"
+    return Call("GET", path, _dict, _optional(teo=teo))
