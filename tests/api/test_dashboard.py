@@ -447,6 +447,21 @@ def test_searching_nvda_opens_its_page_with_every_row_plotted(
     served = {r[0]: r for r in table if r[1]}
     assert sorted(served) == ["gold", "term_spread"]
     assert served["term_spread"][5] == "IEF (proxy for VGIT)" and served["gold"][5] == "GLD"
+    # ... and it is in the view's cost line, priced as /api/estimate prices it
+    browser.find_element(By.CSS_SELECTOR, ".controls .cost-button").click()
+    usd = wait_js(
+        browser, "return document.querySelector('.controls .cost-text[data-usd]')?.dataset.usd"
+    )
+    calls = [("metrics/NVDA", {}), ("ticker-returns", {"ticker": "NVDA", "years": 3})]
+    calls.append(("metrics/NVDA/correlation", {}))
+    prices = [
+        api.post("/api/estimate", json={"endpoint": e, "params": p}).json()["estimated_cost_usd"]
+        for e, p in calls
+    ]
+    assert float(usd) == pytest.approx(sum(prices)) and prices[2] == pytest.approx(0.002)
+    assert (
+        "macro correlations" in browser.find_element(By.CSS_SELECTOR, ".controls .cost-text").text
+    )
 
 
 def test_stock_page_level_switch_and_csv_download(
@@ -648,6 +663,8 @@ def test_a_429_is_waited_out_in_sight_and_the_view_completes(
         plotted(browser, chart)
     rows = api.get("/api/ticker-returns", params={"ticker": "NVDA", "years": 1}).json()["data"]
     assert trace_lengths(browser, "chart-returns") == [len(rows)] * 2
+    # the view's third request, the macro correlations, may wait out the window in turn
+    wait_js(browser, "return document.querySelector('#macro-table')", timeout=WAIT_S + 10)
     assert browser.execute_script("return document.getElementById('wait-box').hidden")
     assert (
         browser.execute_script("return document.querySelectorAll('.problem:not([hidden])').length")
