@@ -155,6 +155,7 @@ def test_the_rest_of_the_new_routes_through_both_clients(home: Path) -> None:
     with Client(api_key=FUNDED, transport=httpx.ASGITransport(app)) as c:  # type: ignore[arg-type]
         got = {name: _answer(getattr(c, name)(*a, **kw)) for name, a, kw, *_ in ROUTES}
         screen = c.screen_rankings("mkt_cap", "sector", "1d", limit=5, decile=1)
+        lstar_csv = c.batch_lstar(["NVDA", "MSFT"], 2, format="csv")
         with pytest.raises(EqriskError) as refused:
             c.universe_members("../balance")
     assert refused.value.status in (400, 404)
@@ -162,6 +163,12 @@ def test_the_rest_of_the_new_routes_through_both_clients(home: Path) -> None:
         assert got[name] == want[name], name
     assert screen.to_dict("records") == screen_want["rankings"]
     assert screen.attrs["cohort"] == "sector"
+    # format=csv: a frame, the JSON's arrays stacked per ticker
+    assert isinstance(lstar_csv, pd.DataFrame)
+    for ticker, item in want["batch_lstar"]["results"].items():
+        part = lstar_csv[lstar_csv["ticker"] == ticker]
+        assert [str(d.date()) for d in part["date"]] == item["dates"]
+        assert list(part["lstar"]) == item["lstar"]
     # a few values, beyond the equality: the parameters took effect
     assert [m["ticker"] for m in got["latest_metrics"]["data"]] == ["NVDA", "AAPL"]
     assert got["universe_members"]["universe"] == "uni_mc_50"

@@ -12,6 +12,7 @@ import httpx
 import pandas as pd
 
 from eqrisk.client.calls import Call
+from eqrisk.client.frames import frame_of
 
 
 def _dict(response: httpx.Response) -> dict[str, Any]:
@@ -58,6 +59,22 @@ def top_rankings(metric: str, cohort: str, window: str, limit: int | None) -> Ca
     return Call("GET", "/api/rankings/top", _rankings, params)
 
 
+def _table(response: httpx.Response, date_column: str) -> dict[str, Any] | pd.DataFrame:
+    """A JSON answer as sent; a CSV or Parquet one (`format=`) as a frame, dates parsed."""
+    kind = response.headers.get("content-type", "")
+    if kind.startswith("application/json"):
+        return _dict(response)
+    return frame_of(response, date_column)
+
+
+def _macro(response: httpx.Response) -> dict[str, Any] | pd.DataFrame:
+    return _table(response, "teo")
+
+
+def _lstar_table(response: httpx.Response) -> dict[str, Any] | pd.DataFrame:
+    return _table(response, "date")
+
+
 def _optional(**given: Any) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
@@ -79,9 +96,9 @@ def returns_decomposition(
 
 def macro_factors(
     factors: Sequence[str] | None, start: str | None, end: str | None
-) -> Call[dict[str, Any]]:
+) -> Call[dict[str, Any] | pd.DataFrame]:
     params = _optional(factors=list(factors) if factors is not None else None, start=start, end=end)
-    return Call("GET", "/api/macro-factors", _dict, params)
+    return Call("GET", "/api/macro-factors", _macro, params)
 
 
 def etf_factor_returns(
@@ -105,9 +122,9 @@ def lstar(ticker: str, years: int | None, threshold: float | None) -> Call[dict[
 
 def batch_lstar(
     tickers: Sequence[str], years: int | None, threshold: float | None
-) -> Call[dict[str, Any]]:
+) -> Call[dict[str, Any] | pd.DataFrame]:
     body = {"tickers": list(tickers), **_optional(years=years, threshold=threshold)}
-    return Call("POST", "/api/batch/lstar", _dict, body=body)
+    return Call("POST", "/api/batch/lstar", _lstar_table, body=body)
 
 
 def risk_index(

@@ -35,12 +35,13 @@ class DropinMethods:
         *,
         include_lstar: bool | None = None,
         threshold: float | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
     ) -> dict[str, Any]:
         """GET /api/returns-decomposition: each session's return split into the ETF layers'
         parts and the residual, per level (and the L* level with include_lstar)."""
         call = dropin.returns_decomposition(ticker, years, include_lstar, threshold)
-        return self._run(extra(call, version=version))
+        return self._run(extra(call, market_factor_etf=market_factor_etf, version=version))
 
     def lstar(
         self,
@@ -48,10 +49,17 @@ class DropinMethods:
         years: int | None = None,
         *,
         threshold: float | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
     ) -> dict[str, Any]:
         """GET /api/lstar: the L* hedge level of each session."""
-        return self._run(extra(dropin.lstar(ticker, years, threshold), version=version))
+        return self._run(
+            extra(
+                dropin.lstar(ticker, years, threshold),
+                market_factor_etf=market_factor_etf,
+                version=version,
+            )
+        )
 
     def batch_lstar(
         self,
@@ -59,10 +67,20 @@ class DropinMethods:
         years: int | None = None,
         *,
         threshold: float | None = None,
+        format: str | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
-    ) -> dict[str, Any]:
-        """POST /api/batch/lstar: L* of several tickers (JSON)."""
-        return self._run(extra(dropin.batch_lstar(tickers, years, threshold), version=version))
+    ) -> dict[str, Any] | pd.DataFrame:
+        """POST /api/batch/lstar: L* of several tickers (JSON as sent; format csv or parquet:
+        a frame)."""
+        return self._run(
+            extra(
+                dropin.batch_lstar(tickers, years, threshold),
+                format=format,
+                market_factor_etf=market_factor_etf,
+                version=version,
+            )
+        )
 
     def macro_factors(
         self,
@@ -70,10 +88,14 @@ class DropinMethods:
         *,
         start: str | None = None,
         end: str | None = None,
+        format: str | None = None,
         version: str | None = None,
-    ) -> dict[str, Any]:
-        """GET /api/macro-factors: the macro and style factors' daily series (JSON)."""
-        return self._run(extra(dropin.macro_factors(factors, start, end), version=version))
+    ) -> dict[str, Any] | pd.DataFrame:
+        """GET /api/macro-factors: the macro and style factors' daily series (JSON as sent;
+        format csv or parquet: a frame)."""
+        return self._run(
+            extra(dropin.macro_factors(factors, start, end), format=format, version=version)
+        )
 
     def etf_factor_returns(
         self,
@@ -131,12 +153,14 @@ class DropinMethods:
         teo: str | None = None,
         level: str | None = None,
         min_peers: int | None = None,
+        by: str | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
     ) -> dict[str, Any]:
         """GET /api/industry-panel: per industry, the mean and spread of the explained-risk
         shares on one session."""
         call = dropin.industry_panel(teo, level, min_peers)
-        return self._run(extra(call, version=version))
+        return self._run(extra(call, by=by, market_factor_etf=market_factor_etf, version=version))
 
     def universe_members(
         self, name: str, *, teo: str | None = None, version: str | None = None
@@ -164,12 +188,13 @@ class AsyncDropinMethods:
         *,
         include_lstar: bool | None = None,
         threshold: float | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
     ) -> dict[str, Any]:
         """GET /api/returns-decomposition: each session's return split into the ETF layers'
         parts and the residual, per level (and the L* level with include_lstar)."""
         call = dropin.returns_decomposition(ticker, years, include_lstar, threshold)
-        return await self._run(extra(call, version=version))
+        return await self._run(extra(call, market_factor_etf=market_factor_etf, version=version))
 
     async def lstar(
         self,
@@ -177,10 +202,17 @@ class AsyncDropinMethods:
         years: int | None = None,
         *,
         threshold: float | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
     ) -> dict[str, Any]:
         """GET /api/lstar: the L* hedge level of each session."""
-        return await self._run(extra(dropin.lstar(ticker, years, threshold), version=version))
+        return await self._run(
+            extra(
+                dropin.lstar(ticker, years, threshold),
+                market_factor_etf=market_factor_etf,
+                version=version,
+            )
+        )
 
     async def batch_lstar(
         self,
@@ -188,11 +220,19 @@ class AsyncDropinMethods:
         years: int | None = None,
         *,
         threshold: float | None = None,
+        format: str | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
-    ) -> dict[str, Any]:
-        """POST /api/batch/lstar: L* of several tickers (JSON)."""
+    ) -> dict[str, Any] | pd.DataFrame:
+        """POST /api/batch/lstar: L* of several tickers (JSON as sent; format csv or parquet:
+        a frame)."""
         return await self._run(
-            extra(dropin.batch_lstar(tickers, years, threshold), version=version)
+            extra(
+                dropin.batch_lstar(tickers, years, threshold),
+                format=format,
+                market_factor_etf=market_factor_etf,
+                version=version,
+            )
         )
 
     async def macro_factors(
@@ -201,10 +241,14 @@ class AsyncDropinMethods:
         *,
         start: str | None = None,
         end: str | None = None,
+        format: str | None = None,
         version: str | None = None,
-    ) -> dict[str, Any]:
-        """GET /api/macro-factors: the macro and style factors' daily series (JSON)."""
-        return await self._run(extra(dropin.macro_factors(factors, start, end), version=version))
+    ) -> dict[str, Any] | pd.DataFrame:
+        """GET /api/macro-factors: the macro and style factors' daily series (JSON as sent;
+        format csv or parquet: a frame)."""
+        return await self._run(
+            extra(dropin.macro_factors(factors, start, end), format=format, version=version)
+        )
 
     async def etf_factor_returns(
         self,
@@ -264,12 +308,16 @@ class AsyncDropinMethods:
         teo: str | None = None,
         level: str | None = None,
         min_peers: int | None = None,
+        by: str | None = None,
+        market_factor_etf: str | None = None,
         version: str | None = None,
     ) -> dict[str, Any]:
         """GET /api/industry-panel: per industry, the mean and spread of the explained-risk
         shares on one session."""
         call = dropin.industry_panel(teo, level, min_peers)
-        return await self._run(extra(call, version=version))
+        return await self._run(
+            extra(call, by=by, market_factor_etf=market_factor_etf, version=version)
+        )
 
     async def universe_members(
         self, name: str, *, teo: str | None = None, version: str | None = None
