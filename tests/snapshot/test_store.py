@@ -86,6 +86,7 @@ def test_the_manifest_records_each_files_checksum(shared: VersionStore) -> None:
 
 def _verify(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
+    (root.parent / "home").mkdir(exist_ok=True)  # snapshots commands need an existing home
     return subprocess.run(
         [sys.executable, "-m", "eqrisk.cli", "snapshots", "verify", *args],
         env={**env, "EQRISK_HOME": str(root.parent / "home"), "EQRISK_SNAPSHOTS": str(root)},

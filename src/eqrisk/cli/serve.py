@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import math
 import os
 import shutil
@@ -107,11 +108,17 @@ def preflight(
             connect_timeout_s=settings.redis_connect_timeout_s,
             timeout_s=settings.redis_timeout_s,
         )
+        # The preflight says it in its own one line: not the backend's "down" warning too.
+        backends_log = logging.getLogger("eqrisk.backends")
+        level = backends_log.level
+        backends_log.setLevel(logging.ERROR)
         try:
             limiter.ping()
             reachable = True
         except BackendUnavailable:
             reachable = False
+        finally:
+            backends_log.setLevel(level)
         if not reachable:
             raise EnvironmentProblem(
                 "Redis at EQRISK_REDIS_URL is not reachable: start it, or fix or unset "

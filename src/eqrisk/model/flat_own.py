@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eqrisk.model.cascade import rolling_cascade
+from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade
 
 
 def own_sector_factors(
@@ -41,6 +41,9 @@ def own_sector_factors(
     link_idx = np.full((len(rows), 3), -1, dtype=np.int64)
     link_idx[:, 0] = 0
     window, min_obs, halflife = params
+    # From a re-anchoring point (an incremental run) the kernel writes in place, from `start` on.
+    shape = series.shape
+    into = {name: np.full(shape, np.nan) for name in CASCADE_FIELDS} if start else None
     link = rolling_cascade(
         series,
         market[None, :],
@@ -48,6 +51,7 @@ def own_sector_factors(
         window=window,
         min_obs=min_obs,
         halflife=halflife,
+        out=into,
         start=start,
     )["l1_mkt_hr"]
     first = start + 1  # the link of the session before is needed
