@@ -1,8 +1,8 @@
 """The sign-up and account pages in real headless Chromium (Debian's, as the dashboard's tests)
 against `eqrisk serve` connected to localstripe, whose stand-in Stripe.js draws the card fields:
 the sign-up page walked to a working key, the account page to a credited top-up, with no error
-in the browser's log. Writes the pages' screenshots (`docs/screenshots/`, or
-EQRISK_SCREENSHOTS)."""
+in the browser's log. Writes the pages' screenshots into the test's temporary folder (or
+EQRISK_SCREENSHOTS), never into the clone's docs/screenshots."""
 
 from __future__ import annotations
 
@@ -17,14 +17,13 @@ import httpx
 import pytest
 
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS
-from helpers import REPO_ROOT, Server, bearer
+from helpers import Server, bearer
 from stripe_local import SECRET_KEY, WEBHOOK_SECRET, pay, stripe_env
 
 stripe = pytest.importorskip("stripe")
 
 CHROMIUM = Path(os.environ.get("EQRISK_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("EQRISK_CHROMEDRIVER", "/usr/bin/chromedriver"))
-SCREENSHOTS = Path(os.environ.get("EQRISK_SCREENSHOTS", REPO_ROOT / "docs/screenshots"))
 WAIT_S = 60
 
 
@@ -91,8 +90,9 @@ def errors(driver: Any) -> list[str]:
 
 
 def test_the_pages_walk_a_sign_up_to_a_key_and_the_account_to_a_top_up(
-    home: Path, stripe_base: str, browser: Any
+    home: Path, stripe_base: str, browser: Any, tmp_path: Path
 ) -> None:
+    shots = Path(os.environ.get("EQRISK_SCREENSHOTS") or tmp_path)
     sdk = stripe.StripeClient(SECRET_KEY, base_addresses={"api": stripe_base})
     with Server(home, **stripe_env(stripe_base)) as server:
         httpx.post(
@@ -120,8 +120,8 @@ def test_the_pages_walk_a_sign_up_to_a_key_and_the_account_to_a_top_up(
         )
         assert key.startswith("eqk_")
         assert "20.00 USD" in browser.find_element("id", "result").text
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(str(SCREENSHOTS / "signup-desktop.png"))
+        shots.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(shots / "signup-desktop.png"))
         api = httpx.Client(base_url=server.base, headers=bearer(key), timeout=30)
         paid = api.get("/api/metrics/NVDA")
         assert paid.status_code == 200
@@ -156,6 +156,6 @@ def test_the_pages_walk_a_sign_up_to_a_key_and_the_account_to_a_top_up(
         balance = api.get("/api/balance").json()["balance_tokens"]
         assert balance == STARTING_CREDIT_TOKENS - cost + 10 * 100 * 500
         assert f"{balance * 0.00002:.5f}" in browser.find_element("id", "balance").text
-        browser.save_screenshot(str(SCREENSHOTS / "account-desktop.png"))
+        browser.save_screenshot(str(shots / "account-desktop.png"))
         assert errors(browser) == []
         api.close()
