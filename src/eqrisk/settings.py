@@ -68,6 +68,28 @@ class Settings(BaseSettings):
         le=60_000,
         description="Servers look at the CURRENT pointer at most this often (0 = every request).",
     )
+    snapshot_bucket: str | None = Field(
+        default=None,
+        description="An S3-compatible bucket the versions are published to (s3://bucket/prefix): "
+        "`eqrisk build` pushes each new version there and `eqrisk serve` keeps the host's "
+        "`snapshots` folder (its local cache) on the bucket's CURRENT. Credentials and region: "
+        "the usual AWS_* variables.",
+    )
+    snapshot_bucket_endpoint: str | None = Field(
+        default=None,
+        description="The bucket's server when it is not AWS (MinIO, Ceph: http://host:9000).",
+    )
+    snapshot_bucket_poll_s: float = Field(
+        default=10.0,
+        ge=0.05,
+        le=3600,
+        description="`eqrisk serve` looks at the bucket's CURRENT this often (seconds).",
+    )
+    snapshot_cache_keep: int = Field(
+        default=2,
+        ge=1,
+        description="Versions a server host keeps in its local cache (the served one always).",
+    )
     dask: str | None = Field(
         default=None,
         description="Where `eqrisk build` runs the model: None = in process, 'local' = a Dask "
@@ -381,6 +403,24 @@ class Settings(BaseSettings):
             why = _url_problem(
                 value.get_secret_value(), ("redis", "rediss", "unix"), "redis://host:6379/0"
             )
+            if why:
+                raise ValueError(why)
+        return value
+
+    @field_validator("snapshot_bucket")
+    @classmethod
+    def _snapshot_bucket(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme != "s3" or not parts.netloc:
+                raise ValueError(f"{value!r} is not a bucket URL like s3://bucket/prefix")
+        return value
+
+    @field_validator("snapshot_bucket_endpoint")
+    @classmethod
+    def _bucket_endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            why = _url_problem(value, ("http", "https"), "http://host:9000")
             if why:
                 raise ValueError(why)
         return value

@@ -304,3 +304,24 @@ def bench_daily(
         reference_full_s=reference_full_s,
     )
     print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+
+
+@bench_app.command("cache")
+def bench_cache(
+    store: Annotated[
+        Path | None,
+        typer.Option(help="A built store (default: the configured one), two versions or more."),
+    ] = None,
+    reads: Annotated[int, typer.Option(min=1, help="Tickers whose whole history is read.")] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """A server's switch to a new version from a bucket (cache fill) next to the mount. On a
+    local S3 server (moto, from the test extra): the version before the current one published
+    and pulled into an empty cache (a new host), then the current one published and followed
+    (only its changed chunks downloaded), next to opening it on the store; then every field of
+    `reads` tickers read from the cache and from the store."""
+    from eqrisk.bench.cache import run
+    from eqrisk.cli.app import get_settings
+
+    root = store if store is not None else get_settings().snapshots_dir
+    print_mapping(run(root, reads, say=lambda m: err.print(m)), as_json, "measure")

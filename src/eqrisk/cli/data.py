@@ -324,6 +324,7 @@ def _build(
     from eqrisk.snapshot.build import build_snapshot
     from eqrisk.snapshot.distributed import DaskUnavailable
     from eqrisk.snapshot.store import VersionStore
+    from eqrisk.snapshot.unchanged import NothingNew
 
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
@@ -346,11 +347,21 @@ def _build(
                 progress=say,
                 store=VersionStore.from_settings(settings),
                 share_classes=settings.share_classes,
+                skip_unchanged=True,
             )
+    except NothingNew as same:
+        if as_json:
+            print_json({"nothing_new": True, "model_version": same.version})
+        else:
+            result(same.line())
+        return
     except DaskUnavailable as exc:
         raise fail(str(exc), EXIT_ENVIRONMENT) from None
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from exc
+    from eqrisk.cli.bucket import push_after_build
+
+    push_after_build(str(manifest["model_version"]), keep)
     summary = {k: manifest[k] for k in SUMMARY_KEYS}
     summary["build"] = manifest.get("build")
     if as_json:

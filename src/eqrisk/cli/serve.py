@@ -129,6 +129,34 @@ def preflight(
     return version
 
 
+def follow_bucket(settings: Settings) -> None:
+    """With a bucket (`snapshot_bucket`): fill this host's store, its local cache, with the
+    bucket's CURRENT before the preflight, then follow it from a thread of this process (the
+    workers read the local files; docs/decisions/snapshot-store.md)."""
+    from eqrisk.snapshot.bucket import Bucket
+    from eqrisk.snapshot.cache import Follower
+    from eqrisk.snapshot.store import VersionStore
+    from eqrisk.snapshot.version import SnapshotError
+
+    bucket = Bucket.from_settings(settings)
+    if bucket is None:
+        return
+    store = VersionStore.from_settings(settings)
+    follower = Follower(
+        bucket, store, every_s=settings.snapshot_bucket_poll_s, keep=settings.snapshot_cache_keep
+    )
+    try:
+        pulled = follower.sync()
+    except SnapshotError as exc:
+        raise EnvironmentProblem(f"{exc} (filling {store.root} from the bucket)") from None
+    if pulled is not None:
+        note(
+            f"filled {store.root} from {bucket.url}: {pulled.version}, {pulled.downloaded} "
+            f"files downloaded ({pulled.downloaded_bytes / 1e6:.1f} MB), {pulled.linked} linked"
+        )
+    follower.start()
+
+
 def metrics_folder() -> Path:
     """prometheus_client's multiprocess folder for this server, set in the environment before
     anything imports prometheus_client (its value class is chosen at import) and before the
@@ -195,6 +223,7 @@ def run_server(
     # Worker processes build the app from the settings, so the choices travel in the environment.
     os.environ["EQRISK_RATE_LIMIT_STORAGE"] = "sqlite" if limits == "sqlite" else "memory"
     os.environ["EQRISK_ACCESS_LOG"] = json.dumps(settings.access_log)
+    follow_bucket(settings)
     version = preflight(settings, host, port)
     raise_file_limit()  # the workers inherit it: it bounds their open connections
     metrics = start_metrics_port(settings, host)

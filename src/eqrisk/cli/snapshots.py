@@ -129,11 +129,25 @@ def snapshots_unpin(version: VersionArg, as_json: JsonOpt = False) -> None:
 
 
 @snapshots_app.command("verify")
-def snapshots_verify(as_json: JsonOpt = False) -> None:
+def snapshots_verify(
+    bucket: Annotated[
+        bool,
+        typer.Option(
+            "--bucket", help="Check the versions the bucket publishes (EQRISK_SNAPSHOT_BUCKET)."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Check every kept version's files against their checksums. The checksums are those
     recorded in each manifest when the version was written; a damaged file is named with
-    every version that shares it, and the exit status is 1 when one is found."""
-    report = _store().verify()
+    every version that shares it, and the exit status is 1 when one is found. With --bucket,
+    every chunk the bucket's versions name is read and hashed."""
+    if bucket:
+        from eqrisk.cli.bucket import configured_bucket
+
+        report = configured_bucket().verify()
+    else:
+        report = _store().verify()
     if as_json:
         print_json(report.describe())
     else:

@@ -26,7 +26,7 @@ from eqrisk.model.run import (
     result_of,
 )
 from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
-from eqrisk.snapshot import incremental, tail
+from eqrisk.snapshot import incremental, tail, unchanged
 from eqrisk.snapshot.block_inputs import BlockSource, InMemory, StreamedPlan
 from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
@@ -64,6 +64,7 @@ def build_snapshot(
     block_symbols: int | None = None,
     dask_min_cells: int = DASK_MIN_CELLS,
     share_classes: Path | None = None,
+    skip_unchanged: bool = False,
 ) -> dict[str, Any]:
     """Build the model on the ingested data and publish it as the current snapshot of `store`
     (the CLI passes the configured one; default: the home's, `versions.store_of`).
@@ -90,6 +91,9 @@ def build_snapshot(
     and stores the record in the manifest (`risk_accuracy`); without it an incremental build
     carries the previous version's record forward (its `period` says what it covers).
 
+    With `skip_unchanged` (`eqrisk build`), raises `unchanged.NothingNew` when the current
+    version was built from the same data and settings: nothing published, nothing pruned.
+
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
     say = progress or (lambda _msg: None)
@@ -104,7 +108,13 @@ def build_snapshot(
     if block_symbols is None:
         block_symbols = current_block(previous)
     breaks_list = found.meta.get("return_breaks", [])
-    proof = tail.data_proof(found, breaks_list, classes)
+    proof = unchanged.with_settings(
+        tail.data_proof(found, breaks_list, classes),
+        unchanged.settings_digest(params, master, market_etf, block_symbols),
+    )
+    same = unchanged.built_from(previous, proof)
+    if skip_unchanged and same is not None and not full and not accuracy:
+        raise unchanged.NothingNew(same)
 
     def publish_on(panel: Panel, **options: Any) -> dict[str, Any]:
         streamed = options.get("streamed") is not None
