@@ -143,7 +143,11 @@ def follow_bucket(settings: Settings) -> None:
         return
     store = VersionStore.from_settings(settings)
     follower = Follower(
-        bucket, store, every_s=settings.snapshot_bucket_poll_s, keep=settings.snapshot_cache_keep
+        bucket,
+        store,
+        every_s=settings.snapshot_bucket_poll_s,
+        keep=settings.snapshot_cache_keep,
+        say=lambda line: note(escape(line)),  # stderr, whatever logging the app set up
     )
     try:
         pulled = follower.sync()

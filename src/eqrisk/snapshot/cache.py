@@ -158,7 +158,18 @@ class Follower:
     `sync` every `every_s` in a daemon thread (errors logged once each, the last good version
     still served)."""
 
-    def __init__(self, bucket: Bucket, store: VersionStore, *, every_s: float, keep: int) -> None:
+    def __init__(
+        self,
+        bucket: Bucket,
+        store: VersionStore,
+        *,
+        every_s: float,
+        keep: int,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        """`say`: where the thread's lines go (default: the `eqrisk.snapshot` log, warnings
+        and errors)."""
+        self.say = say
         self.bucket = bucket
         self.store = store
         self.every_s = every_s
@@ -181,19 +192,25 @@ class Follower:
             try:
                 pulled = self.sync()
             except Exception as exc:  # a network or disk problem: said once, tried again
-                problem = str(exc)
+                problem = f"{exc}; still serving {self.store.current()}"
                 if problem != self._last_problem:
-                    log.error("snapshot cache: %s; still serving %s", problem,
-                              self.store.current())  # fmt: skip
+                    self._tell(f"snapshot cache: {problem}", error=True)
                 self._last_problem = problem
                 continue
             self._last_problem = None
             if pulled is not None:
-                log.warning(
-                    "snapshot cache: now serving %s (%d files downloaded, %.1f MB; %d linked)",
-                    pulled.version, pulled.downloaded, pulled.downloaded_bytes / 1e6,
-                    pulled.linked,
-                )  # fmt: skip
+                self._tell(
+                    f"snapshot cache: now serving {pulled.version} ({pulled.downloaded} files "
+                    f"downloaded, {pulled.downloaded_bytes / 1e6:.1f} MB; {pulled.linked} linked)"
+                )
+
+    def _tell(self, line: str, *, error: bool = False) -> None:
+        if self.say is not None:
+            self.say(line)
+        elif error:
+            log.error(line)
+        else:
+            log.warning(line)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="snapshot-cache", daemon=True)
