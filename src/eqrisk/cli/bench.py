@@ -315,11 +315,11 @@ def bench_cache(
     reads: Annotated[int, typer.Option(min=1, help="Tickers whose whole history is read.")] = 100,
     as_json: JsonOpt = False,
 ) -> None:
-    """A server's switch to a new version from a bucket (cache fill) next to the mount. On a
-    local S3 server (moto, from the test extra): the version before the current one published
-    and pulled into an empty cache (a new host), then the current one published and followed
-    (only its changed chunks downloaded), next to opening it on the store; then every field of
-    `reads` tickers read from the cache and from the store."""
+    """A new version served from a bucket (cache fill) vs the mount. On a local S3 server
+    (moto, from the test extra): the version before the current one published and pulled into
+    an empty cache (a new host), then the current one published and followed (only its changed
+    chunks downloaded), next to opening it on the store; then every field of `reads` tickers
+    read from the cache and from the store."""
     from eqrisk.bench.cache import run
     from eqrisk.cli.app import get_settings
 

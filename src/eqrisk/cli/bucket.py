@@ -73,7 +73,7 @@ def snapshots_push(
     ] = 3,
     as_json: JsonOpt = False,
 ) -> None:
-    """Publish a local version to the bucket: the chunk files the bucket lacks, then the
+    """Publish a local version to the bucket. The chunk files the bucket lacks, then the
     manifest (a push killed half way publishes nothing); then the bucket's CURRENT moves to it
     (servers following the bucket switch) and the bucket is pruned. Pushing a version the
     bucket has moves CURRENT back to it (a rollback)."""
@@ -101,7 +101,7 @@ def snapshots_pull(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Copy a version from the bucket into this host's store and make it current: files a
+    """Copy a version from the bucket into this host's store. It is made current; files a
     local version already has are hard-linked, the others downloaded and checked against
     their checksums; running servers switch without a restart."""
     from eqrisk.snapshot.cache import pull
