@@ -69,8 +69,14 @@ def test_a_build_with_nothing_new_publishes_and_prunes_nothing(tmp_path: Path) -
     assert store.versions() == [v1, v2] and store.current() == v2
     assert {p.name: p.stat().st_mtime_ns for p in store.root.iterdir()} == before
 
+    # --force publishes the same data again (pruning as usual: keep 1).
+    forced = eqrisk(home, *args, "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    v3 = json.loads(forced.stdout)["model_version"]
+    assert store.versions() == [v3] and store.current() == v3
+
     # A changed setting is something new: a version is published (and v1 pruned).
     changed = eqrisk(home, "build", "--window", "40", "--min-obs", "20", "--keep", "1", "--json")
     assert changed.returncode == 0, changed.stderr
-    v3 = json.loads(changed.stdout)["model_version"]
-    assert store.versions() == [v3] and store.current() == v3
+    v4 = json.loads(changed.stdout)["model_version"]
+    assert store.versions() == [v4] and store.current() == v4

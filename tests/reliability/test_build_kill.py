@@ -31,7 +31,8 @@ ANCHORED_KILLS = ("arrays", "rename")  # the short phases: first arrays written,
 
 def _build(home: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "eqrisk.cli", "build"],
+        # --force: the same data every time, published anyway (else: "nothing new").
+        [sys.executable, "-m", "eqrisk.cli", "build", "--force"],
         env={**os.environ, "EQRISK_HOME": str(home)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -259,7 +259,11 @@ def build(
         int, typer.Option(min=1, help="Newest versions to keep (pinned ones are kept besides).")
     ] = 3,
     force: Annotated[
-        bool, typer.Option("--force", help="Publish even when the universe shrank sharply.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Publish even when the universe shrank sharply, or when nothing is new.",
+        ),
     ] = False,
     dask: Annotated[
         str | None,
@@ -289,7 +293,8 @@ def build(
     ingested data set; the build is incremental when the previous version's history is proved unchanged (only the new
     sessions' chunks are computed and written; the output says why not, otherwise).
     Refuses (exit 1, nothing changed) a universe of less than half the current snapshot's
-    symbols or sessions, unless --force."""
+    symbols or sessions, unless --force. With nothing new (the data and settings of the
+    current version) it says so and publishes nothing, unless --force or --full."""
     settings = effective_settings(
         window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
     )

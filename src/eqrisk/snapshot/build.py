@@ -92,7 +92,8 @@ def build_snapshot(
     carries the previous version's record forward (its `period` says what it covers).
 
     With `skip_unchanged` (`eqrisk build`), raises `unchanged.NothingNew` when the current
-    version was built from the same data and settings: nothing published, nothing pruned.
+    version was built from the same data and settings (unless `full`, `accuracy` or `force`):
+    nothing published, nothing pruned.
 
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
     is less than half of the current snapshot's, unless `force`."""
@@ -113,7 +114,7 @@ def build_snapshot(
         unchanged.settings_digest(params, master, market_etf, block_symbols),
     )
     same = unchanged.built_from(previous, proof)
-    if skip_unchanged and same is not None and not full and not accuracy:
+    if skip_unchanged and same is not None and not (full or accuracy or force):
         raise unchanged.NothingNew(same)
 
     def publish_on(panel: Panel, **options: Any) -> dict[str, Any]:
