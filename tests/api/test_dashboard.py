@@ -542,6 +542,40 @@ def test_portfolio_of_three_tickers_shows_its_hedge(
     assert sum(levels) == pytest.approx(doc["portfolio"]["vol_daily"], rel=1e-12)
 
 
+def test_a_book_the_model_uses_in_part_says_so_on_the_page(
+    browser: Any, server: str, api: httpx.Client
+) -> None:
+    """70% of the book in a ticker the data does not hold: the predicted risk says, in the page,
+    that the model used 30% of the book's gross size (the answer's `partial`, used share below
+    0.9); a book the model uses whole shows no such note."""
+    from selenium.webdriver.common.by import By
+
+    fresh_visit(browser, server, TEST_KEY, "#/portfolio?p=AAPL:30,NOSUCHCO:70&value=1000000")
+    wait_js(browser, "return document.querySelector('#position-table tbody tr')")
+    browser.find_element(By.ID, "predict-risk").click()
+    wait_js(browser, "return document.querySelector('#risk-stats')")
+    doc = api.post(
+        "/api/portfolio/risk",
+        json={
+            "positions": {"AAPL": 300_000.0, "NOSUCHCO": 700_000.0},
+            "units": "dollars",
+            "level": "L3",
+            "benchmark": "SPY",
+        },
+    ).json()
+    assert doc["partial"] is True and doc["used_share"] == pytest.approx(0.3, rel=1e-12)
+    note = browser.find_element(By.ID, "risk-partial")
+    assert note.is_displayed()
+    assert float(note.get_attribute("data-used-share")) == pytest.approx(0.3, rel=1e-12)
+    assert "30" in note.text and "part" in note.text.lower(), note.text
+
+    fresh_visit(browser, server, TEST_KEY, "#/portfolio?p=AAPL:60,MSFT:40&value=1000000")
+    wait_js(browser, "return document.querySelector('#position-table tbody tr')")
+    browser.find_element(By.ID, "predict-risk").click()
+    wait_js(browser, "return document.querySelector('#risk-stats')")
+    assert browser.find_elements(By.ID, "risk-partial") == []
+
+
 # ------------------------------------------------------------------------------ keys, errors
 
 

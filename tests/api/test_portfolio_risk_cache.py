@@ -260,7 +260,12 @@ def test_the_estimate_tells_the_caps_and_a_larger_book_is_a_free_400(
     est = client.post(
         "/api/estimate", json={"endpoint": "portfolio/risk", "params": body}, headers=AUTH
     ).json()
-    assert est["limits"] == {"positions": 5000, "benchmark_positions": 5000, "abs_position": 1e15}
+    assert est["limits"] == {
+        "positions": 5000,
+        "benchmark_positions": 5000,
+        "abs_position": 1e15,
+        "positions_sent_per_unit": 50,
+    }
     batch = client.post(
         "/api/estimate",
         json={"endpoint": "batch/analyze", "params": {"tickers": ["NVDA"]}},
@@ -274,3 +279,25 @@ def test_the_estimate_tells_the_caps_and_a_larger_book_is_a_free_400(
         assert resp.status_code == 400, resp.text
         assert "5000" in resp.json()["detail"]
     assert _balance(client) == before
+
+
+def test_a_book_of_unknown_tickers_is_charged_per_positions_sent(client: TestClient) -> None:
+    """One unit per position used, and at least one per 50 positions sent (benchmark
+    included): 4,999 unknown tickers and NVDA, against a benchmark of the same 5,000, cost 200
+    units (0.08 USD), as the estimate says, not the 0.01 minimum."""
+    book = {**{f"ZZ{i:05d}": 1e-3 for i in range(4999)}, "NVDA": 1e-3}
+    body = {"positions": book, "benchmark": book}
+    est = client.post(
+        "/api/estimate", json={"endpoint": "portfolio/risk", "params": body}, headers=AUTH
+    ).json()
+    assert est["estimated_cost_usd"] == pytest.approx(0.08, rel=1e-12)
+    assert "at least one unit per 50 positions sent" in est["note"]
+    before = _balance(client)
+    resp = client.post("/api/portfolio/risk", json=body, headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    assert float(resp.headers["x-api-cost-usd"]) == pytest.approx(0.08, rel=1e-12)
+    assert before - _balance(client) == est["estimated_tokens"]
+    assert [p["ticker"] for p in resp.json()["portfolio"]["positions"]] == ["NVDA"]
+    small = {"positions": {"NVDA": 0.5, "NOSUCH": 0.5}, "benchmark": "SPY"}
+    resp = client.post("/api/portfolio/risk", json=small, headers=AUTH)
+    assert float(resp.headers["x-api-cost-usd"]) == pytest.approx(0.01, rel=1e-12)

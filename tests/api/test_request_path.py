@@ -352,9 +352,24 @@ def _utf8(doc: Any) -> bytes:
 
 
 def _escaped(doc: Any) -> bytes:
-    """Every letter of every string as a \\u escape."""
-    text = json.dumps(doc)
-    return "".join(f"\\u{ord(c):04x}" if c.isalpha() and c.isascii() else c for c in text).encode()
+    """Every letter of every string as a \\u escape (inside strings only: `true`, `false` and
+    `null` stay literals, which JSON does not let escape)."""
+    out: list[str] = []
+    in_string, escaped, hex_left = False, False, 0
+    for c in json.dumps(doc):
+        if in_string and not escaped and not hex_left and c.isalpha() and c.isascii():
+            out.append(f"\\u{ord(c):04x}")
+            continue
+        out.append(c)
+        if hex_left:
+            hex_left -= 1
+        elif escaped:
+            escaped, hex_left = False, 4 if c == "u" else 0
+        elif in_string and c == "\\":
+            escaped = True
+        elif c == '"':
+            in_string = not in_string
+    return "".join(out).encode()
 
 
 JSON_TYPE = "application/json"

@@ -13,6 +13,7 @@ price of its call both read the document this parser returns, and nothing else r
 # dependency at runtime.
 
 import codecs
+import hashlib
 from typing import Any, TypeVar
 
 import orjson
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 
 from eqrisk.api.errors import ApiError, validation_api_error
 from eqrisk.api.params import Params
+from eqrisk.api.work import offload
 
 JSON_MEDIA_TYPE = "application/json"
 ACCEPTED = f"{JSON_MEDIA_TYPE} in UTF-8 (charset absent or utf-8; a byte-order mark is ignored)"
@@ -108,11 +110,32 @@ def validate_body(model: type[P], doc: Any) -> P:
         raise validation_api_error(errors) from None
 
 
-def body_of(model: type[P]) -> Any:
-    """A dependency reading `model` from the JSON body (the route's one body parser)."""
+DIGEST_KEY = "eqrisk.params_digest"
+"""Where a body read in the work threads leaves the call's ledger digest (`endpoint._digest`)."""
+
+
+def params_digest(path: str, query: bytes, body: bytes) -> str:
+    """SHA-256 of the call as sent (path, query string, body): the ledger's params digest."""
+    return hashlib.sha256(path.encode() + query + body).hexdigest()
+
+
+def body_of(model: type[P], *, threaded: bool = False) -> Any:
+    """A dependency reading `model` from the JSON body (the route's one body parser). With
+    `threaded`, the bytes are received on the event loop and decoded, validated and digested in
+    the work threads (`api/work.py`): a body of thousands of positions takes milliseconds of
+    CPU that the loop's other requests (/api/health) must not wait for."""
+
+    def parse(request: Request, raw: bytes) -> P:
+        scope = request.scope
+        scope[DIGEST_KEY] = params_digest(scope["path"], scope.get("query_string", b""), raw)
+        return validate_body(model, decode_json(raw))
 
     async def dependency(request: Request) -> P:
-        return validate_body(model, await json_body(request))
+        check_headers(request.headers.get("content-type"), request.headers.get("content-encoding"))
+        raw = await request.body()
+        if threaded:
+            return await offload(request, parse, request, raw)
+        return validate_body(model, decode_json(raw))
 
     dependency.__name__ = f"{model.__name__}_body"
     return Depends(dependency)

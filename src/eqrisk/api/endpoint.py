@@ -13,7 +13,6 @@ estimate is the charge.
 
 # No `from __future__ import annotations`: FastAPI reads the signatures built here at runtime.
 
-import hashlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from fastapi import Depends, FastAPI, Request
 from starlette.responses import Response
 
 from eqrisk.accounts.pricing import PriceTable
-from eqrisk.api.body import JSON_MEDIA_TYPE, body_of
+from eqrisk.api.body import DIGEST_KEY, JSON_MEDIA_TYPE, body_of, params_digest
 from eqrisk.api.deps import daily_caller, risk_caller, served_snapshot, snapshot_at
 from eqrisk.api.errors import ApiError
 from eqrisk.api.formats import negotiate
@@ -174,11 +173,14 @@ def _meter(request: Request) -> Meter:
 
 
 async def _digest(request: Request) -> str:
-    """SHA-256 of the call as sent (path, query string, body): the ledger's params digest."""
+    """SHA-256 of the call as sent (path, query string, body): the ledger's params digest
+    (computed with the body's parsing where that ran in the work threads)."""
+    scope = request.scope
+    done: str | None = scope.get(DIGEST_KEY)
+    if done is not None:
+        return done
     body = await request.body() if request.method == "POST" else b""
-    return hashlib.sha256(
-        request.scope["path"].encode() + request.scope.get("query_string", b"") + body
-    ).hexdigest()
+    return params_digest(scope["path"], scope.get("query_string", b""), body)
 
 
 def _format_of(params: Any) -> str | None:
@@ -204,7 +206,9 @@ def metered(spec: Endpoint[P, T]) -> Callable[..., Any]:
     assert spec.params is not None and spec.plan is not None
     plan_of = spec.plan
     reader = spec.reader or (
-        query_of(spec.params) if spec.method == "GET" else body_of(spec.params)
+        query_of(spec.params)
+        if spec.method == "GET"
+        else body_of(spec.params, threaded=spec.threaded)
     )
 
     async def dependency(request: Request, caller: Caller, params: P) -> Call[P, T]:

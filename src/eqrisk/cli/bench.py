@@ -68,7 +68,7 @@ def bench_cost(
         print_json(figures)
         return
     result_table(
-        ("route", "case", "status", "USD", "CPU ms", "CPU-s / USD"),
+        ("route", "case", "status", "USD", "CPU ms", "wall ms", "CPU-s / USD"),
         (
             (
                 row["route"],
@@ -76,6 +76,7 @@ def bench_cost(
                 row["status"],
                 f"{row['usd']:.4f}",
                 f"{row['cpu_ms']:.1f}",
+                f"{row['wall_ms']:.1f}",
                 "free" if row["cpu_s_per_usd"] is None else f"{row['cpu_s_per_usd']:.2f}",
             )
             for row in figures["routes"]

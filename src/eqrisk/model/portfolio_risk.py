@@ -14,21 +14,70 @@ specific part.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from typing import overload
 
 import numpy as np
 
 from eqrisk.model.risk_model import ANNUALIZATION, LEVEL_NAMES, RiskModelDay
 
+NOT_IN_UNIVERSE = "not in the model's universe"
+
 
 @dataclass
 class Unusable:
-    """A ticker the answer could not use, and why. Not frozen: a frozen dataclass's __init__
-    costs three times a plain one's, and a book may list thousands (nothing changes them)."""
+    """A ticker the answer could not use, and why."""
 
     ticker: str
     reason: str
+
+
+class Unusables(Sequence[Unusable]):
+    """The tickers an answer could not use, with why: two lists, not an object per ticker (a
+    book may name thousands of unknown tickers; objects would cost their construction and the
+    garbage collector's passes over them). Reads as a sequence of `Unusable`; `as_json()` is
+    the answer's `[{"ticker", "reason"}]`."""
+
+    __slots__ = ("reasons", "tickers")
+
+    def __init__(self, tickers: list[str] | None = None, reasons: list[str] | None = None):
+        self.tickers: list[str] = tickers or []
+        self.reasons: list[str] = reasons or []
+        if len(self.tickers) != len(self.reasons):
+            raise ValueError("one reason per ticker")
+
+    def __len__(self) -> int:
+        return len(self.tickers)
+
+    @overload
+    def __getitem__(self, i: int) -> Unusable: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Unusable]: ...
+    def __getitem__(self, i: int | slice) -> Unusable | list[Unusable]:
+        if isinstance(i, slice):
+            return list(map(Unusable, self.tickers[i], self.reasons[i]))
+        return Unusable(self.tickers[i], self.reasons[i])
+
+    def __iter__(self) -> Iterator[Unusable]:
+        return map(Unusable, self.tickers, self.reasons)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Unusables):
+            return self.tickers == other.tickers and self.reasons == other.reasons
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Unusables({list(self)!r})"
+
+    def as_json(self) -> list[dict[str, str]]:
+        """`[{"ticker", "reason"}]`: dicts of strings, which the collector does not track."""
+        return [{"ticker": t, "reason": r} for t, r in zip(self.tickers, self.reasons, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -38,7 +87,7 @@ class Positions:
     tickers: list[str]
     rows: np.ndarray  # (m,) row of each in the model day
     weights: np.ndarray  # (m,)
-    unusable: list[Unusable]
+    unusable: Unusables
 
 
 @dataclass(frozen=True)
@@ -93,8 +142,8 @@ class PortfolioRisk:
     portfolio: Attribution
     active: Attribution | None  # positions less the benchmark: its vol is the tracking error
     hedge: Hedge
-    unusable: list[Unusable]
-    benchmark_unusable: list[Unusable]
+    unusable: Unusables
+    benchmark_unusable: Unusables
 
     @property
     def tracking_error(self) -> float | None:
@@ -104,33 +153,37 @@ class PortfolioRisk:
 def resolve(day: RiskModelDay, positions: Mapping[str, float]) -> Positions:
     """The positions the model can use, and the others with why."""
     tickers = list(positions)
-    row_of = day.row_of
-    rows = np.array([row_of.get(t, -1) for t in tickers], dtype=np.int64)
-    weights = np.array([positions[t] for t in tickers], dtype=np.float64)
+    n = len(tickers)
+    # map() over the dict's lookup, not a Python loop per position (thousands in a book)
+    rows = np.fromiter(map(day.row_of.get, tickers, repeat(-1, n)), dtype=np.int64, count=n)
+    weights = np.fromiter(positions.values(), dtype=np.float64, count=n)
     known = rows >= 0
     ok = known & np.isfinite(weights) & (weights != 0.0)
     ok[ok] = day.usable[rows[ok]]
-    unusable = []
     bad = np.flatnonzero(~ok)
-    # Python lists, not numpy scalars, in the loop: a book of thousands of unknown tickers.
-    problems = day.problems
-    for i, is_known, finite, zero, row in zip(
-        bad.tolist(),
-        known[bad].tolist(),
-        np.isfinite(weights[bad]).tolist(),
-        (weights[bad] == 0.0).tolist(),
-        rows[bad].tolist(),
-        strict=True,
-    ):
-        if not is_known:
-            reason = "not in the model's universe"
-        elif not finite:
-            reason = "position is not a finite number"
-        elif zero:
-            reason = "position is zero"
-        else:
-            reason = problems[row] or "no forecast"
-        unusable.append(Unusable(tickers[i], reason))
+    names = [tickers[i] for i in bad.tolist()]
+    if not known[bad].any():  # the usual case of thousands: every one unknown
+        reasons = [NOT_IN_UNIVERSE] * len(names)
+    else:  # Python lists, not numpy scalars, in the loop
+        problems = day.problems
+        reasons = []
+        for is_known, finite, zero, row in zip(
+            known[bad].tolist(),
+            np.isfinite(weights[bad]).tolist(),
+            (weights[bad] == 0.0).tolist(),
+            rows[bad].tolist(),
+            strict=True,
+        ):
+            if not is_known:
+                reason = NOT_IN_UNIVERSE
+            elif not finite:
+                reason = "position is not a finite number"
+            elif zero:
+                reason = "position is zero"
+            else:
+                reason = problems[row] or "no forecast"
+            reasons.append(reason)
+    unusable = Unusables(names, reasons)
     keep = np.flatnonzero(ok)
     return Positions([tickers[i] for i in keep.tolist()], rows[keep], weights[keep], unusable)
 
@@ -190,7 +243,7 @@ def _active(portfolio: Positions, benchmark: Positions) -> Positions:
     tickers = portfolio.tickers + benchmark.tickers
     unique, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     net = np.bincount(inverse.ravel(), weights=weights, minlength=len(unique))
-    return Positions([tickers[i] for i in first.tolist()], unique, net, [])
+    return Positions([tickers[i] for i in first.tolist()], unique, net, Unusables())
 
 
 def portfolio_risk(
@@ -204,7 +257,7 @@ def portfolio_risk(
     pos = resolve(day, positions)
     portfolio = attribution(day, pos)
     active = None
-    bench_unusable: list[Unusable] = []
+    bench_unusable = Unusables()
     if benchmark is not None:
         bench = resolve(day, benchmark)
         bench_unusable = bench.unusable

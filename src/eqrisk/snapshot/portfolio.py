@@ -148,7 +148,7 @@ def portfolio_answer(
     for key, notional, ok in zip(legs.keys, legs.notional.tolist(), legs.tradable, strict=True):
         if ok and key in universe:
             hedged[key] = hedged.get(key, 0.0) + notional
-    unusable = {u.ticker for u in risk.unusable}
+    unusable = set(risk.unusable.tickers)
     used = {k: v for k, v in hedged.items() if k not in unusable}
     after = portfolio_risk(day, used).portfolio.vol if used else 0.0
     tradable = [ok and key in universe for key, ok in zip(legs.keys, legs.tradable, strict=True)]

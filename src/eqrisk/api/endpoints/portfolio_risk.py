@@ -35,6 +35,10 @@ from eqrisk.snapshot.risk_days import implied_etfs
 from eqrisk.snapshot.versions import Snapshot
 
 MAX_POSITIONS = 5000
+SENT_PER_UNIT = 50
+"""A call is charged at least one unit per this many positions sent (the book's and the
+benchmark's together): the positions the model cannot use are read, looked up and listed too,
+so a book of thousands of unknown tickers is not a 0.01 USD call (docs/decisions/portfolio-risk.md)."""
 MAX_ABS_POSITION = 1e15
 """The largest |position| (after the same ticker's entries add up): a book's arithmetic on
 positions up to it cannot overflow a float64, and no real book is larger (weights or dollars)."""
@@ -73,12 +77,20 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
     @field_validator("positions")
     @classmethod
     def _upper(cls, value: dict[str, float]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for ticker, w in value.items():
-            key = ticker.strip().upper()
-            if not key or len(key) > 32:
-                raise ValueError(f"{ticker!r} is not a ticker")
-            out[key] = out.get(key, 0.0) + float(w)
+        # map() over str methods, not a Python loop per position: a book of 5,000 positions
+        # and its benchmark are read in well under a millisecond.
+        given = list(value)
+        keys = list(map(str.upper, map(str.strip, given)))
+        if not all(keys) or max(map(len, keys)) > 32:
+            ticker = next(t for t, k in zip(given, keys, strict=True) if not k or len(k) > 32)
+            raise ValueError(f"{ticker!r} is not a ticker")
+        out: dict[str, float]
+        if keys == given:  # already upper-case and stripped, so each ticker once
+            out = value
+        else:  # the same ticker in other cases or padded: its entries add up
+            out = {}
+            for key, w in zip(keys, value.values(), strict=True):
+                out[key] = out.get(key, 0.0) + float(w)
         weights = np.fromiter(out.values(), dtype=np.float64, count=len(out))
         with np.errstate(invalid="ignore"):
             bad = np.flatnonzero(~(np.abs(weights) <= MAX_ABS_POSITION))  # NaN and inf too
@@ -109,7 +121,8 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
 class PortfolioPlan:
     answer: PortfolioAnswer
     date: str
-    used: int
+    used: int  # positions used (charged)
+    sent: int  # positions given, the benchmark's included (a benchmark ticker: one)
 
 
 def asked_tickers(p: PortfolioRiskParams) -> list[str]:
@@ -130,7 +143,7 @@ def plan_portfolio(snap: Snapshot, p: PortfolioRiskParams) -> PortfolioPlan:
         raise ApiError(
             "NO_DATA",
             f"no position has a risk forecast on {session_date(snap, t)} ({why})",
-            unused=[u.ticker for u in risk.unusable],
+            unused=list(risk.unusable.tickers),
         )
     figures = [risk.portfolio.vol, answer.hedge.vol_after, *answer.hedge.notional]
     if risk.active is not None:
@@ -142,7 +155,13 @@ def plan_portfolio(snap: Snapshot, p: PortfolioRiskParams) -> PortfolioPlan:
             "dollars in millions)",
             parameter="positions",
         )
-    return PortfolioPlan(answer, session_date(snap, t), len(used.tickers))
+    return PortfolioPlan(answer, session_date(snap, t), len(used.tickers), positions_sent(p))
+
+
+def positions_sent(p: PortfolioRiskParams) -> int:
+    """The positions a call sends: the book's and the benchmark's (a ticker counts one)."""
+    bench = p.benchmark
+    return len(p.positions) + (len(bench) if isinstance(bench, dict) else int(bench is not None))
 
 
 def demo_etfs(snap: Snapshot) -> list[str]:
@@ -152,10 +171,17 @@ def demo_etfs(snap: Snapshot) -> list[str]:
 
 
 def size(plan: PortfolioPlan, p: PortfolioRiskParams) -> Size:
-    """One unit per position used (a position the model cannot use is not charged)."""
+    """One unit per position used, and at least one per `SENT_PER_UNIT` positions sent (the
+    book's and the benchmark's): a position the model cannot use costs 1/50 of one used."""
     rows = plan.used
+    floor = -(-plan.sent // SENT_PER_UNIT)
     note = f"charged per position used: {rows} of {len(p.positions)}"
-    return Size(rows, rows, 1500 + rows * 260, note)
+    if floor > rows:
+        note += (
+            f"; at least one unit per {SENT_PER_UNIT} positions sent (benchmark included): "
+            f"{floor} for {plan.sent}"
+        )
+    return Size(max(rows, floor), rows, 1500 + rows * 260, note)
 
 
 def served(plan: PortfolioPlan) -> list[str]:
@@ -186,9 +212,8 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
             "vol_after_daily": hedge.vol_after,
             "vol_after_annual": hedge.vol_after * ANNUAL,
         },
-        # orjson writes each Unusable (a dataclass) as {"ticker", "reason"}: no dict per item
-        "unused": risk.unusable,
-        "benchmark_unused": risk.benchmark_unusable,
+        "unused": risk.unusable.as_json(),
+        "benchmark_unused": risk.benchmark_unusable.as_json(),
         "used_share": a.used_share,
         "partial": a.partial,
         "notes": a.notes,
@@ -213,6 +238,7 @@ ENDPOINT = Endpoint(
         "positions": MAX_POSITIONS,
         "benchmark_positions": MAX_POSITIONS,
         "abs_position": MAX_ABS_POSITION,
+        "positions_sent_per_unit": SENT_PER_UNIT,
     },
     doc=Doc(
         name="portfolio_risk",
@@ -227,7 +253,9 @@ ENDPOINT = Endpoint(
             "negative to sell) with the volatility left after it; the tickers not used, with "
             "why; each position's `model_level` (1 market, 2 + sector, 3 + subsector) and "
             "`notes` naming a position that is neither a stock nor a factor (an ETF such as "
-            "QQQ), modelled on the market factor alone. Charged per position used (see /api/estimate)."
+            "QQQ), modelled on the market factor alone. Charged per position used, and at least "
+            f"one unit per {SENT_PER_UNIT} positions sent, the benchmark's included (see "
+            "/api/estimate)."
         ),
         response_model=PortfolioRiskResponse,
         responses={**ERRORS, **BODY_ERRORS},
