@@ -211,7 +211,10 @@ def test_appending_day_by_day_then_in_a_block_equals_a_full_rebuild(
         assert ahead[name].tobytes() == stored[name].tobytes(), name
     style = read_style(first.path, first.manifest, width)
     assert style is not None and (style != 0).any()
-    assert style.tobytes() == np.ascontiguousarray(read_style(later.path, later.manifest, width)).tobytes()
+    assert (
+        style.tobytes()
+        == np.ascontiguousarray(read_style(later.path, later.manifest, width)).tobytes()
+    )
 
 
 def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_one(

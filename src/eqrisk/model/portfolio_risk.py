@@ -175,9 +175,7 @@ def attribution(day: RiskModelDay, pos: Positions) -> Attribution:
     vol = float(np.sqrt(var)) if var > 0.0 else 0.0
     inv = 1.0 / vol if vol > 0.0 else 0.0
     fx_etf = fx[: len(etf)]
-    through = np.where(has, day.values[pos.rows] * fx_etf[np.where(has, local, 0)], 0.0).sum(
-        axis=1
-    )
+    through = np.where(has, day.values[pos.rows] * fx_etf[np.where(has, local, 0)], 0.0).sum(axis=1)
     through += h_style @ fx[len(etf) :]
     marginal = (through + spec_terms) * inv
     contribution = pos.weights * marginal

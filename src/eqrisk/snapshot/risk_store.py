@@ -175,9 +175,10 @@ def _reusable(previous: Mapping[str, Any] | None, inputs: RiskInputs, reuse: int
 def _identity(inputs: RiskInputs) -> dict[str, Any]:
     """What a version's risk files depend on besides the arrays (the manifest's `risk`)."""
     params = inputs.params
+    styles = [] if params.styles is None else params.styles.factor_names
     return {
         "layout": RISK_LAYOUT,
-        "keys": inputs.keys,
+        "keys": [*inputs.keys, *styles],
         "params": {**params.describe(), "level": params.level},
     }
 
@@ -188,7 +189,10 @@ def risk_resumes(previous: Mapping[str, Any], inputs: RiskInputs, reuse: int) ->
     same settings, and the factors read from far enough back for the chunk's run."""
     lo = reuse * chunks.CHUNK_SESSIONS
     enough = max(lo - inputs.history(), 0) >= inputs.first
-    return enough and _reusable(previous, inputs, reuse) == reuse > 0
+    # (a data set without caps has no second layer: `_served`, decided on the arrays later)
+    bare = replace(inputs, params=replace(inputs.params, styles=None))
+    same = reuse in (_reusable(previous, inputs, reuse), _reusable(previous, bare, reuse))
+    return enough and same and reuse > 0
 
 
 def _served(inputs: RiskInputs, fields: Mapping[str, Any]) -> RiskInputs:
@@ -267,15 +271,14 @@ def write_risk(
     identity = _identity(inputs)
     symbols = np.asarray(result.symbols)
     k_etf = len(inputs.keys)
-    styles = [] if params.styles is None else params.styles.factor_names
     block: dict[str, Any] = {
         "layout": identity["layout"],
-        "keys": [*identity["keys"], *styles],
+        "keys": identity["keys"],
         "levels": [
             LEVEL_NAMES[lv - 1] if lv > 0 else None
             for lv in factor_levels(inputs.fidx, k_etf).tolist()
         ]
-        + ["style"] * len(styles),
+        + ["style"] * (len(identity["keys"]) - k_etf),
         "params": identity["params"],
         "fields": list(RISK_FIELDS),
         "chunks": grid.chunks,
@@ -297,7 +300,7 @@ def write_risk(
                 chunks.link_unread(folder, _rel("state", c, "npz"), previous)
         chunks.link_unread(folder, _rel("state", c0, "npz"), previous)
         state = state_from_npz(folder / _rel("state", c0, "npz"))
-    if c0 > 0 and max(grid.cols(c0)[0] - history, 0) < inputs.first:
+    if max(grid.cols(c0)[0] - history, 0) < inputs.first:
         raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s run")
     for c in range(c0, grid.chunks):
         lo, hi = grid.cols(c)
