@@ -354,9 +354,9 @@ def test_the_risk_index_volatility_is_the_forecast_not_a_weighted_average(
     index = doc["portfolio_risk_index"]
     assert index["portfolio_volatility_23d"] == pytest.approx(risk["vol_annual"], rel=1e-12)
     split = index["variance_decomposition"]
-    assert split["market"] + split["sector"] + split["subsector"] + split["residual"] == (
-        pytest.approx(1.0, abs=1e-12)
-    )
+    parts = ("market", "sector", "subsector", "style", "residual")  # style: the second layer
+    assert sum(split[k] for k in parts) == pytest.approx(1.0, abs=1e-12)
+    assert split["style"] == pytest.approx(risk["by_level"]["style"] / risk["vol_daily"])
     assert split["residual"] == pytest.approx(risk["by_level"]["specific"] / risk["vol_daily"])
     average = sum(
         w * get(client, f"/api/metrics/{t}")["metrics"]["vol_23d"] for t, w in weights.items()

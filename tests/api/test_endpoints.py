@@ -75,6 +75,7 @@ def test_the_estimate_offers_the_sized_endpoints_in_registry_order() -> None:
         "portfolio/risk",
         "factor-covariance",
         "specific-risk",
+        "style-exposures",
         "tickers",
         "decompose",
         "batch/latest-metrics",

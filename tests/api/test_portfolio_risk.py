@@ -52,6 +52,8 @@ def _sigma(client: TestClient, date: str) -> tuple[list[str], np.ndarray]:
         for slot in ("market", "sector", "subsector"):
             if r[f"{slot}_factor"] is not None:
                 h[i, keys.index(r[f"{slot}_factor"])] += r[f"{slot}_exposure"]
+        for j, key in enumerate(keys):  # the second layer: a column per style factor
+            h[i, j] += r.get(f"style_{key}", 0.0)
         d[i] = np.nan if r["specific_var"] is None else r["specific_var"]
     used = np.flatnonzero((np.abs(h) > 0).any(axis=0))
     sub = cov[np.ix_(used, used)]
@@ -106,14 +108,43 @@ def test_on_a_past_date_and_in_dollars(client: TestClient) -> None:
 
 def test_one_stock_is_its_predicted_vol(client: TestClient) -> None:
     for ticker in ("NVDA", "AAPL", "XLK"):
-        doc = _post(client, {"positions": {ticker: 1.0}})
+        # On the last session the snapshot holds: the stored forecast of that session.
         rows = client.get("/api/ticker-returns", params={"ticker": ticker}, headers=AUTH).json()
         last = rows["data"][-1]
+        doc = _post(client, {"positions": {ticker: 1.0}, "date": last["date"]})
         assert last["date"] == doc["date"]
         assert doc["portfolio"]["vol_daily"] == pytest.approx(last["risk_total_vol"], rel=1e-12)
         assert doc["portfolio"]["specific_vol_daily"] == pytest.approx(
             last["risk_specific_vol"], rel=1e-12, abs=1e-15
         )
+        # By default, the next session's: /api/specific-risk's row of that session.
+        ahead = _post(client, {"positions": {ticker: 1.0}})
+        assert ahead["date"] > last["date"]
+        spec = client.get("/api/specific-risk", params={"date": ahead["date"]}, headers=AUTH)
+        row = next(r for r in spec.json()["data"] if r["ticker"] == ticker)
+        assert ahead["portfolio"]["vol_daily"] == pytest.approx(row["risk_total_vol"], rel=1e-12)
+
+
+def test_the_default_forecast_is_for_the_session_after_the_last_close(
+    client: TestClient,
+) -> None:
+    """The latest answer is the forecast made with data through the last close, for the next
+    exchange session (not the forecast of the last session, a day old); a date on or after
+    that session names it too."""
+    rows = client.get("/api/ticker-returns", params={"ticker": "NVDA"}, headers=AUTH).json()
+    last = pd.Timestamp(rows["data"][-1]["date"])
+    doc = _post(client, {"positions": BOOK})
+    nxt = pd.Timestamp(doc["date"])
+    from eqrisk.data.calendar import sessions_between
+
+    assert nxt == sessions_between(last + pd.Timedelta(days=1), last + pd.Timedelta(days=10))[0]
+    later = _post(client, {"positions": BOOK, "date": str((nxt + pd.Timedelta(days=30)).date())})
+    assert later["date"] == doc["date"] and later["portfolio"] == doc["portfolio"]
+    before = _post(client, {"positions": BOOK, "date": str(last.date())})
+    assert before["date"] == str(last.date())
+    assert before["portfolio"]["vol_daily"] != doc["portfolio"]["vol_daily"]
+    for route in ("/api/factor-covariance", "/api/specific-risk"):
+        assert client.get(route, headers=AUTH).json()["date"] == doc["date"]
 
 
 @pytest.mark.parametrize("level", ["L1", "L2", "L3"])
@@ -130,8 +161,15 @@ def test_the_hedge_leaves_no_exposure_at_its_level(client: TestClient, level: st
     after = doc["hedge"]["vol_after_daily"]
     assert after == pytest.approx(_dense_vol(tickers, sigma, hedged), rel=1e-10)
     assert after < doc["portfolio"]["vol_daily"]
-    if level == "L3":  # the model's level: what is left is the specific risk
-        assert after == pytest.approx(doc["portfolio"]["specific_vol_daily"], rel=1e-12)
+    split = doc["hedge"]["after"]
+    assert abs(sum(split.values()) - after) <= 1e-12 * after
+    if level == "L3":  # the model's level: what is left is the style and the specific risk
+        p = doc["portfolio"]
+        assert after**2 == pytest.approx(
+            p["style_vol_daily"] ** 2 + p["specific_vol_daily"] ** 2, rel=1e-12
+        )
+        assert split["market"] == split["sector"] == split["subsector"] == 0.0
+        assert split["style"] > 0.0 and split["specific"] > 0.0
 
 
 def test_unused_tickers_say_why(client: TestClient) -> None:
@@ -220,3 +258,47 @@ def test_each_position_says_the_level_of_the_model_it_was_given(client: TestClie
     active = {x["ticker"]: x["model_level"] for x in doc["tracking_error"]["positions"]}
     assert active["SPY"] == 1 and active["NVDA"] == 3
     assert doc["notes"] == []
+
+
+def test_the_second_layer_is_served_and_its_exposures_agree_everywhere(
+    client: TestClient,
+) -> None:
+    """The style factors: rows of F (level "style"), columns of /api/specific-risk, the rows of
+    /api/style-exposures (JSON, CSV, Parquet alike), and factors of the portfolio's answer
+    whose exposure is sum_i w_i h_i,s from those served exposures."""
+    last = client.get("/api/ticker-returns", params={"ticker": "NVDA"}, headers=AUTH).json()
+    date = last["data"][-1]["date"]
+    f = client.get("/api/factor-covariance", params={"date": date}, headers=AUTH).json()
+    styles = [k for k, lv in zip(f["factors"], f["levels"], strict=True) if lv == "style"]
+    assert styles[:2] == ["residual_market", "size"] and len(styles) >= 6
+    resp = client.get("/api/style-exposures", params={"date": date}, headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    doc = resp.json()
+    assert doc["date"] == date and [x["factor"] for x in doc["factors"]] == styles
+    assert 0.0 < doc["r2"] < 1.0 and doc["regression_stocks"] >= 30
+    assert all(x["factor_return"] is not None for x in doc["factors"][:2])
+    frame = pd.DataFrame(doc["data"]).set_index("ticker")
+    assert len(frame) >= 30 and (frame["residual_market"] == 1.0).all()
+    # Standardised over the layer: each style's values within the +-3 limit (plus tolerance).
+    assert (frame[styles[1:]].abs() <= 3.05).all().all()
+    for fmt, read in (("csv", lambda b: pd.read_csv(io.BytesIO(b))),
+                      ("parquet", lambda b: pq.read_table(io.BytesIO(b)).to_pandas())):  # fmt: skip
+        other = read(client.get("/api/style-exposures", params={"date": date, "format": fmt},
+                                headers=AUTH).content).set_index("ticker")  # fmt: skip
+        np.testing.assert_allclose(other[styles].to_numpy(), frame[styles].to_numpy(), rtol=1e-15)
+    spec = client.get("/api/specific-risk", params={"date": date}, headers=AUTH).json()["data"]
+    by_ticker = {r["ticker"]: r for r in spec}
+    for ticker, row in frame.iterrows():
+        assert [by_ticker[str(ticker)][f"style_{s}"] for s in styles] == row[styles].tolist()
+    book = {"NVDA": 0.5, "AAPL": 0.3, "CRVR": 0.2}
+    risk = _post(client, {"positions": book, "date": date})
+    got = {x["factor"]: x for x in risk["portfolio"]["factors"] if x["level"] == "style"}
+    assert len(got) >= 4
+    for s in styles:
+        if s not in got:  # a factor without a covariance yet (too few returns) weighs nothing
+            assert f["matrix"][f["factors"].index(s)][f["factors"].index(s)] is None
+            continue
+        want = sum(w * by_ticker[t][f"style_{s}"] for t, w in book.items())
+        assert got[s]["exposure"] == pytest.approx(want, rel=1e-12, abs=1e-15)
+    style_sum = sum(x["contribution"] for x in got.values())
+    assert risk["portfolio"]["by_level"]["style"] == pytest.approx(style_sum, rel=1e-12)

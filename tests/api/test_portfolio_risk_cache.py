@@ -95,6 +95,8 @@ def _dense(client: TestClient, date: str) -> tuple[dict[str, int], np.ndarray]:
         for slot in ("market", "sector", "subsector"):
             if r[f"{slot}_factor"] is not None:
                 h[i, keys.index(r[f"{slot}_factor"])] += r[f"{slot}_exposure"]
+        for j, key in enumerate(keys):  # the second layer's style exposures
+            h[i, j] += r.get(f"style_{key}", 0.0)
         d[i] = np.nan_to_num(np.nan if r["specific_var"] is None else r["specific_var"])
     cols = np.flatnonzero((np.abs(h) > 0).any(axis=0))
     sigma = h[:, cols] @ np.nan_to_num(cov[np.ix_(cols, cols)]) @ h[:, cols].T + np.diag(d)
@@ -114,7 +116,7 @@ def test_a_5000_position_book_equals_the_old_path_and_the_dense_one(
     client: TestClient, snap: Snapshot
 ) -> None:
     risk_days.clear()
-    t = len(snap.sessions) - 1
+    t = len(snap.sessions)  # the default: the session after the last close
     symbols = [str(s) for s in risk_days.risk_rows(snap).symbols.tolist()]
     assert len(symbols) < 5000
     book, bench = _books(symbols)
@@ -179,7 +181,7 @@ def test_each_days_model_is_built_once(
             first = first or resp.json()["portfolio"]["vol_daily"]
             assert resp.json()["portfolio"]["vol_daily"] == first
     client.get("/api/specific-risk", headers=AUTH).raise_for_status()
-    t = len(snap.sessions) - 1
+    t = len(snap.sessions)  # the default: the session after the last close
     assert reads == [str(snap.path)]  # the symbols and factor slots: once for the version
     assert sorted(risk_days.cached_days()) == [(str(snap.path), t, lv) for lv in (1, 2, 3)]
 

@@ -154,6 +154,18 @@ def test_build_dask_local_publishes_the_local_build(demo_home: Path, tmp_path: P
     for t in range(0, len(local.sessions), 50):
         f_dask = factor_covariance_of(dask.path, dask.manifest, t).cov
         assert f_dask.tobytes() == factor_covariance_of(local.path, local.manifest, t).cov.tobytes()
+    # Every risk file (the second layer's exposures and regression, the regime, the states,
+    # the next session's forecast) holds the same bits.
+    names = sorted(p.name for p in (local.path / "risk").iterdir())
+    assert sorted(p.name for p in (dask.path / "risk").iterdir()) == names
+    assert local.manifest["risk"]["styles"] and "next-sexp.npy" in names
+    for name in names:
+        if name.endswith(".npz"):
+            with np.load(dask.path / "risk" / name) as x, np.load(local.path / "risk" / name) as y:
+                assert all(x[k].tobytes() == y[k].tobytes() for k in y.files), name
+        else:
+            got = (dask.path / "risk" / name).read_bytes()
+            assert got == (local.path / "risk" / name).read_bytes(), name
     for table in ("symbols.parquet", "security_history"):  # a file, a dataset of files
         assert pq.read_table(dask.path / table).equals(pq.read_table(local.path / table)), table
 

@@ -20,7 +20,9 @@ from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import chunks
 from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.incremental import run_tail, tail_offsets
-from eqrisk.snapshot.risk_store import RISK_FIELDS, factor_covariance_of
+from eqrisk.snapshot.risk_layer import LAYER_PREFIXES as LAYER
+from eqrisk.snapshot.risk_layer import NEXT_PREFIXES, read_style
+from eqrisk.snapshot.risk_store import RISK_FIELDS, factor_covariance_of, predicted_of
 from eqrisk.snapshot.versions import Snapshot, list_versions, snapshots_dir
 
 TAIL_DAYS = 6  # sessions held back from the first build
@@ -41,6 +43,10 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     members = gics[gics["Symbol"].isin(stocks)]
     root = tmp_path_factory.mktemp("real")
     master = root / "master.csv"
+    # One share count per stock (market cap / price of the financials file): the caps of the
+    # risk model's second layer.
+    fin = pd.read_csv(shared_file("constituents_financials.csv")).set_index("Symbol")
+    shares = (fin["Market Cap"] / fin["Price"]).reindex(members["Symbol"]).round()
     pd.DataFrame(
         {
             "symbol": members["Symbol"],
@@ -48,6 +54,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "asset_type": "stock",
             "gics_sector": members["GICS Sector"],
             "gics_sub_industry": members["GICS Sub-Industry"],
+            "shares": shares.to_numpy(),
         }
     ).to_csv(master, index=False)
     dates = sorted(long["date"].unique())
@@ -104,6 +111,24 @@ def _assert_equal_versions(home: Path, got: dict[str, Any], want: dict[str, Any]
     for t in range(0, got["sessions"], 97):
         f_a = factor_covariance_of(a.path, a.manifest, t).cov
         assert f_a.tobytes() == factor_covariance_of(b.path, b.manifest, t).cov.tobytes()
+    assert_same_risk_files(a.path, b.path)
+
+
+def assert_same_risk_files(a: Path, b: Path) -> None:
+    """Every file of the two versions' risk model (F, the fields, the second layer's
+    exposures and regression, the regime, the states, the next session) holds the same
+    bits; the second layer is there."""
+    names = sorted(p.name for p in (b / "risk").iterdir())
+    assert sorted(p.name for p in (a / "risk").iterdir()) == names
+    assert any(n.startswith("sexp-") for n in names) and "next-cov.npy" in names
+    for name in names:
+        if name.endswith(".npz"):
+            with np.load(a / "risk" / name) as x, np.load(b / "risk" / name) as y:
+                assert sorted(x.files) == sorted(y.files)
+                for k in x.files:
+                    assert x[k].tobytes() == y[k].tobytes(), (name, k)
+        else:
+            assert (a / "risk" / name).read_bytes() == (b / "risk" / name).read_bytes(), name
 
 
 def test_a_tail_run_equals_the_full_run_bitwise(real: dict[str, Any]) -> None:
@@ -173,6 +198,23 @@ def test_appending_day_by_day_then_in_a_block_equals_a_full_rebuild(
     assert (
         f_old.tobytes() == factor_covariance_of(later.path, later.manifest, width - 1).cov.tobytes()
     )
+    # The first version's forecast for the session after its last close (from data through
+    # it) is, bit for bit, what the later version stores for that session once it happened:
+    # F, D, the predicted volatilities, the style exposures.
+    assert first.manifest["risk"]["next"] == str(np.datetime64(later.sessions[width], "D"))
+    f_next = factor_covariance_of(first.path, first.manifest, width).cov
+    assert f_next.tobytes() == factor_covariance_of(later.path, later.manifest, width).cov.tobytes()
+    ahead = predicted_of(first.path, first.manifest, dict.fromkeys(RISK_FIELDS), width)
+    stored = predicted_of(later.path, later.manifest, {n: later.array(n) for n in RISK_FIELDS},
+                          width)  # fmt: skip
+    for name in RISK_FIELDS:
+        assert ahead[name].tobytes() == stored[name].tobytes(), name
+    style = read_style(first.path, first.manifest, width)
+    assert style is not None and (style != 0).any()
+    assert (
+        style.tobytes()
+        == np.ascontiguousarray(read_style(later.path, later.manifest, width)).tobytes()
+    )
 
 
 def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_one(
@@ -220,8 +262,12 @@ def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_
             f"arrays/_rows/0.{c0}.npy",
             *(f"arrays/{n}/0.{c0}.npy" for n in own),
             f"security_history/monthly-{year}.parquet",
-            *(f"risk/{p}-{c0:05d}.npy" for p in ("cov", "total", "factor", "specific", "d")),
+            *(
+                f"risk/{p}-{c0:05d}.npy"
+                for p in ("cov", "total", "factor", "specific", "d", *LAYER)
+            ),
             f"risk/state-{c0 + 1:05d}.npz",  # (fidx.npy, unchanged, is linked)
+            *(f"risk/{p}.npy" for p in NEXT_PREFIXES),  # the next session's forecast
             "factors.npy",
             "manifest.json",
             "sessions.npy",
@@ -230,7 +276,7 @@ def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_
     )
     # (the group's runs index of chunk c0 too where a row's runs changed there)
     assert [p for p in added if p != f"arrays/_rows/0.{c0}.runs.npy"] == expected
-    assert new["storage"]["chunks_written"] == len(expected) - 10
+    assert new["storage"]["chunks_written"] == len(expected) - 10 - len(LAYER) - len(NEXT_PREFIXES)
     for rel in new["security_history"]:
         chunk = _chunk_of(folder / rel)
         if chunk is not None and chunk < c0:

@@ -79,6 +79,7 @@ DEFAULT_PRICES: dict[str, Price] = {
     "portfolio/risk": _usd("0.0004", per="position", minimum="0.01"),
     "factor-covariance": _usd("0.005"),
     "specific-risk": _usd("0.02"),
+    "style-exposures": _usd("0.02"),
     "daily": _usd("0"),
     "betas": _usd("0"),
     "facts": _usd("0"),

@@ -15,8 +15,9 @@ from eqrisk.snapshot.versions import Snapshot
 
 DATE_DESCRIPTION = (
     "The session of the forecast (YYYY-MM-DD): the last session on or before it that the "
-    "snapshot holds; default its last session. The forecast of a session uses data up to the "
-    "session before it."
+    "snapshot holds, or the session after its last close (on or after that date); default that "
+    "next session, forecast from data through the last close. The forecast of a session uses "
+    "data up to the session before it."
 )
 
 
@@ -29,6 +30,9 @@ def risk_session(snap: Snapshot, when: date | None) -> int:
             missing="risk",
         )
     sessions = snap.sessions
+    ahead = snap.manifest["risk"].get("next")
+    if ahead is not None and (when is None or np.datetime64(when, "D") >= np.datetime64(ahead)):
+        return len(sessions)  # the next session: F, H, D from data through the last close
     if when is None:
         return len(sessions) - 1
     t = int(np.searchsorted(sessions, np.datetime64(when, "D"), side="right")) - 1
@@ -42,12 +46,14 @@ def risk_session(snap: Snapshot, when: date | None) -> int:
 
 
 def session_date(snap: Snapshot, t: int) -> str:
+    if t == len(snap.sessions):
+        return str(snap.manifest["risk"]["next"])
     return str(np.datetime64(snap.sessions[t], "D"))
 
 
 class FactorRisk(BaseModel):
     factor: str = Field(description="Factor key: an ETF symbol or group:<level>:<name>.")
-    level: str = Field(description="market, sector or subsector.")
+    level: str = Field(description="market, sector, subsector or style (the second layer).")
     exposure: float = Field(description="The positions' exposure x_k = sum_i w_i h_ik.")
     marginal: float = Field(description="d vol / d x_k = (F x)_k / vol.")
     contribution: float = Field(description="x_k (F x)_k / vol: Euler contribution to vol.")
@@ -71,10 +77,14 @@ class PositionRisk(BaseModel):
 class RiskBreakdown(BaseModel):
     vol_daily: float = Field(description="Predicted daily volatility (units of the positions).")
     vol_annual: float = Field(description="vol_daily x sqrt(252).")
-    factor_vol_daily: float = Field(description="sqrt(x'Fx): the ETF factors' part.")
+    factor_vol_daily: float = Field(description="sqrt(x'Fx): the factors' part (both layers).")
+    style_vol_daily: float = Field(
+        description="sqrt(x_s' F_ss x_s): the second layer's style factors alone."
+    )
     specific_vol_daily: float = Field(description="sqrt(sum w_i^2 D_i): the specific part.")
     by_level: dict[str, float] = Field(
-        description="Euler contributions to vol_daily of market, sector, subsector, specific."
+        description="Euler contributions to vol_daily of market, sector, subsector, style "
+        "(the second layer), specific."
     )
     factors: list[FactorRisk]
     positions: list[PositionRisk]
@@ -90,8 +100,15 @@ class HedgeLeg(BaseModel):
 class PortfolioHedge(BaseModel):
     level: str
     legs: list[HedgeLeg]
-    vol_after_daily: float
+    vol_after_daily: float = Field(
+        description="The volatility the ETF legs leave: the style risk (the ETFs do not "
+        "remove it), the specific risk and any factor the legs do not reach."
+    )
     vol_after_annual: float
+    after: dict[str, float] = Field(
+        description="vol_after_daily split by level (Euler contributions that add up to it): "
+        "market, sector, subsector, style, specific."
+    )
 
 
 class Unused(BaseModel):
@@ -146,6 +163,7 @@ class SpecificRiskRow(BaseModel):
     risk_total_vol: float | None
     risk_factor_vol: float | None
     risk_specific_vol: float | None
+    model_config = {"extra": "allow"}  # style_<factor>: the second layer's exposures
 
 
 class SpecificRiskResponse(Enveloped):

@@ -21,11 +21,12 @@ class PortfolioRisk:
 
     `summary`: a row per book (`portfolio`, and `active`, the positions less the benchmark,
     whose vol is the tracking error) with vol daily and annual, factor and specific vol;
-    `by_level`: the Euler contributions per level (rows market, sector, subsector, specific;
-    a column per book); `factors` and `positions`: exposure or position, marginal,
+    `by_level`: the Euler contributions per level (rows market, sector, subsector, style,
+    specific; a column per book); `factors` and `positions`: exposure or position, marginal,
     contribution and share (index factor / ticker; the benchmark's in `active_factors` and
     `active_positions`); `hedge`: the ETF legs (notional, tradable, exposure after);
-    `unused`: ticker -> why; `notes`: what the figures leave out (a position modelled on the
+    `hedge_after`: what the hedge leaves (`vol_after_hedge`) by level, the style and the
+    specific risk the ETFs do not remove; `unused`: ticker -> why; `notes`: what the figures leave out (a position modelled on the
     market factor alone); `positions` has each one's `model_level`. `raw` is the JSON answer."""
 
     date: str
@@ -37,6 +38,7 @@ class PortfolioRisk:
     active_positions: pd.DataFrame | None
     hedge: pd.DataFrame
     vol_after_hedge: float
+    hedge_after: pd.Series
     unused: dict[str, str]
     raw: dict[str, Any]
 
@@ -65,14 +67,16 @@ class PortfolioRisk:
         return [str(n) for n in self.raw.get("notes", [])]
 
 
-SUMMARY = ("vol_daily", "vol_annual", "factor_vol_daily", "specific_vol_daily")
+SUMMARY = ("vol_daily", "vol_annual", "factor_vol_daily", "style_vol_daily", "specific_vol_daily")
 
 
 def portfolio_risk_of(doc: dict[str, Any]) -> PortfolioRisk:
     books = {"portfolio": doc["portfolio"]}
     if doc.get("tracking_error") is not None:
         books["active"] = doc["tracking_error"]
-    summary = pd.DataFrame({name: {k: b[k] for k in SUMMARY} for name, b in books.items()}).T
+    summary = pd.DataFrame(
+        {name: {k: b.get(k, 0.0) for k in SUMMARY} for name, b in books.items()}
+    ).T
     by_level = pd.DataFrame({name: b["by_level"] for name, b in books.items()})
     active = books.get("active")
     return PortfolioRisk(
@@ -87,6 +91,7 @@ def portfolio_risk_of(doc: dict[str, Any]) -> PortfolioRisk:
             doc["hedge"]["legs"], columns=["etf", "notional", "tradable", "exposure_after"]
         ).set_index("etf"),
         vol_after_hedge=float(doc["hedge"]["vol_after_daily"]),
+        hedge_after=pd.Series(doc["hedge"].get("after", {}), dtype=float),
         unused={u["ticker"]: u["reason"] for u in doc["unused"]},
         raw=doc,
     )

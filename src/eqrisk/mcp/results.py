@@ -280,6 +280,9 @@ class PortfolioRiskResult(BaseModel):
     vol_daily: float = Field(description="Predicted daily volatility, positions' units.")
     vol_annual: float
     factor_vol_daily: float
+    style_vol_daily: float = Field(
+        0.0, description="The style factors' part (the risk the ETF hedge does not remove)."
+    )
     specific_vol_daily: float
     tracking_error_daily: float | None = Field(
         description="Predicted daily volatility of the book less the benchmark, if given."
@@ -289,6 +292,11 @@ class PortfolioRiskResult(BaseModel):
     by_position: list[RiskContribution]
     hedge: list[HedgeTrade]
     vol_after_hedge_daily: float
+    after_hedge: list[RiskContribution] = Field(
+        default_factory=list,
+        description="vol_after_hedge_daily split by level: the style and specific risk the "
+        "ETF hedge leaves.",
+    )
     unused: dict[str, str] = Field(description="Tickers the model could not use, and why.")
     notes: list[str] = Field(
         description="What the figures leave out (an ETF that is not a factor of the model is "
@@ -305,6 +313,7 @@ class PortfolioRiskResult(BaseModel):
             vol_daily=p["vol_daily"],
             vol_annual=p["vol_annual"],
             factor_vol_daily=p["factor_vol_daily"],
+            style_vol_daily=p.get("style_vol_daily", 0.0),
             specific_vol_daily=p["specific_vol_daily"],
             tracking_error_daily=None if te is None else te["vol_daily"],
             by_level=[
@@ -326,6 +335,16 @@ class PortfolioRiskResult(BaseModel):
                 for leg in doc["hedge"]["legs"]
             ],
             vol_after_hedge_daily=doc["hedge"]["vol_after_daily"],
+            after_hedge=[
+                RiskContribution(
+                    name=k,
+                    contribution=v,
+                    share=v / doc["hedge"]["vol_after_daily"]
+                    if doc["hedge"]["vol_after_daily"]
+                    else 0.0,
+                )
+                for k, v in doc["hedge"].get("after", {}).items()
+            ],
             unused={u["ticker"]: u["reason"] for u in doc["unused"]},
             notes=list(doc.get("notes", [])),
             charge=charge,

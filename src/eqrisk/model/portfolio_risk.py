@@ -8,8 +8,10 @@ positions (a weight portfolio's volatility is a fraction, a dollar portfolio's i
 With w the positions, H the exposures, F the factor covariance and D the specific variances:
 x = H'w, variance = x'Fx + sum w_i^2 D_i, and Euler's theorem splits the volatility s exactly:
 position i contributes w_i (H F x + D w)_i / s, factor k contributes x_k (F x)_k / s, the
-specific part sum w_i^2 D_i / s. The hedge sells x_k of each factor's ETF: what is left is the
-specific part.
+specific part sum w_i^2 D_i / s. With the second layer (`RiskModelDay.style`), H holds each
+stock's style exposures beside its ETF ones and x and F run over both layers; the style
+factors are a level of their own ("style"). The hedge sells x_k of each ETF factor only (what
+a user can trade): what is left is the style part and the specific part.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from typing import overload
 
 import numpy as np
 
-from eqrisk.model.risk_model import ANNUALIZATION, LEVEL_NAMES, RiskModelDay
+from eqrisk.model.risk_model import ANNUALIZATION, LEVEL_NAMES, STYLE_LEVEL, RiskModelDay
+
+LEVELS = (*LEVEL_NAMES, "style")  # by factor_level - 1; STYLE_LEVEL is the fourth
+assert LEVELS[STYLE_LEVEL - 1] == "style"
 
 NOT_IN_UNIVERSE = "not in the model's universe"
 
@@ -95,7 +100,7 @@ class FactorBreakdown:
     """Per factor the portfolio is exposed to (in the model's factor order)."""
 
     keys: list[str]
-    levels: list[str]  # market, sector or subsector
+    levels: list[str]  # market, sector, subsector or style
     exposure: np.ndarray  # x_k: the portfolio's exposure (units of the positions)
     marginal: np.ndarray  # d vol / d x_k = (F x)_k / vol
     contribution: np.ndarray  # x_k (F x)_k / vol
@@ -117,11 +122,12 @@ class Attribution:
 
     vol: float  # daily
     vol_annual: float
-    factor_vol: float  # sqrt(x'Fx)
+    factor_vol: float  # sqrt(x'Fx), both layers
     specific_vol: float  # sqrt(sum w^2 D)
-    by_level: dict[str, float]  # market, sector, subsector, specific: contributions to vol
+    by_level: dict[str, float]  # market, sector, subsector, style, specific: contributions
     factors: FactorBreakdown
     positions: PositionBreakdown
+    style_vol: float = 0.0  # sqrt(x_s' F_ss x_s): the second layer's factors alone
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,7 @@ class Hedge:
     keys: list[str]
     notional: np.ndarray
     tradable: list[bool]
-    vol_after: float
+    vol_after: float  # what the ETF legs leave: the style and the specific risk
     vol_after_annual: float
 
 
@@ -188,14 +194,31 @@ def resolve(day: RiskModelDay, positions: Mapping[str, float]) -> Positions:
     return Positions([tickers[i] for i in keep.tolist()], rows[keep], weights[keep], unusable)
 
 
+def _style_factors(day: RiskModelDay) -> np.ndarray:
+    """The second-layer factors with a covariance this session (rows of `day.cov`)."""
+    if day.style is None:
+        return np.zeros(0, dtype=np.int64)
+    k0 = day.n_etf
+    ready = np.isfinite(np.diag(day.cov)[k0:])
+    return np.flatnonzero(ready) + k0
+
+
 def attribution(day: RiskModelDay, pos: Positions) -> Attribution:
     """Volatility and its Euler split for resolved positions (see the module docstring)."""
     idx = day.index[pos.rows]
     val = day.values[pos.rows] * pos.weights[:, None]
     has = idx >= 0
-    factors = np.unique(idx[has])
-    local = np.searchsorted(factors, idx)  # slot -> position in `factors` (where has)
-    x = np.bincount(local[has], weights=val[has], minlength=len(factors))
+    etf = np.unique(idx[has])
+    local = np.searchsorted(etf, idx)  # slot -> position in `etf` (where has)
+    x_etf = np.bincount(local[has], weights=val[has], minlength=len(etf))
+    styles = _style_factors(day)
+    h_style = (
+        np.zeros((len(pos.rows), 0))
+        if day.style is None
+        else day.style[np.ix_(pos.rows, styles - day.n_etf)]
+    )
+    factors = np.concatenate([etf, styles])
+    x = np.concatenate([x_etf, pos.weights @ h_style])
     fx = day.cov[np.ix_(factors, factors)] @ x
     factor_var = float(x @ fx)
     d = day.specific_var[pos.rows]
@@ -204,23 +227,28 @@ def attribution(day: RiskModelDay, pos: Positions) -> Attribution:
     var = factor_var + spec_var
     vol = float(np.sqrt(var)) if var > 0.0 else 0.0
     inv = 1.0 / vol if vol > 0.0 else 0.0
-    through = np.where(has, day.values[pos.rows] * fx[np.where(has, local, 0)], 0.0).sum(axis=1)
+    fx_etf = fx[: len(etf)]
+    through = np.where(has, day.values[pos.rows] * fx_etf[np.where(has, local, 0)], 0.0).sum(axis=1)
+    through += h_style @ fx[len(etf) :]
     marginal = (through + spec_terms) * inv
     contribution = pos.weights * marginal
     f_contrib = x * fx * inv
     level_of = day.factor_level[factors]
-    per_level = np.bincount(level_of - 1, weights=f_contrib, minlength=3)
-    by_level = {name: float(per_level[j]) for j, name in enumerate(LEVEL_NAMES)}
+    per_level = np.bincount(level_of - 1, weights=f_contrib, minlength=len(LEVELS))
+    by_level = {name: float(per_level[j]) for j, name in enumerate(LEVELS)}
     by_level["specific"] = spec_var * inv
+    x_s = x[len(etf) :]
+    style_var = float(x_s @ day.cov[np.ix_(styles, styles)] @ x_s) if len(styles) else 0.0
     return Attribution(
         vol=vol,
         vol_annual=vol * float(ANNUALIZATION),
         factor_vol=float(np.sqrt(max(factor_var, 0.0))),
         specific_vol=float(np.sqrt(spec_var)),
         by_level=by_level,
+        style_vol=float(np.sqrt(max(style_var, 0.0))),
         factors=FactorBreakdown(
             keys=[day.factor_keys[k] for k in factors.tolist()],
-            levels=[LEVEL_NAMES[lv - 1] for lv in level_of.tolist()],
+            levels=[LEVELS[lv - 1] for lv in level_of.tolist()],
             exposure=x,
             marginal=fx * inv,
             contribution=f_contrib,
@@ -263,15 +291,17 @@ def portfolio_risk(
         bench_unusable = bench.unusable
         active = attribution(day, _active(pos, bench))
     f = portfolio.factors
-    after = portfolio.specific_vol
+    etf = [lv != "style" for lv in f.levels]
+    keys = [k for k, ok in zip(f.keys, etf, strict=True) if ok]
+    after = float(np.sqrt(portfolio.style_vol**2 + portfolio.specific_vol**2))
     return PortfolioRisk(
         session=day.session,
         portfolio=portfolio,
         active=active,
         hedge=Hedge(
-            keys=f.keys,
-            notional=-f.exposure,
-            tradable=[not k.startswith("group:") for k in f.keys],
+            keys=keys,
+            notional=-f.exposure[np.asarray(etf, dtype=bool)],
+            tradable=[not k.startswith("group:") for k in keys],
             vol_after=after,
             vol_after_annual=after * float(ANNUALIZATION),
         ),

@@ -12,7 +12,7 @@ specific risk (where every factor is an ETF; a group portfolio cannot be traded)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,9 @@ class HedgeLegs:
     tradable: list[bool]
     vol_after: float
     exposure_after: list[float]  # each leg's factor exposure of positions + tradable legs
+    # Euler split of vol_after by level: market, sector, subsector (what the legs leave: a group
+    # portfolio, or the levels below the hedge's), style, specific; they add up to vol_after.
+    after: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,9 @@ def portfolio_answer(
             hedged[key] = hedged.get(key, 0.0) + notional
     unusable = set(risk.unusable.tickers)
     used = {k: v for k, v in hedged.items() if k not in unusable}
-    after = portfolio_risk(day, used).portfolio.vol if used else 0.0
+    hedged_risk = portfolio_risk(day, used).portfolio if used else None
+    after = hedged_risk.vol if hedged_risk is not None else 0.0
+    split = dict(hedged_risk.by_level) if hedged_risk is not None else {}
     tradable = [ok and key in universe for key, ok in zip(legs.keys, legs.tradable, strict=True)]
     exposure_after = _exposure(at, used, legs.keys)
     gross = float(np.abs(np.fromiter(positions.values(), dtype=np.float64)).sum())
@@ -173,6 +178,7 @@ def portfolio_answer(
             tradable=tradable,
             vol_after=after,
             exposure_after=exposure_after,
+            after=split,
         ),
         used_share=used_gross / gross if gross > 0.0 and np.isfinite(gross) else 0.0,
         levels=levels,
@@ -199,6 +205,7 @@ def attribution_dict(
         "vol_daily": a.vol,
         "vol_annual": a.vol_annual,
         "factor_vol_daily": a.factor_vol,
+        "style_vol_daily": a.style_vol,
         "specific_vol_daily": a.specific_vol,
         "by_level": dict(a.by_level),
         "factors": [

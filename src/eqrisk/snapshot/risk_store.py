@@ -20,7 +20,7 @@ values are a full build's, bit for bit. No look-ahead: F and D of session t use 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,11 @@ import numpy as np
 
 from eqrisk.model.covariance import CovarianceState
 from eqrisk.model.plan_slices import PlanOutline
+from eqrisk.model.regime import RegimeParams, RegimeState
 from eqrisk.model.risk_model import (
     LEVEL_NAMES,
+    STYLE_LEVEL,
+    RiskModel,
     RiskModelDay,
     RiskParams,
     RiskState,
@@ -40,10 +43,23 @@ from eqrisk.model.risk_model import (
 )
 from eqrisk.model.run import LEVEL_HR, ModelPlan, ModelResult
 from eqrisk.model.specific import SpecificState
+from eqrisk.model.styles import StyleParams
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.risk_layer import (
+    NEXT_FIELDS,
+    is_next,
+    layer_block,
+    layer_prefixes,
+    next_day_parts,
+    read_next,
+    read_style,
+    save_layer,
+    stocks_of,
+    style_inputs_of,
+)
 
 RISK_DIR = "risk"
-RISK_LAYOUT = "risk-1"
+RISK_LAYOUT = "risk-2"  # risk-2: both layers, the regime state, the next session
 # Stored per stock and session: array name -> file prefix.
 RISK_FIELDS: dict[str, str] = {
     "risk_total_vol": "total",
@@ -52,6 +68,8 @@ RISK_FIELDS: dict[str, str] = {
     "risk_specific_var": "d",
 }
 HEDGE_FIELDS = tuple(dict.fromkeys(name for lev in (1, 2, 3) for name in LEVEL_HR[lev]))
+SERVED = RiskParams(styles=StyleParams(), regime=RegimeParams())
+"""The served model: both layers and the regime adjustment (docs/decisions/risk-forecast.md)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,13 @@ class RiskInputs:
         cls, plan: ModelPlan | PlanOutline, params: RiskParams | None = None, first: int = 0
     ) -> RiskInputs:
         layout = plan.layout
-        return cls(layout.factors, list(layout.keys), layout.fidx, params or RiskParams(), first)
+        return cls(layout.factors, list(layout.keys), layout.fidx, params or SERVED, first)
+
+    def history(self) -> int:
+        """Sessions before a chunk's first one that its run reads (the descriptors' windows
+        with the second layer; the hedge of the session before without)."""
+        styles = self.params.styles
+        return 1 if styles is None else styles.history()
 
 
 def state_to_npz(path: Path, state: RiskState) -> None:
@@ -81,6 +105,8 @@ def state_to_npz(path: Path, state: RiskState) -> None:
 def _state_parts(state: RiskState) -> dict[str, np.ndarray]:
     parts = {f"cov_{k}": v for k, v in state.covariance.to_arrays().items()}
     parts.update({f"spec_{k}": v for k, v in state.specific.to_arrays().items()})
+    if state.regime is not None:
+        parts.update({f"reg_{k}": v for k, v in state.regime.to_arrays().items()})
     return parts
 
 
@@ -117,7 +143,12 @@ def state_from_npz(path: Path) -> RiskState:
     with np.load(path) as z:
         cov = {k[4:]: z[k] for k in z.files if k.startswith("cov_")}
         spec = {k[5:]: z[k] for k in z.files if k.startswith("spec_")}
-    return RiskState(CovarianceState.from_arrays(cov), SpecificState.from_arrays(spec))
+        reg = {k[4:]: z[k] for k in z.files if k.startswith("reg_")}
+    return RiskState(
+        CovarianceState.from_arrays(cov),
+        SpecificState.from_arrays(spec),
+        RegimeState.from_arrays(reg) if reg else None,
+    )
 
 
 def _rel(name: str, c: int, ext: str = "npy") -> Path:
@@ -144,17 +175,77 @@ def _reusable(previous: Mapping[str, Any] | None, inputs: RiskInputs, reuse: int
 def _identity(inputs: RiskInputs) -> dict[str, Any]:
     """What a version's risk files depend on besides the arrays (the manifest's `risk`)."""
     params = inputs.params
+    styles = [] if params.styles is None else params.styles.factor_names
     return {
         "layout": RISK_LAYOUT,
-        "keys": inputs.keys,
+        "keys": [*inputs.keys, *styles],
         "params": {**params.describe(), "level": params.level},
     }
 
 
 def risk_resumes(previous: Mapping[str, Any], inputs: RiskInputs, reuse: int) -> bool:
     """Whether `write_risk` resumes the previous version's risk model at chunk `reuse` (an
-    incremental build's first chunk) rather than rerunning it from the first session."""
-    return _reusable(previous, inputs, reuse) == reuse > 0
+    incremental build's first chunk) rather than rerunning it from the first session: the
+    same settings, and the factors read from far enough back for the chunk's run."""
+    lo = reuse * chunks.CHUNK_SESSIONS
+    enough = max(lo - inputs.history(), 0) >= inputs.first
+    # (a data set without caps has no second layer: `_served`, decided on the arrays later)
+    bare = replace(inputs, params=replace(inputs.params, styles=None))
+    same = reuse in (_reusable(previous, inputs, reuse), _reusable(previous, bare, reuse))
+    return enough and same and reuse > 0
+
+
+def _served(inputs: RiskInputs, fields: Mapping[str, Any]) -> RiskInputs:
+    """The inputs as this data set can serve them: a data set without market caps has no
+    second layer (its manifest says `styles: null`)."""
+    if inputs.params.styles is None:
+        return inputs
+    cap = fields.get("market_cap")
+    if cap is not None:
+        values = np.asarray(cap, dtype=np.float64)
+        if bool((np.isfinite(values) & (values > 0)).any()):
+            return inputs
+    return replace(inputs, params=replace(inputs.params, styles=None))
+
+
+def _run(
+    fields: Mapping[str, Any],
+    inputs: RiskInputs,
+    symbols: np.ndarray,
+    stocks: np.ndarray,
+    first: int,
+    hi: int,
+    state: RiskState | None,
+    pad: int = 0,
+) -> RiskModel:
+    """The model over sessions [first, hi) (+ `pad` sessions of no data: the next session's
+    forecast), resumed from `state` (the whole calendar's sessions)."""
+
+    def cols(name: str) -> np.ndarray:
+        out = _columns(fields[name], first, hi)
+        return np.hstack([out, np.full((len(out), pad), np.nan)]) if pad else out
+
+    factors = np.asarray(inputs.factors, dtype=np.float64)[
+        :, first - inputs.first : hi - inputs.first
+    ]
+    if pad:
+        factors = np.hstack([factors, np.full((len(factors), pad), np.nan)])
+    params = inputs.params
+    style = None
+    if params.styles is not None:
+        names = ("market_cap", "volume", "close_raw")
+        style = style_inputs_of({k: cols(k) for k in names if k in fields}, stocks)
+    return risk_model(
+        cols("return"),
+        factors,
+        inputs.fidx,
+        inputs.keys,
+        symbols,
+        {name: cols(name) for name in HEDGE_FIELDS},
+        params,
+        state=None if state is None else state.moved(-first),
+        style_inputs=style,
+    )
 
 
 def write_risk(
@@ -167,70 +258,93 @@ def write_risk(
     previous: Path | None = None,
     previous_manifest: Mapping[str, Any] | None = None,
     reuse: int = 0,
+    sessions: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Compute and write the risk model of every session; return the manifest's `risk` block.
-    With `reuse` = c0 (an incremental build whose inputs before chunk c0 are proved unchanged)
-    the files of chunks < c0 are linked from `previous` and the run resumes at chunk c0.
-    `fields`: the version's arrays as written (a Dask build's live in the version folder by
-    now, no longer where `result`'s were opened)."""
+    """Compute and write the risk model of every session and of the next one; return the
+    manifest's `risk` block. With `reuse` = c0 (an incremental build whose inputs before chunk
+    c0 are proved unchanged) the files of chunks < c0 are linked from `previous` and the run
+    resumes at chunk c0. `fields`: the version's arrays as written (a Dask build's live in the
+    version folder by now, no longer where `result`'s were opened); `sessions`: the calendar
+    (the next session's date)."""
+    inputs = _served(inputs, fields)
     params = inputs.params
     identity = _identity(inputs)
+    symbols = np.asarray(result.symbols)
+    k_etf = len(inputs.keys)
     block: dict[str, Any] = {
         "layout": identity["layout"],
         "keys": identity["keys"],
         "levels": [
             LEVEL_NAMES[lv - 1] if lv > 0 else None
-            for lv in factor_levels(inputs.fidx, len(inputs.keys)).tolist()
-        ],
+            for lv in factor_levels(inputs.fidx, k_etf).tolist()
+        ]
+        + ["style"] * (len(identity["keys"]) - k_etf),
         "params": identity["params"],
         "fields": list(RISK_FIELDS),
         "chunks": grid.chunks,
+        **layer_block(params, k_etf),
     }
     c0 = _reusable(previous_manifest, inputs, reuse) if previous is not None else 0
     (folder / RISK_DIR).mkdir(parents=True, exist_ok=True)
     _save(folder, Path(RISK_DIR) / "fidx.npy", np.asarray(inputs.fidx, dtype=np.int64), previous)
+    stocks = stocks_of(folder, grid.n, inputs.fidx, inputs.keys)
     state: RiskState | None = None
+    history = inputs.history()
+    layer = layer_prefixes(params)
     if c0 > 0:
         assert previous is not None
         for c in range(c0):
-            for prefix in ("cov", *RISK_FIELDS.values()):
+            for prefix in ("cov", *RISK_FIELDS.values(), *layer):
                 chunks.link_unread(folder, _rel(prefix, c), previous)
             if c >= 1:
                 chunks.link_unread(folder, _rel("state", c, "npz"), previous)
         chunks.link_unread(folder, _rel("state", c0, "npz"), previous)
         state = state_from_npz(folder / _rel("state", c0, "npz"))
-    factors = np.asarray(inputs.factors, dtype=np.float64)
-    symbols = np.asarray(result.symbols)
-    if max(grid.cols(c0)[0] - 1, 0) < inputs.first:
-        raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s")
+    if max(grid.cols(c0)[0] - history, 0) < inputs.first:
+        raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s run")
     for c in range(c0, grid.chunks):
         lo, hi = grid.cols(c)
-        # The run of chunk c reads sessions lo - 1 .. hi - 1 only (the hedge of the session
-        # before): the model runs on those columns, its state moved to their origin and back,
-        # so memory holds one chunk of the fields, never the (n x T) history.
-        first = max(lo - 1, 0)
-        model = risk_model(
-            _columns(fields["return"], first, hi),
-            factors[:, first - inputs.first : hi - inputs.first],
-            inputs.fidx,
-            inputs.keys,
-            symbols,
-            {name: _columns(fields[name], first, hi) for name in HEDGE_FIELDS},
-            params,
-            state=None if state is None else state.moved(-first),
-        )
+        # The run of chunk c reads sessions lo - history .. hi - 1 only (the hedge of the
+        # session before; with the second layer, the descriptors' windows): the model runs on
+        # those columns, its state moved to their origin and back, so memory holds a chunk
+        # and its history of the fields, never the (n x T) history.
+        first = max(lo - history, 0)
+        model = _run(fields, inputs, symbols, stocks, first, hi, state)
         _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
         predicted["risk_specific_var"] = model.specific.var
         for name, prefix in RISK_FIELDS.items():
             _save(folder, _rel(prefix, c), predicted[name], previous)
+        for prefix, values in save_layer(model).items():
+            _save(folder, _rel(prefix, c), values, previous)
         state = model.state.moved(first)
         chunks.close_files(fields)
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).
         _save_state(folder, _rel("state", c + 1, "npz"), state, previous)
+    if grid.t > 0 and state is not None:
+        # The forecast for the session after the last close (F, D, exposures of t = T).
+        first = max(grid.t - history, 0)
+        ahead = _run(fields, inputs, symbols, stocks, first, grid.t, state, pad=1)
+        for prefix, values in next_day_parts(ahead, grid.t - first).items():
+            _save(folder, Path(RISK_DIR) / f"{prefix}.npy", values, previous)
+        chunks.close_files(fields)
+        block["next"] = _next_date(sessions)
     block["linked_chunks"] = c0
     return block
+
+
+def _next_date(sessions: np.ndarray | None) -> str | None:
+    """The exchange session after the last one (its forecast is the `next` one)."""
+    if sessions is None or not len(sessions):
+        return None
+    import pandas as pd
+
+    from eqrisk.data.calendar import sessions_between
+
+    last = pd.Timestamp(np.datetime64(sessions[-1], "D"))
+    ahead = sessions_between(last + pd.Timedelta(days=1), last + pd.Timedelta(days=14))
+    return str(ahead[0].date()) if len(ahead) else str((last + pd.offsets.BDay(1)).date())
 
 
 class RiskArray:
@@ -342,8 +456,11 @@ def factor_covariance_of(folder: Path, manifest: Mapping[str, Any], t: int) -> F
     grid = risk_grid(manifest)
     if grid is None:
         raise KeyError("this version holds no risk model")
-    c, k = divmod(t, grid.chunk)
-    cov = np.array(np.load(folder / _rel("cov", c), mmap_mode="r")[k])
+    if is_next(manifest, t):
+        cov = read_next(folder, "next-cov")
+    else:
+        c, k = divmod(t, grid.chunk)
+        cov = np.array(np.load(folder / _rel("cov", c), mmap_mode="r")[k])
     block = manifest["risk"]
     return FactorCovarianceDay(t, list(block["keys"]), list(block["levels"]), cov)
 
@@ -369,11 +486,22 @@ class RiskRows:
         if grid is None:
             raise KeyError("this version holds no risk model")
         keys = list(manifest["risk"]["keys"])
+        k_etf = n_etf(manifest)
         fidx = np.load(folder / RISK_DIR / "fidx.npy")
         symbols = np.asarray(_symbol_names(folder, grid.n), dtype=object)
-        where = {k: i for i, k in enumerate(keys)}
+        where = {k: i for i, k in enumerate(keys[:k_etf])}
         own = np.array([where.get(s, -1) for s in symbols.tolist()], dtype=np.int64)
-        return cls(symbols, fidx, own, factor_levels(fidx, len(keys)))
+        level = np.concatenate(
+            [factor_levels(fidx, k_etf), np.full(len(keys) - k_etf, STYLE_LEVEL)]
+        )
+        return cls(symbols, fidx, own, level)
+
+
+def n_etf(manifest: Mapping[str, Any]) -> int:
+    """The first layer's factors: the first rows of F (all of them without a second layer)."""
+    block = manifest["risk"]
+    styles = block.get("styles")
+    return int(styles["first"]) if styles else len(block["keys"])
 
 
 def model_day(
@@ -394,17 +522,21 @@ def model_day(
     rows = rows or RiskRows.read(folder, manifest)
     n = len(rows.symbols)
     lo = max(t - 1, 0)
+    ahead = is_next(manifest, t)
     hedge = {
-        name: np.asarray(arrays[name][:, lo : t + 1], dtype=np.float64) for name in HEDGE_FIELDS
+        name: np.asarray(arrays[name][:, lo : t + (0 if ahead else 1)], dtype=np.float64)
+        for name in HEDGE_FIELDS
     }
     if t == 0:  # no previous session: nothing published
         hedge = {name: np.column_stack([np.full(n, np.nan), v]) for name, v in hedge.items()}
+    if ahead:  # the session after the last close: its hedge is the last one published
+        hedge = {name: np.column_stack([v, np.full(n, np.nan)]) for name, v in hedge.items()}
     exp = hedge_exposures(
         hedge, rows.fidx, rows.own, level or int(block["params"]["level"]), start=1
     )
     lev = exp.level[:, 0]
     index = np.where(lev[:, None] > np.arange(3)[None, :], exp.index, -1)
-    d = np.asarray(arrays["risk_specific_var"][:, t], dtype=np.float64)
+    d = predicted_of(folder, manifest, arrays, t)["risk_specific_var"]
     return RiskModelDay(
         session=t,
         symbols=rows.symbols,
@@ -415,7 +547,24 @@ def model_day(
         values=np.where(index >= 0, exp.values[:, :, 0].T, 0.0),
         level=lev,
         specific_var=d,
+        style=read_style(folder, manifest, t),
     )
+
+
+def predicted_of(
+    folder: Path, manifest: Mapping[str, Any], arrays: Mapping[str, Any], t: int
+) -> dict[str, np.ndarray]:
+    """The stored per-stock fields of session t (`RISK_FIELDS`; `arrays`: the version's, or
+    those of them asked), the next session's included."""
+    if is_next(manifest, t):
+        values = read_next(folder, "next-fields")
+        every = {name: np.ascontiguousarray(values[:, j]) for j, name in enumerate(NEXT_FIELDS)}
+        return {name: every[name] for name in arrays if name in every}
+    return {
+        name: np.asarray(arrays[name][:, t], dtype=np.float64)
+        for name in arrays
+        if name in RISK_FIELDS
+    }
 
 
 def _symbol_names(folder: Path, n: int) -> list[str]:

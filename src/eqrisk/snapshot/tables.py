@@ -190,6 +190,7 @@ def write_content(
             previous=reuse.previous if reuse is not None else None,
             previous_manifest=reuse.manifest if reuse is not None else None,
             reuse=reuse.chunks if reuse is not None else 0,
+            sessions=panel.sessions,
         )
 
     sessions = panel.sessions

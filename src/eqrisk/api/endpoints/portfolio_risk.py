@@ -211,6 +211,7 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
             "legs": legs,
             "vol_after_daily": hedge.vol_after,
             "vol_after_annual": hedge.vol_after * ANNUAL,
+            "after": hedge.after,
         },
         "unused": risk.unusable.as_json(),
         "benchmark_unused": risk.benchmark_unusable.as_json(),
@@ -245,12 +246,16 @@ ENDPOINT = Endpoint(
         summary="A portfolio's predicted risk, its attribution and its ETF hedge",
         description=(
             "From the snapshot's risk model of the session (Sigma = H F H' + D, forecast from "
-            "data up to the session before): predicted volatility daily and annualised, its "
+            "data up to the session before; by default the next session, from data through the "
+            "last close): predicted volatility daily and annualised, its "
             "factor / specific split, Euler contributions that add up to it per level (market, "
-            "sector, subsector, specific), per ETF factor and per position (marginal, "
+            "sector, subsector, style, specific), per factor (the ETFs and the second layer's "
+            "style factors) and per position (marginal, "
             "contribution, share); with `benchmark`, the same for positions less the benchmark "
             "(its vol is the tracking error); the ETF hedge at `level` (notionals to buy, "
-            "negative to sell) with the volatility left after it; the tickers not used, with "
+            "negative to sell: ETFs only) with the volatility left after it (`vol_after_daily`: "
+            "the style and specific risk the ETFs do not remove) and its split by level "
+            "(`after`); the tickers not used, with "
             "why; each position's `model_level` (1 market, 2 + sector, 3 + subsector) and "
             "`notes` naming a position that is neither a stock nor a factor (an ETF such as "
             "QQQ), modelled on the market factor alone. Charged per position used, and at least "

@@ -103,9 +103,9 @@ def size(plan: IndexPlan, p: RiskIndexParams) -> Size:
 
 def _shares(by_level: dict[str, float], vol: float) -> dict[str, float]:
     """Euler contributions to vol as shares of variance (they sum to 1)."""
-    out = {k: by_level.get(k, 0.0) / vol for k in ("market", "sector", "subsector")}
+    out = {k: by_level.get(k, 0.0) / vol for k in ("market", "sector", "subsector", "style")}
     out["residual"] = by_level.get("specific", 0.0) / vol
-    out["systematic"] = out["market"] + out["sector"] + out["subsector"]
+    out["systematic"] = out["market"] + out["sector"] + out["subsector"] + out["style"]
     return out
 
 

@@ -24,6 +24,7 @@ from eqrisk.api.risk_answers import (
 )
 from eqrisk.api.sizes import Size, approx_bytes
 from eqrisk.snapshot.risk_days import risk_day
+from eqrisk.snapshot.risk_store import predicted_of
 from eqrisk.snapshot.versions import Snapshot
 
 SLOTS = ("market", "sector", "subsector")
@@ -63,8 +64,14 @@ def columns_of(snap: Snapshot, t: int) -> dict[str, Any]:
         cols[f"{slot}_factor"] = keys[np.where(idx >= 0, idx, len(keys) - 1)].tolist()
         cols[f"{slot}_exposure"] = np.where(idx >= 0, day.values[:, j], np.nan)
     cols["specific_var"] = np.asarray(day.specific_var, dtype=np.float64)
-    for name in ("risk_total_vol", "risk_factor_vol", "risk_specific_vol"):
-        cols[name] = np.asarray(snap.array(name)[:, t], dtype=np.float64)
+    names = ("risk_total_vol", "risk_factor_vol", "risk_specific_vol")
+    stored = predicted_of(snap.path, snap.manifest, {n: snap.array(n) for n in names}, t)
+    for name in names:
+        cols[name] = stored[name]
+    if day.style is not None:  # the second layer: each style factor's exposure (0 = none)
+        k0 = day.n_etf
+        for j, key in enumerate(day.factor_keys[k0:]):
+            cols[f"style_{key}"] = np.ascontiguousarray(day.style[:, j])
     return cols
 
 
@@ -101,8 +108,10 @@ ENDPOINT = Endpoint(
         description=(
             "A row per symbol: the hedge level its exposures come from (0: no forecast), its "
             "market, sector and subsector factor with its exposure (the hedge ratios published "
-            "the session before), its specific variance D (daily) and its predicted total, "
-            "factor and specific volatility. With /api/factor-covariance: Sigma = H F H' + D."
+            "the session before), its exposure to each style factor of the second layer "
+            "(`style_<factor>`, where the snapshot has it), its specific variance D (daily, "
+            "after both layers) and its predicted total, factor and specific volatility. With "
+            "/api/factor-covariance: Sigma = H F H' + D."
         ),
         response_model=SpecificRiskResponse,
         responses=SERIES_RESPONSES,

@@ -186,6 +186,9 @@ function riskTables(book, doc) {
   const stats = el("div", { class: "stats", id: "risk-stats" },
     stat("Predicted volatility (1 year)", p.vol_annual, "vol_annual"),
     stat("After the L3 hedge", doc.hedge.vol_after_annual, "vol_after_annual"),
+    // What the ETF hedge leaves, split: the style factors' part and the specific part.
+    doc.hedge.after ? stat("Left by the hedge: style", (doc.hedge.after.style || 0) * annual, "after_style_annual") : null,
+    doc.hedge.after ? stat("Left by the hedge: specific", (doc.hedge.after.specific || 0) * annual, "after_specific_annual") : null,
     te ? stat("Tracking error (1 year)", te.vol_annual, "tracking_error_annual") : null);
   const rows = (items, name) => items.map((x) => el("tr", { dataset: { name: x[name], contribution: String(x.contribution) } },
     el("th", { scope: "row" }, x[name]), el("td", {}, fmtUsd(x.contribution * annual)), el("td", {}, fmtPct(x.share))));
