@@ -102,12 +102,16 @@ async def _httpx_load(
     url: str, headers: dict[str, str], seconds: float, connections: int
 ) -> dict[str, float]:
     latencies: list[float] = []
-    stop = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     async with httpx.AsyncClient(headers=headers, limits=limits, timeout=30) as client:
+        # The clock starts once the client exists, and every connection sends at least one
+        # request: on a loaded machine a short load could otherwise end before any was sent.
+        stop = time.perf_counter() + seconds
 
         async def worker() -> None:
-            while time.perf_counter() < stop:
+            first = True
+            while first or time.perf_counter() < stop:
+                first = False
                 t0 = time.perf_counter()
                 r = await client.get(url)
                 if r.status_code != 200:
