@@ -3,11 +3,6 @@ read from `eqrisk bench`, not from tests."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from eqrisk.bench import model, render, serve
@@ -50,23 +45,6 @@ def test_bench_model_quick_mode_figures_are_consistent() -> None:
     assert r["polars_same_publication"] is True
     assert r["max_abs_diff_vs_polars_market_beta"] < 1e-10
     assert r["polars_market_beta_s"] > 0
-
-
-def test_eqrisk_bench_model_quick_json_prints_the_figures(tmp_path) -> None:
-    """The command as a user runs it: one JSON document on stdout, progress on stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", "bench", "model", "--quick", "--json"],
-        env={**os.environ, "EQRISK_HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert (doc["symbols"], doc["sessions"]) == (model.QUICK.symbols, model.QUICK.sessions)
-    assert doc["rollingols_symbols_measured"] == 50
-    assert doc["floor_s"] > 0 and doc["peak_rss_mb"] > 0
-    assert "RollingOLS" in proc.stderr
 
 
 @pytest.mark.slow
@@ -193,28 +171,3 @@ def test_bench_compression_figures_are_the_answers_bytes(demo_home, tmp_path) ->
         else:
             assert row["sent_as"] == row["encoding"] and row["ratio"] > 2
             assert row["compress_ms"] > 0 and row["request_hit_ms"] > 0
-
-
-def test_eqrisk_bench_wire_runs_as_a_user_runs_it(demo_home, tmp_path) -> None:
-    """`eqrisk bench wire --home H --repeats 1 --json` on a copy of the demo home, in a child
-    process: every answer measured in every encoding (its `/daily` request asks for symbols
-    the served market holds: a fixed list once answered 404 on the 16-year demo market)."""
-    import shutil
-
-    home = tmp_path / "home"
-    shutil.copytree(demo_home / "snapshots", home / "snapshots")
-    command = ["bench", "wire", "--home", str(home), "--repeats", "1", "--json"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", *command],
-        env={**os.environ, "EQRISK_HOME": str(tmp_path / "unused")},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)["results"]
-    assert len(rows) == 18
-    daily = [r for r in rows if r["target"].startswith("/daily")]
-    assert [r["encoding"] for r in daily] == ["identity", "gzip", "br"]
-    assert daily[0]["bytes"] == daily[0]["identity_bytes"] > 0
-    assert "measuring /daily" in proc.stderr

@@ -98,15 +98,26 @@ def bench_serve(
     seconds: Annotated[float, typer.Option(help="Load duration per target.")] = 5.0,
     connections: Annotated[int, typer.Option(help="Concurrent connections.")] = 8,
     generator: Annotated[str, typer.Option(help="auto, wrk or httpx.")] = "auto",
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="A small ledger and few balance calls: checks the bench."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Request rates and latencies of data routes next to /api/health. The same server and load
     generator for all: requests/s, p50 and p99."""
-    from eqrisk.bench.serve import run
+    from eqrisk.bench.serve import BALANCE_CALLS, LARGE_LEDGER_ROWS, run
 
     if generator not in ("auto", "wrk", "httpx"):
         raise fail("--generator must be auto, wrk or httpx", 2)
-    figures = run(seconds=seconds, connections=connections, generator=generator, say=err.print)
+    figures = run(
+        seconds=seconds,
+        connections=connections,
+        generator=generator,
+        ledger_rows=2_500 if quick else LARGE_LEDGER_ROWS,
+        balance_calls=20 if quick else BALANCE_CALLS,
+        say=err.print,
+    )
     if as_json:
         print_json(figures)
         return

@@ -206,8 +206,11 @@ def fill_rows(
         mine = rows >= 0
         if not mine.all():
             rows, cols = rows[mine], cols[mine]
+        # One flat index for every field: a 1-D scatter is about twice as fast as numpy's
+        # 2-D (rows, cols) indexing, which works the flat offsets out again for each field.
+        flat = rows * shape[1] + cols
         for field in fields:
             if field in piece.values:
                 values = piece.values[field]
-                arrays[field][rows, cols] = values if mine.all() else values[mine]
+                arrays[field].reshape(-1)[flat] = values if mine.all() else values[mine]
     return arrays
