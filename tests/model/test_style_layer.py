@@ -1,7 +1,9 @@
 """Issue 34, the risk model's second layer on real data: style descriptors equal an independent
 pandas computation, standardisation keeps its identities, the cross-sectional regression equals
 statsmodels' WLS on a day of the real data set, and the model over both layers with the regime
-adjustment never looks ahead, resumes bit for bit and matches a dense h' F h."""
+adjustment never looks ahead, resumes bit for bit and matches a dense h' F h; the calibration
+(each style factor shrunk by its signal share, D from leverage-adjusted residuals, the regime's
+limit and power) is what it says."""
 
 from __future__ import annotations
 
@@ -11,9 +13,16 @@ import pytest
 import statsmodels.api as sm
 
 from eqrisk.data.panel import Panel
-from eqrisk.model.covariance import CovarianceState
-from eqrisk.model.regime import RegimeParams, RegimeState
-from eqrisk.model.risk_model import RiskModel, RiskParams, RiskState, StyleInputs, risk_model
+from eqrisk.model.covariance import CovarianceParams, CovarianceState, factor_covariance
+from eqrisk.model.regime import RegimeParams, RegimeState, bias_squared, regime_multipliers
+from eqrisk.model.risk_model import (
+    MIN_SIGNAL,
+    RiskModel,
+    RiskParams,
+    RiskState,
+    StyleInputs,
+    risk_model,
+)
 from eqrisk.model.specific import SpecificState
 from eqrisk.model.style_regression import style_returns, wls
 from eqrisk.model.styles import StyleParams, descriptors, standardise, style_exposures
@@ -21,8 +30,12 @@ from eqrisk.snapshot.risk_evaluation import style_inputs
 from helpers import shared_file
 from model.risk_case import Case
 
-STYLES = StyleParams(names=("size", "momentum", "beta", "residual_volatility"), min_stocks=10)
-PARAMS = RiskParams(styles=STYLES, regime=RegimeParams())
+# The calibration switches on (leverage aside: off in the served model, and with 18 stocks
+# and 5 factors each stock's h is near 0.3), so that the identities below cover them.
+STYLES = StyleParams(names=("size", "momentum", "beta", "residual_volatility"), min_stocks=10,
+                     shrink=True, shrink_power=0.75)  # fmt: skip
+REGIME = RegimeParams(limit=4.0, power=0.75, debias=True)
+PARAMS = RiskParams(styles=STYLES, regime=REGIME)
 
 
 def _weighted(series: pd.Series, halflife: float, length: int) -> pd.Series:
@@ -136,6 +149,12 @@ def test_the_regression_equals_statsmodels_wls_on_a_real_day(
     np.testing.assert_allclose(reg.tstat[:, 0], ref.tvalues, rtol=1e-10)
     assert abs(reg.r2[0] - ref.rsquared) < 1e-10
     np.testing.assert_allclose(reg.residuals[ok, 0], ref.resid, rtol=0, atol=1e-12)
+    # Leverage: the diagonal of W^1/2 X (X'WX)^-1 X' W^1/2.
+    assert reg.leverage is not None
+    xc = sm.add_constant(xo)
+    hat = wo * np.einsum("ij,jk,ik->i", xc, np.linalg.inv(xc.T @ (xc * wo[:, None])), xc)
+    np.testing.assert_allclose(reg.leverage[ok, 0], hat, rtol=1e-10)
+    assert (reg.leverage[~ok, 0] == 0.0).all() and abs(hat.sum() - xc.shape[1]) < 1e-9
     # Without an intercept: R^2 uncentred, as statsmodels.
     fit = wls(yo, xo, wo, centred=False)
     ref0 = sm.WLS(yo, xo, weights=wo).fit()
@@ -202,7 +221,13 @@ def test_both_layers_give_a_positive_definite_f_and_the_dense_variance(
         day = model.day(t)
         cov = day.cov
         keep = np.isfinite(np.diag(cov))
-        assert np.linalg.eigvalsh(cov[np.ix_(keep, keep)])[0] > 0.0
+        # Positive definite: positive variances and a positive definite correlation matrix
+        # (scale-free: a shrunk factor's variance is far below the market's, so the smallest
+        # eigenvalue of F itself is within rounding of the largest).
+        sd = np.sqrt(np.diag(cov)[keep])
+        assert (sd > 0).all()
+        corr = cov[np.ix_(keep, keep)] / np.outer(sd, sd)
+        assert np.linalg.eigvalsh(corr)[0] > 0.0
         assert day.style is not None
         rows = np.flatnonzero(day.usable)
         h = np.zeros((len(rows), len(day.factor_keys)))
@@ -224,8 +249,11 @@ def test_the_regime_multiplier_is_the_recent_over_the_long_run_bias(
     assert reg is not None
     b2 = pd.Series(reg.factor_b2)
     seen = b2.notna().cumsum().shift(1).fillna(0)
-    recent = b2.ewm(halflife=21.0).mean() / b2.ewm(halflife=504.0).mean()
-    expected = recent.shift(1).where(seen >= 21, 1.0)
+    recent = (b2.ewm(halflife=21.0).mean() / b2.ewm(halflife=504.0).mean()) ** REGIME.power
+    raw = recent.shift(1).where(seen >= 21)
+    # Debiased: over the EWMA (504) of the multipliers before it.
+    level = raw.ewm(halflife=504.0, ignore_na=False).mean().shift(1)
+    expected = (raw / level).where(level.notna(), raw).fillna(1.0)
     np.testing.assert_allclose(reg.factor, expected.to_numpy(), rtol=1e-10)
     # March 2020: realised risk far above the forecasts, so the multipliers rise within days.
     sessions = pd.DatetimeIndex(risk_case.result.sessions)
@@ -233,8 +261,92 @@ def test_the_regime_multiplier_is_the_recent_over_the_long_run_bias(
                   sessions.searchsorted(pd.Timestamp("2020-04-15")))  # fmt: skip
     calm = slice(sessions.searchsorted(pd.Timestamp("2017-03-01")),
                  sessions.searchsorted(pd.Timestamp("2017-10-01")))  # fmt: skip
-    assert reg.factor[crash].max() > 2.0 * reg.factor[calm].mean()
-    assert reg.specific[crash].max() > 1.5 * reg.specific[calm].mean()
+    assert reg.factor[crash].max() > 1.75 * reg.factor[calm].mean()
+    assert reg.specific[crash].max() > 1.3 * reg.specific[calm].mean()
+
+
+def test_the_debiased_multiplier_is_over_its_past_level_and_resumes_bitwise() -> None:
+    rng = np.random.default_rng(0)
+    level = np.repeat(rng.uniform(0.5, 2.0, 30), 100)  # regimes of 100 sessions
+    b2 = rng.chisquare(1, (2, 3000)).mean(axis=0) * level
+    plain = regime_multipliers(b2, b2, RegimeParams())
+    params = RegimeParams(debias=True)
+    got = regime_multipliers(b2, b2, params)
+    # Each multiplier is the plain one over the EWMA (half-life 504) of the plain ones before.
+    raw = pd.Series(plain.factor).where(np.arange(3000) >= 21)
+    level_before = raw.ewm(halflife=504.0, ignore_na=False).mean().shift(1)
+    expected = (plain.factor / level_before).where(level_before.notna(), plain.factor)
+    np.testing.assert_allclose(got.factor, expected.to_numpy(), rtol=1e-12)
+    head = regime_multipliers(b2[:1000], b2[:1000], params)
+    state = RegimeState.from_arrays(head.state.to_arrays())
+    tail = regime_multipliers(b2[1000:], b2[1000:], params, state=state)
+    np.testing.assert_array_equal(np.concatenate([head.factor, tail.factor]), got.factor)
+
+
+def test_bias_squared_limits_each_term() -> None:
+    realised = np.array([[0.01, 0.2], [0.02, np.nan], [-0.5, 0.01]])
+    var = np.full((3, 2), 1e-4)
+    plain = bias_squared(realised, var)
+    np.testing.assert_allclose(plain, [(1.0 + 4.0 + 2500.0) / 3, (400.0 + 1.0) / 2])
+    np.testing.assert_allclose(bias_squared(realised, var, 4.0), [(1 + 4 + 16) / 3, 17 / 2])
+
+
+def test_the_signal_share_is_the_ewma_moment_net_of_noise_over_the_moment() -> None:
+    rng = np.random.default_rng(5)
+    n_t = 400
+    noise_var = rng.uniform(1e-6, 4e-6, (n_t, 2))
+    f = np.vstack([rng.normal(0, 3e-3, n_t), np.zeros(n_t)])  # a clear factor, a null one
+    f += rng.normal(0, np.sqrt(noise_var.T))
+    f[1, 50:60] = np.nan  # days without an estimate join neither sum
+    noise = np.zeros((n_t, 2, 2))
+    noise[:, 0, 0], noise[:, 1, 1] = noise_var[:, 0], noise_var[:, 1]
+    params = CovarianceParams(vol_halflife=42.0)
+    got = factor_covariance(f, params, noise=noise)
+    assert got.signal is not None
+    for k in range(2):
+        g = pd.Series(f[k])
+        seen = g.notna()
+        moment = (g * g).ewm(halflife=42.0, ignore_na=False).mean()
+        n = (
+            pd.Series(np.where(seen, noise_var[:, k], np.nan))
+            .ewm(halflife=42.0, ignore_na=False)
+            .mean()
+        )
+        kappa = ((moment - n) / moment).clip(0.0, 1.0).shift(1).fillna(1.0)
+        np.testing.assert_allclose(got.signal[:, k], kappa.to_numpy(), rtol=1e-9)
+    assert got.signal[100:, 0].min() > 0.6 and np.median(got.signal[100:, 1]) < 0.2
+    # Resumed through plain arrays: the same signal shares bit for bit.
+    head = factor_covariance(f[:, :200], params, noise=noise[:200])
+    state = CovarianceState.from_arrays(head.state.to_arrays())
+    tail = factor_covariance(f, params, state=state, noise=noise[200:])
+    assert head.signal is not None and tail.signal is not None
+    np.testing.assert_array_equal(np.vstack([head.signal, tail.signal]), got.signal)
+
+
+def test_the_style_block_is_scaled_by_a_power_of_the_signal_share(
+    risk_case: Case, both_layers: RiskModel
+) -> None:
+    plain = risk_case.run(
+        RiskParams(styles=StyleParams(**{**STYLES.__dict__, "shrink": False}), regime=REGIME),
+        style_inputs=_style_inputs(risk_case),
+    )
+    shrunk = both_layers
+    k0 = shrunk.n_etf
+    signal = shrunk.factor_cov.signal
+    assert signal is not None
+    np.testing.assert_array_equal(shrunk.factor_cov.cov[:, :k0, :k0],
+                                  plain.factor_cov.cov[:, :k0, :k0])  # fmt: skip
+    a = np.ones(signal.shape)
+    a[:, k0:] = signal[:, k0:] ** (STYLES.shrink_power / 2)
+    a[:, k0:][signal[:, k0:] < MIN_SIGNAL] = np.nan  # no forecast, as V - N <= 0
+    np.testing.assert_allclose(shrunk.factor_cov.cov,
+                               plain.factor_cov.cov * a[:, :, None] * a[:, None, :], rtol=1e-14)  # fmt: skip
+    style = signal[600:, k0:]
+    # A factor with a forecast has a positive share (0 only where its net moment is not
+    # positive, a session it has no variance in either way).
+    has = np.isfinite(np.diagonal(plain.factor_cov.cov, axis1=1, axis2=2)[600:, k0:])
+    assert (style[has] > 0).all() and (style <= 1).all() and style[has].mean() < 0.95
+    assert (style[~has] == 0).all()
 
 
 def test_the_style_inputs_of_a_panel_are_its_caps_and_turnover() -> None:

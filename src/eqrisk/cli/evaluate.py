@@ -71,7 +71,7 @@ def evaluate(
                 halflives=tuple(halflife) if halflife else DEFAULT_HALFLIVES,
                 market_etf=settings.market_etf,
                 risk=(
-                    RiskParams(styles=StyleParams(), regime=RegimeParams())
+                    RiskParams(styles=StyleParams.calibrated(), regime=RegimeParams.calibrated())
                     if styles
                     else RiskParams()
                 )

@@ -154,6 +154,9 @@ class CovarianceState:
     vol: OwnMoments
     corr: PairMoments
     lagged: np.ndarray = field(repr=False)  # (L, K): returns of sessions session-1 .. session-L
+    # (K,): EWMA sums (volatility half-life, the weights of `vol`) of each session's estimation
+    # noise variance, for the signal share; None until a run with noise
+    noise: np.ndarray | None = None
 
     @classmethod
     def empty(cls, k: int, params: CovarianceParams) -> CovarianceState:
@@ -166,11 +169,15 @@ class CovarianceState:
         )
 
     def copy(self) -> CovarianceState:
-        return CovarianceState(self.session, self.vol.copy(), self.corr.copy(), self.lagged.copy())
+        noise = None if self.noise is None else self.noise.copy()
+        return CovarianceState(
+            self.session, self.vol.copy(), self.corr.copy(), self.lagged.copy(), noise
+        )
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Plain arrays, to store beside a snapshot."""
-        return {
+        noise = {} if self.noise is None else {"noise": self.noise}
+        return noise | {
             "session": np.array([self.session]),
             "vol_sums": self.vol.sums,
             "vol_weights": self.vol.weights,
@@ -188,6 +195,7 @@ class CovarianceState:
             OwnMoments(a["vol_sums"].copy(), a["vol_weights"].copy(), a["vol_count"].copy()),
             PairMoments(a["corr_cross"].copy(), a["corr_own"].copy(), a["corr_count"].copy()),
             a["lagged"].copy(),
+            a["noise"].copy() if "noise" in a else None,
         )
 
 
@@ -201,6 +209,9 @@ class FactorCovariance:
     obs: np.ndarray  # (T - start, K): returns of each factor up to t-1
     clipped: np.ndarray  # (T - start,) bool: the correlation matrix was clipped to be PSD
     state: CovarianceState  # after the last session: resume with it
+    # (T - start, K): with `noise`, each factor's signal share kappa = (V - N) / V of its EWMA
+    # second moment V and estimation-noise variance N up to t-1 (1 without noise)
+    signal: np.ndarray | None = None
 
 
 def factor_covariance(
@@ -227,6 +238,9 @@ def factor_covariance(
     cov = np.full((n_t - start, k, k), np.nan)
     vol = np.full((n_t - start, k), np.nan)
     obs = np.zeros((n_t - start, k))
+    signal = None if noise is None else np.ones((n_t - start, k))
+    if noise is not None and st.noise is None:
+        st.noise = np.zeros(k)
     for t in range(start, n_t):
         # The forecast of t from the sums of sessions <= t-1, then session t joins the sums.
         v = st.vol.variance(nw, params.min_obs)
@@ -236,17 +250,32 @@ def factor_covariance(
         cov[t - start] = st.corr.correlation(params.min_obs) * np.outer(
             vol[t - start], vol[t - start]
         )
+        if signal is not None and st.noise is not None:
+            signal[t - start] = signal_share(st.vol.sums[0], st.noise)
         x = f[:, t]
         st.vol.update(lam_v, x, st.lagged)
         st.corr.update(lam_c, x)
         if noise is not None:
             st.vol.remove(noise[t - start].diagonal(), x)
             st.corr.remove(noise[t - start], x)
+            assert st.noise is not None
+            seen = np.where(np.isfinite(x), noise[t - start].diagonal(), 0.0)
+            st.noise = lam_v * st.noise + seen
         if params.nw_lags:
             st.lagged = np.vstack([x[None, :], st.lagged[:-1]])
     st.session = n_t
     clipped = _make_psd(cov, vol, obs)
-    return FactorCovariance(start=start, cov=cov, vol=vol, obs=obs, clipped=clipped, state=st)
+    return FactorCovariance(start, cov, vol, obs, clipped, st, signal)
+
+
+def signal_share(corrected: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """kappa = (V - N) / V per factor from the EWMA sums of its second moment net of the noise
+    (V - N) and of the noise (N), clipped to [0, 1]; 1 where there is no noise or no moment."""
+    total = corrected + noise
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kappa = np.clip(corrected / total, 0.0, 1.0)
+    out: np.ndarray = np.where((noise > 0) & (total > 0), kappa, 1.0)
+    return out
 
 
 def _make_psd(cov: np.ndarray, vol: np.ndarray, obs: np.ndarray) -> np.ndarray:

@@ -48,6 +48,7 @@ LEVEL_NAMES = ("market", "sector", "subsector")
 # The level of the second-layer factors in `factor_level` ("style"; the portfolio answer does
 # not split it out yet: docs/decisions/risk-forecast.md, the second layer).
 STYLE_LEVEL = 4
+MIN_SIGNAL = 0.01  # a second-layer factor with a smaller signal share has no forecast
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,15 @@ class RiskParams:
             else {
                 "factor_halflife": self.regime.factor_halflife,
                 "specific_halflife": self.regime.specific_halflife,
+                "long_halflife": self.regime.long_halflife,
+                "limit": self.regime.limit,
+                "power": self.regime.power,
+                "debias": self.regime.debias,
             },
-        }
+        } | ({} if self.styles is None else {
+            "style_shrink_power": self.styles.shrink_power if self.styles.shrink else None,
+            "specific_leverage_adjusted": self.styles.leverage,
+        })  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -415,6 +423,39 @@ def _second_layer(
     return exposures, regression
 
 
+def leverage_adjusted(resid: np.ndarray, regression: StyleReturns) -> np.ndarray:
+    """The residuals after both layers over sqrt(1 - h), h each stock's leverage in its
+    session's regression: a weighted least-squares residual's variance is about (1 - h) times
+    the specific return's (exactly where the weights are the inverse variances), so D
+    estimated from the plain residuals is low by the leverage the regression gives each stock."""
+    h = regression.leverage
+    if h is None:
+        return resid
+    out: np.ndarray = resid / np.sqrt(1.0 - np.clip(h, 0.0, 0.5))
+    return out
+
+
+def shrink_styles(cov: FactorCovariance, k0: int, power: float = 1.0) -> None:
+    """Scale, in place, the rows and columns of the second-layer factors (k0 on) of every
+    session's F by sqrt(kappa), kappa the factor's signal share (`FactorCovariance.signal`): its
+    variance becomes kappa (V - N) = kappa^2 V, the variance of its return shrunk toward zero by
+    kappa (James-Stein), correlations unchanged. A factor whose return is mostly estimation
+    noise weighs almost nothing; one with a clear signal (kappa near 1) is left as it was. The
+    positive-part estimate V - N alone is biased up where it is small (its negative draws have
+    no forecast, its positive ones are kept); its square over V is not, but leaves out the
+    posterior variance kappa N. `power` p scales by kappa^(p / 2) instead: variance
+    kappa^p (V - N), between the two."""
+    if cov.signal is None:
+        return
+    a = np.ones(cov.signal.shape)
+    a[:, k0:] = cov.signal[:, k0:] ** (0.5 * power)
+    # Below MIN_SIGNAL a factor has no forecast that session (its exposures weigh 0), as one
+    # whose V - N is not positive: its variance would be numerically 0 and F singular.
+    a[:, k0:][cov.signal[:, k0:] < MIN_SIGNAL] = np.nan
+    cov.cov[:] *= a[:, :, None] * a[:, None, :]
+    cov.vol[:] *= a
+
+
 def risk_model(
     returns: np.ndarray,
     factor_returns: np.ndarray,
@@ -464,8 +505,11 @@ def risk_model(
         all_factors = np.vstack([factor_returns, g])
     if groups is None:
         groups = factor_index[:, 1]
+    spec_resid = resid
+    if regression is not None and params.styles is not None and params.styles.leverage:
+        spec_resid = leverage_adjusted(resid, regression)
     spec = estimate_specific_variance(
-        resid,
+        spec_resid,
         groups if groups.ndim == 1 else groups[:, start:],
         params.specific,
         state=None if state is None else state.specific,
@@ -492,6 +536,8 @@ def risk_model(
         state=None if state is None else state.covariance,
         noise=noise,
     )
+    if regression is not None and params.styles is not None and params.styles.shrink:
+        shrink_styles(cov, len(factor_keys), params.styles.shrink_power)
     if regression is not None:
         # A second-layer factor weighs nothing in a session before it has a covariance.
         ready = np.isfinite(np.diagonal(cov.cov, axis1=1, axis2=2)[:, len(factor_keys) :])
@@ -504,8 +550,8 @@ def risk_model(
         k0 = len(factor_keys)
         diag = np.diagonal(cov.cov, axis1=1, axis2=2).T[:k0]
         regime = regime_multipliers(
-            bias_squared(factor_returns[:, start:], diag),
-            bias_squared(resid, spec.var),
+            bias_squared(factor_returns[:, start:], diag, params.regime.limit),
+            bias_squared(spec_resid, spec.var, params.regime.limit),
             params.regime,
             state=None if state is None else state.regime,
         )

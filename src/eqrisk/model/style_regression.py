@@ -8,7 +8,8 @@ y - X g_t is the specific return after both layers (a stock outside the regressi
 residual: its style exposures are 0 that session). A style whose exposures are all zero or
 missing that session (liquidity on data without volume) is left out and has no return. Kept
 per session: the weighted R^2 (centred when there is an intercept, as statsmodels' WLS) and each
-factor's t-statistic (conventional standard errors).
+factor's t-statistic (conventional standard errors), and each stock's leverage h (the hat
+matrix's diagonal: its residual's variance is (1 - h) times its specific return's).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class StyleReturns:
     stocks: np.ndarray  # (sessions,) int: stocks in the regression
     residuals: np.ndarray  # (n, sessions)
     used: np.ndarray  # (n, sessions) bool: the stocks of each session's regression
+    # (n, sessions): each stock's leverage h in its session's regression (0 outside it)
+    leverage: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Fit:
     tstat: np.ndarray
     r2: float
     resid: np.ndarray
+    leverage: np.ndarray  # (m,) h_i = w_i x_i' (X'WX)^-1 x_i, the diagonal of the hat matrix
 
 
 def wls(y: np.ndarray, x: np.ndarray, w: np.ndarray, *, centred: bool) -> Fit:
@@ -58,7 +62,8 @@ def wls(y: np.ndarray, x: np.ndarray, w: np.ndarray, *, centred: bool) -> Fit:
         tss = float(np.sum(w * (y - mean) ** 2))
     else:
         tss = float(np.sum(w * y * y))
-    return Fit(params=params, tstat=params / se, r2=1.0 - ssr / tss, resid=resid)
+    leverage = np.sum(q * q, axis=1)
+    return Fit(params, params / se, 1.0 - ssr / tss, resid, leverage)
 
 
 def style_returns(
@@ -82,6 +87,7 @@ def style_returns(
         stocks=np.zeros(n_s, dtype=np.int64),
         residuals=residuals.copy(),
         used=np.zeros((n, n_s), dtype=bool),
+        leverage=np.zeros((n, n_s)),
     )
     for t in range(n_s):
         y = residuals[:, t]
@@ -103,6 +109,8 @@ def style_returns(
         out.stocks[t] = m
         out.residuals[ok, t] = fit.resid
         out.used[ok, t] = True
+        assert out.leverage is not None
+        out.leverage[ok, t] = fit.leverage
     return out
 
 

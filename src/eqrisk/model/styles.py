@@ -65,11 +65,28 @@ class StyleParams:
     min_stocks: int = 30
     noise: bool = True
     weight_power: float = 0.5  # regression weights cap^power (0.5: the square root of cap)
+    # Shrink each style factor's return toward zero by its signal share (`covariance`: the
+    # variance of the shrunk return, kappa (V - N) with kappa = (V - N) / V, V its EWMA second
+    # moment and N that of its estimation noise); only with `noise`.
+    shrink: bool = False
+    # The style variances become kappa^shrink_power (V - N): 1 the shrunk return's variance,
+    # 0 the unbiased V - N; between them, part of the posterior variance kept
+    shrink_power: float = 1.0
+    # Estimate D from the residuals divided by sqrt(1 - h), h each stock's leverage in its
+    # session's regression (a WLS residual's variance is (1 - h) times the return's).
+    leverage: bool = False
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.shrink_power <= 1.0:
+            raise ValueError(f"shrink_power must be within [0, 1]; got {self.shrink_power}")
         unknown = set(self.names) - set(STYLE_NAMES)
         if unknown or len(set(self.names)) != len(self.names):
             raise ValueError(f"styles must be distinct names of {STYLE_NAMES}; got {self.names}")
+
+    @classmethod
+    def calibrated(cls) -> StyleParams:
+        """The settings measured best (docs/decisions/risk-forecast.md, the second layer)."""
+        return cls(shrink=True, shrink_power=0.75)
 
     @property
     def factor_names(self) -> list[str]:
