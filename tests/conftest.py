@@ -7,6 +7,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -65,3 +66,26 @@ def demo_settings(demo_home: Path):
 
     register_key(demo_home, TEST_KEY)
     return Settings(home=demo_home, _env_file=None)
+
+
+# ------------------------------------------------------------------------------ Stripe
+
+
+@pytest.fixture(scope="module")
+def stripe_base() -> Iterator[str]:
+    """localstripe (a local server speaking Stripe's API) on a free port, for one module."""
+    pytest.importorskip("stripe")
+    from stripe_local import local_stripe
+
+    with local_stripe() as base:
+        yield base
+
+
+@pytest.fixture()
+def sdk(stripe_base: str) -> Any:
+    """The official Stripe SDK, pointed at localstripe (Stripe's side of the tests)."""
+    import stripe
+
+    from stripe_local import SECRET_KEY
+
+    return stripe.StripeClient(SECRET_KEY, base_addresses={"api": stripe_base})

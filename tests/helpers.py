@@ -1,6 +1,7 @@
 """What several test modules share: the one problem+json assertion, a real `eqrisk serve` in a
-child process, free ports, and funded accounts with keys. Imported as `helpers` (tests/ is on
-sys.path: the root conftest lives there); fixtures stay in the conftest files."""
+child process, free ports, funded accounts with keys, and a small market to build. Imported as
+`helpers` (tests/ is on sys.path: the root conftest lives there); fixtures stay in the conftest
+files."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from fastapi.testclient import TestClient
 from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.api.app import create_app
+from eqrisk.data.calendar import sessions_between
+from eqrisk.data.ingest import ingest
 from eqrisk.settings import Settings
 
 TEST_KEY = "test-key-1-not-secret"
@@ -82,6 +85,30 @@ def gics_master(gics: pd.DataFrame) -> pd.DataFrame:
 def nan_equal(a: np.ndarray, b: np.ndarray) -> bool:
     """Exact equality where NaN equals NaN."""
     return bool(np.array_equal(a, b, equal_nan=True))
+
+
+# A small market of 12 symbols x 374 sessions (two ETFs and ten stocks) whose builds take
+# seconds: the fleet's and the supervised cluster's tests build it as an operator would.
+SMALL_MARKET = ["SPY", "XLK"] + [f"S{i:02d}" for i in range(10)]
+
+
+def small_market_home(folder: Path, seed: int) -> Path:
+    """`folder/builder`, a home with the small market ingested (random-walk closes from
+    `seed`); its price and master files are written beside it."""
+    sessions = sessions_between(pd.Timestamp("2023-01-03"), pd.Timestamp("2024-06-28"))
+    steps = np.random.default_rng(seed).normal(0.0, 0.01, (len(sessions), len(SMALL_MARKET)))
+    close = pd.DataFrame(
+        100 * np.exp(np.cumsum(steps, axis=0)), index=sessions, columns=SMALL_MARKET
+    )
+    close.index.name = "date"
+    close.to_csv(folder / "wide.csv")
+    master = pd.DataFrame({"symbol": SMALL_MARKET[2:], "asset_type": "stock"})
+    master["gics_sector"] = "Information Technology"
+    master["gics_sub_industry"] = "Application Software"
+    master.to_csv(folder / "master.csv", index=False)
+    home = folder / "builder"
+    assert ingest([folder / "wide.csv"], folder / "master.csv", home=home).ok
+    return home
 
 
 # ------------------------------------------------------------------------------ accounts

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,23 +22,3 @@ def home(demo_home: Path, tmp_path: Path) -> Path:
 @pytest.fixture()
 def accounts(home: Path) -> Accounts:
     return Accounts(make_engine(home))
-
-
-@pytest.fixture(scope="module")
-def stripe_base() -> Iterator[str]:
-    """localstripe (a local server speaking Stripe's API) on a free port, for one module."""
-    pytest.importorskip("stripe")
-    from stripe_local import local_stripe
-
-    with local_stripe() as base:
-        yield base
-
-
-@pytest.fixture()
-def sdk(stripe_base: str) -> Any:
-    """The official Stripe SDK, pointed at localstripe (Stripe's side of the tests)."""
-    import stripe
-
-    from stripe_local import SECRET_KEY
-
-    return stripe.StripeClient(SECRET_KEY, base_addresses={"api": stripe_base})

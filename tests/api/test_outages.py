@@ -21,6 +21,9 @@ from sqlalchemy.exc import OperationalError as SAOperationalError
 from eqrisk.accounts.backends import Backend, BackendUnavailable, database_outage
 from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
+from eqrisk.accounts.key_cache import KeyCache
+from eqrisk.accounts.limits import FailedKeys, RateLimiter
+from eqrisk.api.gate import Gate
 from eqrisk.settings import Settings
 from helpers import REDIS_URL, assert_problem, bearer, client_for, new_key
 from proxy import Proxy
@@ -280,10 +283,46 @@ def test_unknown_keys_are_limited_per_client_address(home: Path, accounts: Accou
     refused = client.get("/api/metrics/NVDA", headers=bad)
     body = assert_problem(refused, 429, "RATE_LIMIT_EXCEEDED")
     assert 1 <= int(refused.headers["retry-after"]) <= 60 and body["limit"] == "3/minute"
-    # From that address no key is looked up now, a good one included (not in the cache)...
+    # From that address no key is let in now, a good one included (remembered or not: below)...
     assert_problem(client.get("/api/metrics/NVDA", headers=bearer(key)), 429, "RATE_LIMIT_EXCEEDED")
     # ...while another address is not concerned.
     app = client.app
     auth = [(b"authorization", b"Bearer " + key.encode())]
     status, asked = asyncio.run(_asgi(app, auth, "10.0.0.9", body=True))
     assert asked and status == 400  # let in, its (empty) body read and refused by the route
+
+
+async def _let_in(scope: Any, receive: Any, send: Any) -> None:
+    """The app behind the gate in the next test: 418 says the gate let the call in."""
+    await send({"type": "http.response.start", "status": 418, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def test_a_locked_address_is_refused_even_with_a_key_the_gate_remembers(
+    accounts: Accounts,
+) -> None:
+    """A good key the gate's cache holds does not open an address locked for unknown keys: a
+    right guess is refused as a wrong one is (the lock tells a guesser nothing, not even which
+    keys were used of late), and the refusal does not depend on what the cache holds."""
+    _, key = new_key(accounts)
+    limiter = RateLimiter()  # in-process counters
+    keys = KeyCache(accounts, ttl_s=600)  # remembered for the whole test
+    gate = Gate(
+        _let_in,
+        accounts=accounts,
+        limiter=limiter,
+        keyed=lambda path: "risk",
+        keys=keys,
+        failed_keys=FailedKeys(limiter, "3/minute"),
+    )
+
+    def status(presented: str, address: str) -> int:
+        auth = [(b"authorization", b"Bearer " + presented.encode())]
+        return asyncio.run(_asgi(gate, auth, address, body=True))[0]
+
+    assert status(key, "10.0.0.1") == 418
+    assert keys.cached(key) is not None
+    assert [status("eqk_guess_" + "x" * 40, "10.0.0.1") for _ in range(4)] == [401, 401, 401, 429]
+    assert keys.cached(key) is not None  # still remembered, and still refused from there
+    assert status(key, "10.0.0.1") == 429
+    assert status(key, "10.0.0.9") == 418  # another address is not concerned

@@ -17,15 +17,11 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
-import pandas as pd
 import pytest
 
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.accounts.pricing import DEFAULT_PRICES
-from eqrisk.data.calendar import sessions_between
-from eqrisk.data.ingest import ingest
 from eqrisk.settings import Settings
 from eqrisk.snapshot.versions import (
     SnapshotStore,
@@ -34,9 +30,7 @@ from eqrisk.snapshot.versions import (
     set_current,
     snapshots_dir,
 )
-from helpers import REDIS_URL, Server, bearer, new_key
-
-SYMBOLS = ["SPY", "XLK"] + [f"S{i:02d}" for i in range(10)]
+from helpers import REDIS_URL, Server, bearer, new_key, small_market_home
 
 
 def eqrisk(home: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -54,19 +48,7 @@ def eqrisk(home: Path, store: Path, *args: str) -> subprocess.CompletedProcess[s
 @pytest.fixture()
 def builder(tmp_path: Path) -> Path:
     """The build host's home, with a small market ingested (its snapshots go elsewhere)."""
-    sessions = sessions_between(pd.Timestamp("2023-01-03"), pd.Timestamp("2024-06-28"))
-    rng = np.random.default_rng(10)
-    steps = rng.normal(0.0, 0.01, (len(sessions), len(SYMBOLS)))
-    close = pd.DataFrame(100 * np.exp(np.cumsum(steps, axis=0)), index=sessions, columns=SYMBOLS)
-    close.index.name = "date"
-    close.to_csv(tmp_path / "wide.csv")
-    master = pd.DataFrame({"symbol": SYMBOLS[2:], "asset_type": "stock"})
-    master["gics_sector"] = "Information Technology"
-    master["gics_sub_industry"] = "Application Software"
-    master.to_csv(tmp_path / "master.csv", index=False)
-    home = tmp_path / "builder"
-    assert ingest([tmp_path / "wide.csv"], tmp_path / "master.csv", home=home).ok
-    return home
+    return small_market_home(tmp_path, seed=10)
 
 
 def built_version(proc: subprocess.CompletedProcess[str]) -> str:

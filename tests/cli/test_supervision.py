@@ -24,16 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import psutil
 import pytest
 from distributed import Client
 
-from eqrisk.data.calendar import sessions_between
-from eqrisk.data.ingest import ingest
 from eqrisk.snapshot.build_times import build_mode, read_build_times
-from helpers import REPO_ROOT, free_port
+from helpers import REPO_ROOT, free_port, small_market_home
 
 UNITS = REPO_ROOT / "deploy" / "systemd"
 SYMBOLS = ["SPY", "XLK"] + [f"S{i:02d}" for i in range(10)]
@@ -122,19 +118,7 @@ class Supervised:
 @pytest.fixture()
 def builder(tmp_path: Path) -> Path:
     """The build host's home, with a small market ingested."""
-    sessions = sessions_between(pd.Timestamp("2023-01-03"), pd.Timestamp("2024-06-28"))
-    rng = np.random.default_rng(37)
-    steps = rng.normal(0.0, 0.01, (len(sessions), len(SYMBOLS)))
-    close = pd.DataFrame(100 * np.exp(np.cumsum(steps, axis=0)), index=sessions, columns=SYMBOLS)
-    close.index.name = "date"
-    close.to_csv(tmp_path / "wide.csv")
-    master = pd.DataFrame({"symbol": SYMBOLS[2:], "asset_type": "stock"})
-    master["gics_sector"] = "Information Technology"
-    master["gics_sub_industry"] = "Application Software"
-    master.to_csv(tmp_path / "master.csv", index=False)
-    home = tmp_path / "builder"
-    assert ingest([tmp_path / "wide.csv"], tmp_path / "master.csv", home=home).ok
-    return home
+    return small_market_home(tmp_path, seed=37)
 
 
 def start_build(home: Path, address: str) -> subprocess.Popen[str]:

@@ -105,21 +105,8 @@ class Accounts:
 
     # -- accounts -----------------------------------------------------------------------
     def create_account(self, name: str, email: str | None = None) -> dict[str, Any]:
-        if not name.strip():
-            raise AccountError("an account needs a name")
-        account_id = "acc_" + secrets.token_hex(8)
         with db.transaction(self.engine) as conn:
-            conn.execute(
-                insert(db.accounts).values(
-                    account_id=account_id,
-                    name=name.strip(),
-                    email=email,
-                    state="created",
-                    balance_tokens=0,
-                    is_demo=False,
-                    created_at=_now(),
-                )
-            )
+            account_id = insert_account_in(conn, name, email, _now())
         return self.get_account(account_id)
 
     def get_account(self, account_id: str) -> dict[str, Any]:
@@ -237,23 +224,10 @@ class Accounts:
         `key` imports a key made elsewhere (at least 16 characters), e.g. when an operator
         moves keys from another system; by default eqrisk makes one with 256 random bits."""
         self.get_account(account_id)
-        key_id = secrets.token_hex(6)
-        if key is None:
-            key = f"eqk_{key_id}_{secrets.token_urlsafe(32).replace('_', '-')}"
-        elif len(key) < 16:
+        if key is not None and len(key) < 16:
             raise AccountError("an imported key must have at least 16 characters")
         with db.transaction(self.engine) as conn:
-            conn.execute(
-                insert(db.api_keys).values(
-                    key_id=key_id,
-                    account_id=account_id,
-                    key_hash=hash_key(key),
-                    label=label,
-                    rate_limit=rate_limit,
-                    is_demo=False,
-                    created_at=_now(),
-                )
-            )
+            key, key_id = insert_key_in(conn, account_id, label, rate_limit, key)
         return {"key": key, "key_id": key_id, "account_id": account_id, "rate_limit": rate_limit}
 
     def list_keys(self, account_id: str | None = None) -> list[dict[str, Any]]:
@@ -302,22 +276,9 @@ class Accounts:
         digest = hash_key(key)
         now = _now()
         with db.transaction(self.engine) as conn:
-            if (
-                conn.execute(
-                    select(db.accounts.c.account_id).where(db.accounts.c.account_id == DEMO_ACCOUNT)
-                ).first()
-                is None
-            ):
-                conn.execute(
-                    insert(db.accounts).values(
-                        account_id=DEMO_ACCOUNT,
-                        name="Shared demo key",
-                        state="verified",
-                        balance_tokens=0,
-                        is_demo=True,
-                        created_at=now,
-                    )
-                )
+            demo = select(db.accounts.c.account_id).where(db.accounts.c.account_id == DEMO_ACCOUNT)
+            if conn.execute(demo).first() is None:
+                insert_account_in(conn, "Shared demo key", None, now, demo=True)
             active = conn.execute(
                 select(db.api_keys.c.key_id, db.api_keys.c.key_hash).where(
                     and_(db.api_keys.c.is_demo.is_(True), db.api_keys.c.revoked_at.is_(None))
@@ -331,17 +292,7 @@ class Accounts:
                     .where(db.api_keys.c.key_id == row.key_id)
                     .values(revoked_at=now)
                 )
-            conn.execute(
-                insert(db.api_keys).values(
-                    key_id="demo-" + secrets.token_hex(4),
-                    account_id=DEMO_ACCOUNT,
-                    key_hash=digest,
-                    label="shared demo key",
-                    rate_limit=DEMO_RATE_LIMIT,
-                    is_demo=True,
-                    created_at=now,
-                )
-            )
+            insert_key_in(conn, DEMO_ACCOUNT, "shared demo key", DEMO_RATE_LIMIT, key, demo=True)
 
     def authenticate(self, key: str) -> KeyRecord | None:
         """The active key record for a presented key, or None (unknown, revoked or expired).
@@ -547,6 +498,57 @@ def _balance_of(conn: Connection, account_id: str) -> int:
     if value is None:
         raise AccountError(f"no account {account_id!r}")
     return int(value)
+
+
+def insert_account_in(
+    conn: Connection, name: str, email: str | None, now: datetime, *, demo: bool = False
+) -> str:
+    """In `conn`'s transaction: a new account with no balance, unverified (`demo`: the shared
+    demo key's, verified); its id."""
+    if not name.strip():
+        raise AccountError("an account needs a name")
+    account_id = DEMO_ACCOUNT if demo else "acc_" + secrets.token_hex(8)
+    state = "verified" if demo else "created"
+    conn.execute(
+        insert(db.accounts).values(
+            account_id=account_id,
+            name=name.strip(),
+            email=email,
+            state=state,
+            balance_tokens=0,
+            is_demo=demo,
+            created_at=now,
+        )
+    )
+    return account_id
+
+
+def insert_key_in(
+    conn: Connection,
+    account_id: str,
+    label: str | None,
+    rate_limit: str,
+    key: str | None = None,
+    *,
+    demo: bool = False,
+) -> tuple[str, str]:
+    """In `conn`'s transaction: a new key of the account, stored only hashed: `key`, or one
+    made with 256 random bits; (the key, its id)."""
+    key_id = "demo-" + secrets.token_hex(4) if demo else secrets.token_hex(6)
+    if key is None:
+        key = f"eqk_{key_id}_{secrets.token_urlsafe(32).replace('_', '-')}"
+    conn.execute(
+        insert(db.api_keys).values(
+            key_id=key_id,
+            account_id=account_id,
+            key_hash=hash_key(key),
+            label=label,
+            rate_limit=rate_limit,
+            is_demo=demo,
+            created_at=_now(),
+        )
+    )
+    return key, key_id
 
 
 def verify_card_in(

@@ -30,7 +30,8 @@ from eqrisk.accounts.book import (
     DEFAULT_RATE_LIMIT,
     AccountError,
     Accounts,
-    hash_key,
+    insert_account_in,
+    insert_key_in,
     verify_card_in,
 )
 
@@ -94,12 +95,9 @@ class SelfService:
     def begin(self, name: str, email: str, address: str) -> tuple[str, str]:
         """A new unverified account for `name` and `email`; returns (account id, claim token).
         Raises SignupRefused past the address's hourly sign-ups."""
-        if not name.strip():
-            raise AccountError("an account needs a name")
         now = _now()
         self.expire(now)
         token = "claim_" + secrets.token_urlsafe(32)
-        account_id = "acc_" + secrets.token_hex(8)
         with db.transaction(self.engine) as conn:
             recent = conn.execute(
                 select(func.count()).where(
@@ -114,17 +112,7 @@ class SelfService:
                     f"{self.per_hour} sign-ups an hour are allowed from one address; "
                     "try again later"
                 )
-            conn.execute(
-                insert(db.accounts).values(
-                    account_id=account_id,
-                    name=name.strip(),
-                    email=email,
-                    state="created",
-                    balance_tokens=0,
-                    is_demo=False,
-                    created_at=now,
-                )
-            )
+            account_id = insert_account_in(conn, name, email, now)
             conn.execute(
                 insert(db.signups).values(
                     account_id=account_id,
@@ -236,19 +224,7 @@ class SelfService:
             )
             if done.rowcount != 1:
                 raise AccountError("this sign-up's first key was already shown; it is shown once")
-            key_id = secrets.token_hex(6)
-            key = f"eqk_{key_id}_{secrets.token_urlsafe(32).replace('_', '-')}"
-            conn.execute(
-                insert(db.api_keys).values(
-                    key_id=key_id,
-                    account_id=row.account_id,
-                    key_hash=hash_key(key),
-                    label="first key",
-                    rate_limit=DEFAULT_RATE_LIMIT,
-                    is_demo=False,
-                    created_at=_now(),
-                )
-            )
+            key, key_id = insert_key_in(conn, row.account_id, "first key", DEFAULT_RATE_LIMIT)
             return {
                 "state": row.state,
                 "account_id": row.account_id,

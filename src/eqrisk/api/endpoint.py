@@ -15,7 +15,7 @@ estimate is the charge.
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from fastapi import Depends, FastAPI, Request
@@ -126,6 +126,13 @@ class Endpoint(Generic[P, T]):
         if not self.open and self.price_key is None:
             raise ValueError(f"{self.path}: a keyed endpoint needs a price key")
 
+    def variant(self, **changes: Any) -> "Endpoint[Any, Any]":
+        """Another route answered the same way: this endpoint with `changes` (its path, method,
+        price key, parameters and their reader, plan, documentation...), the rest shared (the
+        service, size, tickers, renderer, threads), so sibling routes state only how they
+        differ."""
+        return replace(self, **changes)
+
     @property
     def name(self) -> str:
         """The estimate's name for it: the path after `/api/`, without path parameters
@@ -162,6 +169,22 @@ class Endpoint(Generic[P, T]):
         price = prices[self.price_key]
         tokens = price.cost(size.units)
         return Quote(size, tokens, price.tokens if price.per in ("ticker", "position") else tokens)
+
+
+def open_route(
+    path: str, handler: Callable[..., Any], doc: Doc, method: Literal["GET", "POST"] = "POST"
+) -> Endpoint[Any, Any]:
+    """A Service B route answered by a plain handler with no key, never metered: sign-up, its
+    claim, the payment providers' webhooks, readiness."""
+    return Endpoint(
+        path=path,
+        method=method,
+        service="risk",
+        price_key=None,
+        open=True,
+        handler=handler,
+        doc=doc,
+    )
 
 
 def _meter(request: Request) -> Meter:

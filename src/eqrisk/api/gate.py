@@ -254,7 +254,10 @@ class Gate:
         """The key's record (remembered up to a second, else read), within its rate limit
         (the limit's headers go into `extra`) and on an account that is not suspended; else
         the ApiError that says why. A client address past its limit of unknown keys gets a
-        429 instead of a look-up (`FailedKeys`)."""
+        429 instead of a look-up (`FailedKeys`), whatever key it sends, remembered or not: a
+        right guess is refused as a wrong one is (the lock tells a guesser nothing, not even
+        which keys were used in the last second), and the refusal does not depend on this
+        process's cache (docs/decisions/outages.md)."""
         if key is None:
             how = (
                 "in the 'apikey' header"
@@ -262,10 +265,10 @@ class Gate:
                 else "as 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
             )
             raise ApiError("AUTHENTICATION_REQUIRED", f"send your API key {how}")
+        address = (scope.get("client") or ("-",))[0]
+        self._guessing(address)  # an in-process read: no I/O on the cached path either
         record = self.keys.cached(key)
         if record is None:
-            address = (scope.get("client") or ("-",))[0]
-            self._guessing(address)
             record = await anyio.to_thread.run_sync(self.keys.load, key)
             if record is None and self.failed_keys is not None:
                 await anyio.to_thread.run_sync(self.failed_keys.failed, address)

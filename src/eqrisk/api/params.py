@@ -11,6 +11,7 @@ changes an answer (`symbols=AAPL&symbols=MSFT` would otherwise keep only one of 
 # No `from __future__ import annotations`: FastAPI reads the annotations of the query dependency
 # that `query_of` builds at runtime.
 
+import inspect
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -18,6 +19,7 @@ from datetime import date
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import Depends, Query, Request
+from fastapi import Path as PathParam
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -137,6 +139,37 @@ def query_of(model: type[P]) -> Any:
     ) -> P:
         return params
 
+    return Depends(dependency)
+
+
+def path_and_query(
+    query: type[Params],
+    model: type[P],
+    name: str = "ticker",
+    description: str = "Ticker, case-insensitive.",
+    examples: list[str] | None = None,
+) -> Any:
+    """A dependency reading `model` from one path parameter, `name`, and the query string read
+    as `query` (`model` less that field, by `query_of`): the path's value is validated with the
+    rest, a refusal located at `path`."""
+
+    async def dependency(**given: Any) -> P:
+        fields = {k: v for k, v in given["query"].model_dump().items() if v is not None}
+        return validate_params(model, {name: given[name], **fields}, ("path",))
+
+    segment = PathParam(min_length=1, max_length=32, description=description, examples=examples)
+    dependency.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                "query",
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[query, query_of(query)],
+            ),
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[str, segment]
+            ),
+        ]
+    )
     return Depends(dependency)
 
 

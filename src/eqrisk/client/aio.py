@@ -15,16 +15,18 @@ import pandas as pd
 
 from eqrisk.client import calls, dropin, risk
 from eqrisk.client import factors as fx
+from eqrisk.client.account_methods import AccountMethods
+from eqrisk.client.bind import AsyncRuns
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.client import _Config
-from eqrisk.client.dropin_methods import AsyncDropinMethods
+from eqrisk.client.dropin_methods import DropinMethods
 from eqrisk.client.frames import LastCall, Portfolio
 from eqrisk.client.risk import PortfolioRisk
 
 T = TypeVar("T")
 
 
-class AsyncClient(_Config, AsyncDropinMethods):
+class AsyncClient(_Config, AsyncRuns, DropinMethods, AccountMethods):
     """A client of both services for asyncio code; configured as `Client` (`transport`: an
     async httpx transport, for example `httpx.ASGITransport(app)` in process)."""
 

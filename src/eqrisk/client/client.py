@@ -21,6 +21,8 @@ import pandas as pd
 
 from eqrisk.client import calls, dropin, risk
 from eqrisk.client import factors as fx
+from eqrisk.client.account_methods import AccountMethods
+from eqrisk.client.bind import Runs
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.dropin_methods import DropinMethods
 from eqrisk.client.frames import LastCall, Portfolio
@@ -72,7 +74,7 @@ class _AsyncBridge(httpx.BaseTransport):
             return pool.submit(asyncio.run, run()).result()
 
 
-class Client(_Config, DropinMethods):
+class Client(_Config, Runs, DropinMethods, AccountMethods):
     """A client of both services (see `_Config` for the configuration).
 
     `transport` is any httpx transport, sync or async (an `httpx.ASGITransport(app)` runs the

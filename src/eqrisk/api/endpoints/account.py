@@ -17,7 +17,7 @@ from eqrisk.accounts.payments import SIGNATURE_HEADER, WebhookError, verify
 from eqrisk.accounts.pricing import TOKEN_USD, tokens_to_usd
 from eqrisk.api.body import decode_json
 from eqrisk.api.deps import RiskCaller
-from eqrisk.api.endpoint import Doc, Endpoint
+from eqrisk.api.endpoint import Doc, Endpoint, open_route
 from eqrisk.api.errors import ApiError, problem_responses
 from eqrisk.api.formats import json_response
 
@@ -142,14 +142,10 @@ BALANCE: Endpoint[Any, Any] = Endpoint(
     ),
 )
 
-PAYMENT_WEBHOOK: Endpoint[Any, Any] = Endpoint(
-    path="/api/webhooks/payment",
-    method="POST",
-    service="risk",
-    price_key=None,
-    open=True,
-    handler=payment_webhook,
-    doc=Doc(
+PAYMENT_WEBHOOK = open_route(
+    "/api/webhooks/payment",
+    payment_webhook,
+    Doc(
         tag=TAG,
         summary="Payment provider: a card was verified (signed; no API key)",
         description=(

@@ -5,11 +5,9 @@ daily (residual) returns with the real Service B's macro and style factors
 # No `from __future__ import annotations`: pydantic and FastAPI read these annotations.
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
-from fastapi import Depends
-from fastapi import Path as PathParam
 from pydantic import Field
 from starlette.responses import Response
 
@@ -18,7 +16,7 @@ from eqrisk.api.answers import document
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
 from eqrisk.api.models import BODY_ERRORS, JSON_RESPONSES
-from eqrisk.api.params import BodyParams, Ticker, VersionedParams, query_of, validate_params
+from eqrisk.api.params import BodyParams, Ticker, VersionedParams, path_and_query
 from eqrisk.api.plans import lookup, resolve, ticker_not_found
 from eqrisk.api.sizes import Size
 from eqrisk.snapshot.index import Symbol
@@ -47,16 +45,6 @@ class CorrelationQuery(VersionedParams):
 
 class CorrelationParams(CorrelationQuery):
     ticker: Ticker = Field(description="Ticker symbol, case-insensitive.", examples=["NVDA"])
-
-
-async def read_params(
-    query: Annotated[CorrelationQuery, query_of(CorrelationQuery)],
-    ticker: Annotated[
-        str, PathParam(min_length=1, max_length=32, description="Ticker, case-insensitive.")
-    ],
-) -> CorrelationParams:
-    given = {k: v for k, v in query.model_dump().items() if v is not None}
-    return validate_params(CorrelationParams, {"ticker": ticker, **given}, ("path",))
 
 
 class CorrelationBody(BodyParams, VersionedParams):
@@ -255,17 +243,13 @@ POST = Endpoint(
         responses={**JSON_RESPONSES, **BODY_ERRORS},
     ),
 )
-SINGLE = Endpoint(
+SINGLE = POST.variant(
     path="/api/metrics/{ticker}/correlation",
-    service="risk",
+    method="GET",
     price_key="metrics/correlation",
     params=CorrelationParams,
-    reader=Depends(read_params),
+    reader=path_and_query(CorrelationQuery, CorrelationParams),
     plan=plan_single,
-    size=size,
-    tickers=lambda plan: plan.served,
-    render=render,
-    threaded=True,
     doc=Doc(
         name="metrics_correlation",
         summary="Correlations of one stock's returns with macro and style factors",

@@ -2,10 +2,8 @@
 
 # No `from __future__ import annotations`: pydantic and FastAPI read these annotations.
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends
-from fastapi import Path as PathParam
 from pydantic import Field
 from starlette.responses import Response
 
@@ -13,7 +11,7 @@ from eqrisk.api import wire
 from eqrisk.api.answers import document
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.models import JSON_RESPONSES, MetricsResponse
-from eqrisk.api.params import Ticker, VersionedParams, query_of, validate_params
+from eqrisk.api.params import Ticker, VersionedParams, path_and_query
 from eqrisk.api.plans import lookup, no_prices
 from eqrisk.api.sizes import Size
 from eqrisk.snapshot.index import Symbol
@@ -26,22 +24,6 @@ class MetricsQuery(VersionedParams):
 
 class MetricsParams(VersionedParams):
     ticker: Ticker = Field(description="Ticker symbol, case-insensitive.", examples=["NVDA"])
-
-
-async def read_params(
-    query: Annotated[MetricsQuery, query_of(MetricsQuery)],
-    ticker: Annotated[
-        str,
-        PathParam(
-            min_length=1,
-            max_length=32,
-            description="Ticker symbol, case-insensitive.",
-            examples=["NVDA", "SPY"],
-        ),
-    ],
-) -> MetricsParams:
-    """The ticker from the path, `version` from the query; any other parameter is a 400."""
-    return validate_params(MetricsParams, {"ticker": ticker, "version": query.version}, ("path",))
 
 
 def plan_metrics(snap: Snapshot, p: MetricsParams) -> Symbol:
@@ -83,7 +65,12 @@ ENDPOINT = Endpoint(
     service="risk",
     price_key="metrics",
     params=MetricsParams,
-    reader=Depends(read_params),
+    reader=path_and_query(
+        MetricsQuery,
+        MetricsParams,
+        description="Ticker symbol, case-insensitive.",
+        examples=["NVDA", "SPY"],
+    ),
     plan=plan_metrics,
     size=size,
     tickers=lambda sym: (sym.ticker,),

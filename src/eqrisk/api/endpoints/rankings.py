@@ -9,8 +9,6 @@ from datetime import date
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import Depends
-from fastapi import Path as PathParam
 from pydantic import BeforeValidator, Field
 from starlette.responses import Response
 
@@ -24,8 +22,7 @@ from eqrisk.api.params import (
     IsoDate,
     Ticker,
     VersionedParams,
-    query_of,
-    validate_params,
+    path_and_query,
 )
 from eqrisk.api.plans import lookup
 from eqrisk.api.sizes import Size
@@ -82,16 +79,6 @@ class TickerRankingsQuery(VersionedParams):
 
 class TickerRankingsParams(TickerRankingsQuery):
     ticker: Ticker = Field(description="Ticker symbol, case-insensitive.", examples=["NVDA"])
-
-
-async def read_ticker_params(
-    query: Annotated[TickerRankingsQuery, query_of(TickerRankingsQuery)],
-    ticker: Annotated[
-        str, PathParam(min_length=1, max_length=32, description="Ticker, case-insensitive.")
-    ],
-) -> TickerRankingsParams:
-    given = {k: v for k, v in query.model_dump().items() if v is not None}
-    return validate_params(TickerRankingsParams, {"ticker": ticker, **given}, ("path",))
 
 
 def _cells(p: TickerRankingsQuery) -> list[tuple[str, str, str]]:
@@ -315,16 +302,13 @@ TOP = Endpoint(
         responses=ERRORS_NO_TICKER,
     ),
 )
-SCREEN = Endpoint(
+SCREEN = TOP.variant(
     path="/api/rankings/screen",
     method="POST",
-    service="risk",
     price_key="rankings/screen",
     params=ScreenParams,
     plan=plan_screen,
-    size=size_cell,
     render=render_screen,
-    threaded=True,
     doc=Doc(
         name="rankings_screen",
         summary="Stocks whose ranking passes a screen",
@@ -335,17 +319,15 @@ SCREEN = Endpoint(
         responses={**ERRORS_NO_TICKER, **BODY_ERRORS},
     ),
 )
-TICKER = Endpoint(
+TICKER = TOP.variant(
     path="/api/rankings/{ticker}",
-    service="risk",
     price_key="rankings",
     params=TickerRankingsParams,
-    reader=Depends(read_ticker_params),
+    reader=path_and_query(TickerRankingsQuery, TickerRankingsParams),
     plan=plan_ticker,
     size=size_ticker,
     tickers=lambda sym: (sym.ticker,),
     render=render_ticker,
-    threaded=True,
     doc=Doc(
         name="rankings",
         summary="One stock's rankings (the real Service B's shape)",

@@ -11,7 +11,7 @@ from fastapi import Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from eqrisk.api.endpoint import Doc, Endpoint
+from eqrisk.api.endpoint import Doc, open_route
 from eqrisk.api.errors import problem_response, problem_responses
 from eqrisk.api.formats import json_response
 from eqrisk.api.outages import database_state, redis_state, snapshot_state
@@ -53,13 +53,10 @@ async def ready(request: Request) -> Response:
     )
 
 
-ENDPOINT: Endpoint[Any, Any] = Endpoint(
-    path="/api/ready",
-    service="risk",
-    price_key=None,
-    open=True,
-    handler=ready,
-    doc=Doc(
+ENDPOINT = open_route(
+    "/api/ready",
+    ready,
+    Doc(
         summary="Readiness: the snapshot, the database and Redis (no key needed)",
         description=(
             "200 while this server can answer keyed calls: a snapshot is served and the "
@@ -70,4 +67,5 @@ ENDPOINT: Endpoint[Any, Any] = Endpoint(
         response_model=ReadyResponse,
         responses=problem_responses(503),
     ),
+    method="GET",
 )

@@ -26,7 +26,7 @@ from eqrisk.accounts.stripe_gateway import (
     StripeGateway,
 )
 from eqrisk.api.body import json_body, validate_body
-from eqrisk.api.endpoint import Doc, Endpoint
+from eqrisk.api.endpoint import Doc, open_route
 from eqrisk.api.errors import ApiError, problem_responses
 from eqrisk.api.formats import json_response
 from eqrisk.api.params import BodyParams
@@ -211,23 +211,17 @@ async def stripe_webhook(request: Request) -> Response:
     return json_response({"event_id": event_id, "outcome": outcome})
 
 
-SIGNUP_OPTIONS: Endpoint[Any, Any] = Endpoint(
-    path="/api/signup/options",
-    service="risk",
-    price_key=None,
-    open=True,
-    handler=options,
-    doc=Doc(tag=TAG, summary="Whether this server signs accounts up itself, and its offers"),
+SIGNUP_OPTIONS = open_route(
+    "/api/signup/options",
+    options,
+    Doc(tag=TAG, summary="Whether this server signs accounts up itself, and its offers"),
+    method="GET",
 )
 
-SIGNUP: Endpoint[Any, Any] = Endpoint(
-    path="/api/signup",
-    method="POST",
-    service="risk",
-    price_key=None,
-    open=True,
-    handler=signup,
-    doc=Doc(
+SIGNUP = open_route(
+    "/api/signup",
+    signup,
+    Doc(
         tag=TAG,
         summary="Sign up: an unverified account and a Stripe SetupIntent for its card",
         description=(
@@ -240,14 +234,10 @@ SIGNUP: Endpoint[Any, Any] = Endpoint(
     ),
 )
 
-SIGNUP_CLAIM: Endpoint[Any, Any] = Endpoint(
-    path="/api/signup/claim",
-    method="POST",
-    service="risk",
-    price_key=None,
-    open=True,
-    handler=claim,
-    doc=Doc(
+SIGNUP_CLAIM = open_route(
+    "/api/signup/claim",
+    claim,
+    Doc(
         tag=TAG,
         summary="The sign-up's first key, shown once after the card is verified",
         description=(
@@ -258,14 +248,10 @@ SIGNUP_CLAIM: Endpoint[Any, Any] = Endpoint(
     ),
 )
 
-STRIPE_WEBHOOK: Endpoint[Any, Any] = Endpoint(
-    path="/api/webhooks/stripe",
-    method="POST",
-    service="risk",
-    price_key=None,
-    open=True,
-    handler=stripe_webhook,
-    doc=Doc(
+STRIPE_WEBHOOK = open_route(
+    "/api/webhooks/stripe",
+    stripe_webhook,
+    Doc(
         tag=TAG,
         summary="Stripe's signed events (setup_intent.succeeded, payment_intent.succeeded)",
         description=(

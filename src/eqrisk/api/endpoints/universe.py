@@ -6,11 +6,9 @@ in the real Service B's shapes (docs/decisions/drop-in-routes.md)."""
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
-from fastapi import Depends
-from fastapi import Path as PathParam
 from pydantic import Field
 from starlette.responses import Response
 
@@ -20,7 +18,7 @@ from eqrisk.api.endpoints.l3_decomposition import check_market_etf
 from eqrisk.api.endpoints.rankings import latest_session
 from eqrisk.api.errors import ApiError
 from eqrisk.api.models import ERRORS_NO_TICKER
-from eqrisk.api.params import IsoDate, Ticker, VersionedParams, query_of, validate_params
+from eqrisk.api.params import IsoDate, Ticker, VersionedParams, path_and_query
 from eqrisk.api.plans import NO_CAPS_HINT
 from eqrisk.api.sizes import Size
 from eqrisk.data.master import MAG7
@@ -144,14 +142,6 @@ class MembersParams(MembersQuery):
     )
 
 
-async def read_members(
-    query: Annotated[MembersQuery, query_of(MembersQuery)],
-    name: Annotated[str, PathParam(min_length=1, max_length=32, description="Universe name.")],
-) -> MembersParams:
-    given = {k: v for k, v in query.model_dump().items() if v is not None}
-    return validate_params(MembersParams, {"name": name, **given}, ("path",))
-
-
 @dataclass(frozen=True)
 class MembersPlan:
     kind: str  # mc or dv
@@ -223,7 +213,7 @@ MEMBERS = Endpoint(
     service="risk",
     price_key="universe/members",
     params=MembersParams,
-    reader=Depends(read_members),
+    reader=path_and_query(MembersQuery, MembersParams, "name", "Universe name."),
     plan=plan_members,
     size=size_members,
     render=render_members,
