@@ -59,3 +59,21 @@ def test_factor_covariance_and_specific_risk_in_json_and_parquet(client: Client)
     assert nvda["risk_total_vol"] == pytest.approx(
         np.sqrt(nvda["risk_factor_vol"] ** 2 + nvda["specific_var"]), rel=1e-12
     )
+
+
+def test_style_exposures_frame_holds_the_routes_numbers_in_json_and_parquet(
+    client: Client,
+) -> None:
+    s = client.style_exposures("2024-03-01")
+    assert s.attrs["date"] <= "2024-03-01" and len(s) == s.attrs["regression_stocks"] > 0
+    factors = s.attrs["factors"]
+    assert "size" in factors.index and list(s.columns) == list(factors.index)
+    # the exposures are those /api/specific-risk serves as its style_<factor> columns
+    d = client.specific_risk("2024-03-01")
+    for name in factors.index:
+        np.testing.assert_array_equal(
+            s[name].to_numpy(float), d.loc[s.index, f"style_{name}"].to_numpy(float)
+        )
+    p = client.style_exposures("2024-03-01", format="parquet")
+    np.testing.assert_array_equal(p.loc[s.index, list(s.columns)].to_numpy(float), s.to_numpy(float))
+    assert client.last_call is not None and client.last_call.cost_usd == pytest.approx(0.02)

@@ -21,12 +21,12 @@ from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.client import _Config
 from eqrisk.client.dropin_methods import DropinMethods
 from eqrisk.client.frames import LastCall, Portfolio
-from eqrisk.client.risk import PortfolioRisk
+from eqrisk.client.risk import PortfolioRisk, RiskMethods
 
 T = TypeVar("T")
 
 
-class AsyncClient(_Config, AsyncRuns, DropinMethods, AccountMethods):
+class AsyncClient(_Config, AsyncRuns, DropinMethods, AccountMethods, RiskMethods):
     """A client of both services for asyncio code; configured as `Client` (`transport`: an
     async httpx transport, for example `httpx.ASGITransport(app)` in process)."""
 

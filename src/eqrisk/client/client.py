@@ -26,7 +26,7 @@ from eqrisk.client.bind import Runs
 from eqrisk.client.calls import Call, Symbols
 from eqrisk.client.dropin_methods import DropinMethods
 from eqrisk.client.frames import LastCall, Portfolio
-from eqrisk.client.risk import PortfolioRisk
+from eqrisk.client.risk import PortfolioRisk, RiskMethods
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEMO_KEY = "eqrisk-demo"
@@ -74,7 +74,7 @@ class _AsyncBridge(httpx.BaseTransport):
             return pool.submit(asyncio.run, run()).result()
 
 
-class Client(_Config, Runs, DropinMethods, AccountMethods):
+class Client(_Config, Runs, DropinMethods, AccountMethods, RiskMethods):
     """A client of both services (see `_Config` for the configuration).
 
     `transport` is any httpx transport, sync or async (an `httpx.ASGITransport(app)` runs the

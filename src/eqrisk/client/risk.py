@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pandas as pd
 
-from eqrisk.client.calls import Call
+from eqrisk.client.bind import method
+from eqrisk.client.calls import Call, extra
 from eqrisk.client.frames import frame_of
 
 
@@ -141,3 +142,35 @@ def _specific(response: httpx.Response) -> pd.DataFrame:
 
 def specific_risk(date: str | None, format: str | None = None) -> Call[pd.DataFrame]:
     return Call("GET", "/api/specific-risk", _specific, {"date": date, "format": format})
+
+
+def _styles(response: httpx.Response) -> pd.DataFrame:
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        return frame_of(response, "-").set_index("ticker")
+    doc = response.json()
+    frame = pd.DataFrame(doc["data"]).set_index("ticker")
+    frame.attrs.update(
+        {
+            "date": doc["date"],
+            "factors": pd.DataFrame(doc["factors"]).set_index("factor"),
+            "r2": doc["r2"],
+            "regression_stocks": doc["regression_stocks"],
+        }
+    )
+    return frame
+
+
+def _style_exposures(
+    date: str | None = None, *, format: str | None = None, version: str | None = None
+) -> Call[pd.DataFrame]:
+    """GET /api/style-exposures: each stock's exposure to the second layer's style factors on
+    a session (rows: tickers); `attrs` hold the session's factor returns, t-statistics and R^2
+    (JSON answers)."""
+    call = Call("GET", "/api/style-exposures", _styles, {"date": date, "format": format})
+    return extra(call, version=version)
+
+
+class RiskMethods:
+    """Mixed into `Client` and `AsyncClient` (bound by `bind.method` to the client's kind)."""
+
+    style_exposures = method(_style_exposures)

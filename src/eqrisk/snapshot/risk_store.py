@@ -59,7 +59,7 @@ from eqrisk.snapshot.risk_layer import (
 )
 
 RISK_DIR = "risk"
-RISK_LAYOUT = "risk-2"  # risk-2: both layers, the regime state, the next session
+RISK_LAYOUT = "risk-3"  # risk-3: both layers (style block shrunk by its signal share), the regime state, the next session
 # Stored per stock and session: array name -> file prefix.
 RISK_FIELDS: dict[str, str] = {
     "risk_total_vol": "total",
@@ -68,7 +68,7 @@ RISK_FIELDS: dict[str, str] = {
     "risk_specific_var": "d",
 }
 HEDGE_FIELDS = tuple(dict.fromkeys(name for lev in (1, 2, 3) for name in LEVEL_HR[lev]))
-SERVED = RiskParams(styles=StyleParams(), regime=RegimeParams())
+SERVED = RiskParams(styles=StyleParams.calibrated(), regime=RegimeParams.calibrated())
 """The served model: both layers and the regime adjustment (docs/decisions/risk-forecast.md)."""
 
 
