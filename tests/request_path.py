@@ -8,6 +8,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import re
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -327,9 +328,15 @@ def utf8_body(doc: Any) -> bytes:
 
 
 def escaped_body(doc: Any) -> bytes:
-    """Every letter of every string as a \\u escape."""
-    text = json.dumps(doc)
-    return "".join(f"\\u{ord(c):04x}" if c.isalpha() and c.isascii() else c for c in text).encode()
+    """Every letter of every string as a \\u escape (the literals `true`, `false` and `null`
+    stay as they are: JSON escapes letters only inside strings)."""
+
+    def escape(string: re.Match[str]) -> str:
+        return "".join(
+            f"\\u{ord(c):04x}" if c.isalpha() and c.isascii() else c for c in string.group(0)
+        )
+
+    return re.sub(r'"(?:[^"\\\\]|\\\\.)*"', escape, json.dumps(doc)).encode()
 
 
 JSON_TYPE = "application/json"

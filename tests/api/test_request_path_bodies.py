@@ -18,7 +18,6 @@ from sqlalchemy import update
 from eqrisk.accounts import db
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.db import make_engine
-from eqrisk.accounts.pricing import usd_to_tokens
 from eqrisk.api.app import create_app
 from eqrisk.data.master import MAG7
 from eqrisk.settings import Settings
@@ -90,7 +89,7 @@ def test_a_paid_call_with_a_bom_is_charged_and_the_demo_key_is_refused(meter: Me
     body = codecs.BOM_UTF8 + utf8_body({"tickers": ["NVDA", "AAPL", "SPY", "XLK", "KRE", "MSFT"]})
     headers = {"content-type": JSON_TYPE}
     resp, spent = meter.call("POST", "/api/batch/analyze", body=body, headers=headers)
-    assert resp.status_code == 200 and spent == usd_to_tokens("0.012")
+    assert resp.status_code == 200 and spent == meter.prices["batch/analyze"].cost(6)
     demo = codecs.BOM_UTF8 + utf8_body({"tickers": ["JPM", "XOM"]})
     resp, spent = meter.call(
         "POST", "/api/batch/analyze", body=demo, headers=headers, key="eqrisk-demo"
