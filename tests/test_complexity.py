@@ -23,6 +23,7 @@ KERNEL_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "intrinsic", "ov
 # and one split under the bound must leave the list.
 PENDING = {
     ("model/risk_model.py", "risk_model"): 24,
+    ("snapshot/build.py", "build_snapshot"): 21,  # grew to 21 in a merge the same day
     ("snapshot/build.py", "publish_panel"): 24,
     ("snapshot/build.py", "_incremental"): 23,
     ("snapshot/tables.py", "write_content"): 23,
