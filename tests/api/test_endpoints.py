@@ -64,35 +64,19 @@ def test_the_metrics_ticker_comes_from_the_path() -> None:
 
 
 def test_the_estimate_offers_the_sized_endpoints_in_registry_order() -> None:
-    assert list(ESTIMATED) == [
-        "ticker-returns",
-        "returns",
-        "etf-returns",
-        "metrics",
-        "l3-decomposition",
-        "batch/analyze",
-        "heatmap",
-        "portfolio/risk",
-        "factor-covariance",
-        "specific-risk",
-        "style-exposures",
-        "tickers",
-        "decompose",
-        "batch/latest-metrics",
-        "returns-decomposition",
-        "rankings/top",
-        "rankings/screen",
-        "rankings",
-        "macro-factors",
-        "etf/factor-returns",
-        "correlation",
-        "metrics/correlation",
-        "lstar",
-        "batch/lstar",
-        "portfolio/risk-index",
-        "industry-panel",
-        "universe/members",
-    ]
+    """The estimate's names are read from the registry (every endpoint with a size, in its
+    order); every metered Service B route is among them, each found by its own name."""
+    assert list(ESTIMATED) == [e.name for e in ENDPOINTS if e.size is not None]
+    metered = {
+        e.name
+        for e in ENDPOINTS
+        if e.service == "risk"
+        and not e.open
+        and (DEFAULT_PRICES[e.price_key].tokens or DEFAULT_PRICES[e.price_key].minimum_tokens)
+    }
+    assert metered <= set(ESTIMATED), sorted(metered - set(ESTIMATED))
+    for name in ESTIMATED:
+        assert endpoint_name(name.upper(), {}, ESTIMATED)[0] == name
 
 
 def test_the_openapi_document_has_the_package_version(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from eqrisk.api.telemetry import Telemetry, metrics_route
 from eqrisk.api.work import work_pool
 from eqrisk.settings import Settings, get_settings
 from eqrisk.snapshot import row_kernel
+from eqrisk.snapshot.served import ServedSnapshot
 from eqrisk.snapshot.store import VersionStore
 
 log = logging.getLogger("eqrisk.api")
@@ -245,7 +246,9 @@ def create_app(
         ),
     )
     app.state.settings = settings
-    app.state.snapshots = store.served(check_ms=settings.snapshot_check_ms, home=settings.home_dir)
+    app.state.snapshots = ServedSnapshot(
+        settings.home_dir, store=store, check_ms=settings.snapshot_check_ms
+    )
     app.state.prices = PriceTable.load(settings.pricing_file)
     check_prices(app.state.prices.prices)  # every metered route priced, every price used
     app.state.render_cache = RenderCache(settings.render_cache_mb * 2**20)

@@ -21,8 +21,6 @@ from eqrisk.snapshot.versions import (
     SnapshotError,
     SnapshotStore,
     UnknownVersion,
-    list_versions,
-    resolve_version,
 )
 
 __all__ = [
@@ -73,7 +71,7 @@ _KEPT = "kept_snapshots"
 
 
 def version_not_found(store: SnapshotStore, name: str, why: str) -> ApiError:
-    kept = list_versions(store.home)
+    kept = store.store.versions()
     return ApiError(
         "VERSION_NOT_FOUND",
         f"no kept snapshot version {name!r} ({why}); kept: {', '.join(kept) or 'none'} "
@@ -95,7 +93,7 @@ def snapshot_at(app_state: Any, name: str | None) -> Snapshot:
     if name == current.version:
         return current
     try:
-        version = resolve_version(store.home, name)
+        version = store.store.resolve(name)
     except UnknownVersion:
         raise version_not_found(store, name, "not kept") from None
     if version == current.version:

@@ -10,25 +10,11 @@ import typer
 
 from eqrisk.cli.app import EXIT_USAGE, JsonOpt, fail, get_settings
 from eqrisk.cli.output import note, show
-from eqrisk.cli.snapshots import _store, _versioned, snapshots_app
+from eqrisk.cli.snapshots import _store, _versioned, configured_bucket, snapshots_app
 
 if TYPE_CHECKING:
     from eqrisk.snapshot.bucket import Bucket, Pushed
     from eqrisk.snapshot.store import VersionStore
-
-
-def configured_bucket() -> Bucket:
-    """The bucket the settings name; bad usage (exit 2) when none is set."""
-    from eqrisk.snapshot.bucket import Bucket
-
-    bucket = Bucket.from_settings(get_settings())
-    if bucket is None:
-        raise fail(
-            "no bucket configured: set EQRISK_SNAPSHOT_BUCKET (s3://bucket/prefix) and, for a "
-            "server that is not AWS, EQRISK_SNAPSHOT_BUCKET_ENDPOINT",
-            EXIT_USAGE,
-        )
-    return bucket
 
 
 def push_version(

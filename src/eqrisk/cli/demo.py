@@ -26,20 +26,23 @@ from eqrisk.cli.serve import HostOpt, PortOpt, preflight, run_server
 
 if TYPE_CHECKING:
     from eqrisk.settings import Settings
+    from eqrisk.snapshot.store import VersionStore
 
 EVALUATION_KEY_FILE = Path("demo") / "evaluation-key"  # under the demo's home, mode 0600
 
 
-def _demo_may_write(home: Path, demo_source: str) -> None:
-    """Refuse to let the demo overwrite someone's own data set or current snapshot."""
+def _demo_may_write(home: Path, demo_source: str, store: VersionStore | None = None) -> None:
+    """Refuse to let the demo overwrite someone's own data set or current snapshot (of
+    `store`: the home's own, `<home>/snapshots`, when None)."""
     from eqrisk.data.ingested import ingested_source
     from eqrisk.snapshot.versions import store_of
 
     found = []
+    if store is None:
+        store = store_of(home)
     source = ingested_source(home)
     if source not in (None, demo_source):
         found.append(f"an ingested data set from {source!r}")
-    store = store_of(home)
     version = store.current()
     if version is not None:
         try:
@@ -143,11 +146,13 @@ def demo(
     from eqrisk.data.demo import DATA_SOURCE
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.demo_build import DemoDataInvalid, build_demo
+    from eqrisk.snapshot.store import VersionStore
 
     settings = get_settings()
     home = settings.home_dir
     host, port = host or settings.host, port or settings.port
-    _demo_may_write(home, DATA_SOURCE)
+    store = VersionStore.from_settings(settings)  # the configured store (EQRISK_SNAPSHOTS)
+    _demo_may_write(home, DATA_SOURCE, store)
     home.mkdir(parents=True, exist_ok=True)
     preflight(settings, host, port if serve else None, snapshot=False)
     with stages("demo") as say:
@@ -161,6 +166,7 @@ def demo(
                 replace=True,  # checked above: only the demo's own data set is replaced
                 force=True,
                 progress=say,
+                store=store,
             )
         except DemoDataInvalid as exc:
             raise fail(str(exc)) from None

@@ -72,13 +72,7 @@ def fetch_file(
         feed = provider(provider_name)
     except ValueError as exc:
         raise fail(str(exc), 2) from None
-    last = last_stored_session(home)
-    if since is None and last is None:
-        raise fail("no ingested data set to continue: give --since YYYY-MM-DD", 2)
-    start = _day("since", since) if since else (last or date.today()) + timedelta(days=1)
-    end = _day("until", until) if until else date.today()
-    if end < start:
-        raise fail(f"--until {end} is before --since {start}", 2)
+    start, end = _span(since, until, last_stored_session(home))
     anchors = stored_anchors(home, start)
     tickers = (
         [t.strip().upper() for t in symbols.split(",") if t.strip()] if symbols else sorted(anchors)
@@ -102,13 +96,7 @@ def fetch_file(
         raise fail(str(exc), EXIT_ENVIRONMENT) from None
     frame = fetched.frame
     if fetched.unknown:
-        names = sorted(fetched.unknown)
-        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-        err.print(
-            f"skipped {len(names)} symbols {feed.name} does not know: {shown}",
-            soft_wrap=True,
-            markup=False,
-        )
+        _say_unknown(sorted(fetched.unknown), feed.name)
     summary: dict[str, Any] = {
         "provider": feed.name,
         "since": start.isoformat(),
@@ -126,6 +114,25 @@ def fetch_file(
     write_feed(frame, target, home)
     summary["file"] = str(target)
     return target, summary
+
+
+def _span(since: str | None, until: str | None, last: date | None) -> tuple[date, date]:
+    """The sessions to fetch: --since (default: the day after the stored data set's last) to
+    --until (default: today)."""
+    if since is None and last is None:
+        raise fail("no ingested data set to continue: give --since YYYY-MM-DD", 2)
+    start = _day("since", since) if since else (last or date.today()) + timedelta(days=1)
+    end = _day("until", until) if until else date.today()
+    if end < start:
+        raise fail(f"--until {end} is before --since {start}", 2)
+    return start, end
+
+
+def _say_unknown(names: list[str], feed: str) -> None:
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    err.print(
+        f"skipped {len(names)} symbols {feed} does not know: {shown}", soft_wrap=True, markup=False
+    )
 
 
 @app.command()

@@ -93,12 +93,13 @@ def preflight(
     from eqrisk.accounts.backends import BackendUnavailable
     from eqrisk.accounts.db import Pool, Timeouts, make_engine
     from eqrisk.accounts.limits import RateLimiter
+    from eqrisk.snapshot.served import ServedSnapshot
     from eqrisk.snapshot.store import VersionStore
 
     home = settings.home_dir
     _check_home(home)
     store = VersionStore.from_settings(settings)
-    version = store.served(home=home).current().version if snapshot else None
+    version = ServedSnapshot(home, store=store).current().version if snapshot else None
     url = settings.database_url.get_secret_value() if settings.database_url else None
     timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
     make_engine(home, url, timeouts=timeouts, pool=Pool.of(settings)).dispose()

@@ -21,6 +21,7 @@ from eqrisk.cli.app import (
 from eqrisk.cli.output import print_json, result, result_table, show
 
 if TYPE_CHECKING:
+    from eqrisk.snapshot.bucket import Bucket
     from eqrisk.snapshot.store import VersionStore
 
 
@@ -29,6 +30,20 @@ def _store() -> VersionStore:
     from eqrisk.snapshot.store import VersionStore
 
     return VersionStore.from_settings(get_settings())
+
+
+def configured_bucket() -> Bucket:
+    """The bucket the settings name; bad usage (exit 2) when none is set."""
+    from eqrisk.snapshot.bucket import Bucket
+
+    bucket = Bucket.from_settings(get_settings())
+    if bucket is None:
+        raise fail(
+            "no bucket configured: set EQRISK_SNAPSHOT_BUCKET (s3://bucket/prefix) and, for a "
+            "server that is not AWS, EQRISK_SNAPSHOT_BUCKET_ENDPOINT",
+            EXIT_USAGE,
+        )
+    return bucket
 
 
 snapshots_app = typer.Typer(help="Snapshot versions: list (alone), use one, pin or unpin one.")
@@ -142,12 +157,7 @@ def snapshots_verify(
     recorded in each manifest when the version was written; a damaged file is named with
     every version that shares it, and the exit status is 1 when one is found. With --bucket,
     every chunk the bucket's versions name is read and hashed."""
-    if bucket:
-        from eqrisk.cli.bucket import configured_bucket
-
-        report = configured_bucket().verify()
-    else:
-        report = _store().verify()
+    report = configured_bucket().verify() if bucket else _store().verify()
     if as_json:
         print_json(report.describe())
     else:

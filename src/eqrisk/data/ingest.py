@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from eqrisk.data.cells import PRICE_SUFFIXES, InputLimits
 from eqrisk.data.columns import (
     expand_price_paths,
 )
-from eqrisk.data.corporate_actions import apply_actions, read_actions
 from eqrisk.data.daily import (
     basis_for,
     cap_day,
@@ -38,11 +36,17 @@ from eqrisk.data.daily import (
     merged_meta,
     same_master,
 )
+from eqrisk.data.ingest_read import (
+    Checked,
+    Inputs,
+    check_rows,
+    decisions_file,
+    kept_rows,
+    read_inputs,
+)
 from eqrisk.data.ingest_refusals import refused
 from eqrisk.data.ingest_report import (
     MAX_EXAMPLES,
-    ROW_BIT,
-    ROW_CODES,
     IngestError,
     IngestRefused,
     IngestReport,
@@ -53,15 +57,13 @@ from eqrisk.data.master import Mappings, etf_registry
 from eqrisk.data.master_files import (
     apply_shares,
     last_prices,
-    read_master_checked,
-    read_shares_checked,
 )
-from eqrisk.data.merge_rows import combine, previous_master, whole_reasons
-from eqrisk.data.price_files import empty_prices, read_prices, source_label
+from eqrisk.data.merge_rows import Combined, combine, previous_master, whole_reasons
+from eqrisk.data.price_files import source_label
 from eqrisk.data.return_cleaning import Cleaned, clean_returns, report_cleaning
-from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged, read_decisions
+from eqrisk.data.return_decisions import Decision, decisions_from_meta, merged
 from eqrisk.data.return_signatures import price_kind
-from eqrisk.data.row_checks import large_moves, rejected_frame, row_examples, validate_rows
+from eqrisk.data.row_checks import large_moves, rejected_frame
 
 
 def _utc_now() -> datetime:
@@ -84,29 +86,6 @@ def _make_report_dir(home: Path, now: datetime) -> Path:
 
 def _empty_master() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in panel.RAW_MASTER_COLUMNS})
-
-
-@dataclass
-class _Inputs:
-    """What the given files held, before any row is validated."""
-
-    paths: list[Path]
-    frames: list[pd.DataFrame]
-    malformed: list[tuple[str, int | None, str]]
-    actions: pd.DataFrame | None
-    master: pd.DataFrame | None
-    shares: pd.DataFrame | None
-    shares_path: Path | None = None
-
-
-@dataclass
-class _Checked:
-    """The new price rows (all files, in file order) and the verdict on each row."""
-
-    new: pd.DataFrame
-    flags: np.ndarray
-    dup_of: dict[int, int]
-    kept: np.ndarray
 
 
 def ingest(
@@ -177,21 +156,16 @@ def ingest(
     started = _utc_now()
     home = Path(home).expanduser()
     ingested.recover_ingested(home)
-    price_paths = expand_price_paths([Path(p) for p in prices], PRICE_SUFFIXES)
-    if not price_paths and not merge:
-        raise IngestError("no price file given")
-    found = ingested.stored(home) if merge else None
+    price_paths, found = _given_and_stored(prices, home, merge)
     old_meta = found.meta if found is not None else None
     given = {"prices_basis": prices_basis, "max_move": max_move, "date_format": date_format,
              "keep_split_moves": keep_split_moves, "columns": columns}  # fmt: skip
-    basis = basis_for(given, old_meta, merge=merge)
-    max_move = float(basis["max_move"])
-    if not max_move > 0:
-        raise IngestError(f"--max-move must be > 0, got {max_move:g}")
+    basis = _basis(given, old_meta, merge)
     issues = Issues()
-    decisions = _read_decisions(return_decisions)
+    decisions = decisions_file(return_decisions)
     limits = limits or InputLimits()
-    inputs = _read_inputs(
+    # Read: every file, then every new row validated.
+    inputs = read_inputs(
         price_paths,
         master,
         shares,
@@ -200,66 +174,43 @@ def ingest(
         issues,
         say,
     )
-    kind = price_kind(
-        basis["prices_basis"],
-        [str(f.attrs.get("basis", "unknown")) for f in inputs.frames],
-        old_meta.get("price_kind") if old_meta is not None else None,
-    )
+    kind = _price_kind(basis["prices_basis"], inputs, old_meta)
     say("validating")
-    checked = _check_rows(inputs, issues, limits)
+    checked = check_rows(inputs, issues, limits)
+    # Merge and judge: the kept rows over the stored ones, their returns cleaned.
     why_whole = whole_reasons(
         found, rejudge=rejudge, decisions=bool(decisions), shares=inputs.shares is not None,
         master_caps=_caps_need_prices(inputs.master), whole=whole,
     )  # fmt: skip
-    size = block_symbols or ingested.BLOCK_SYMBOLS
-    kept_rows = _kept_rows(checked, inputs, issues)
-    combined = combine(kept_rows, found, not why_whole, size)
-    final, old_days = combined.frame, combined.old_days
-    old_master = ingested.read_master(found) if found is not None else None
-    if not merge and master is None:
-        old_master = previous_master(home)
-    judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
+    old_master = _old_master(found, home, merge or master is not None)
     how = (inputs, old_master, home, old_meta, decisions, kind, basis["keep_split_moves"])
-    cleaned = _clean(final, how, judged)
-    if cleaned.rebased and combined.base is not None:
-        # A level the stage re-based reaches back through the symbol's whole history.
-        why_whole.append("a split or distribution found in the new rows rescales a history")
-        combined = combine(kept_rows, found, False, size)
-        final, old_days = combined.frame, combined.old_days
-        cleaned = _clean(final, how, None if rejudge else final["_fresh"].to_numpy(dtype=bool))
+    combined, cleaned = _merge_and_judge(
+        kept_rows(checked, inputs, issues), found, why_whole, block_symbols, how, rejudge
+    )
     report_cleaning(cleaned, basis["keep_split_moves"], issues)
     final = cleaned.final
-    flagged = _flag_moves(final, max_move, issues)
+    flagged = _flag_moves(final, float(basis["max_move"]), issues)
     fresh = bool(final["_fresh"].any())
     final = final.drop(columns=["_new", "_fresh"])
     placed = combined.placed(final)
-    stats = placed.stats
-    symbols, counts = stats.symbols(), stats.sessions()
-    last = counts.index.max().strftime("%Y-%m-%d") if len(counts) else None
-    cap_dates = dict(old_meta.get("cap_dates", {})) if old_meta is not None else {}
-    days = (cap_day(master, last, cap_dates), cap_day(shares, last, cap_dates))
+    # The master and the sessions the data set will hold.
+    symbols, counts = placed.stats.symbols(), placed.stats.sessions()
+    cap_dates, days = _cap_days(old_meta, counts, master, shares)
     out_master, shares_summary = _master_out(
         inputs, old_master, merge, (final, symbols), issues, days
     )
-    unchanged = (
-        old_meta is not None
-        and not fresh
-        and not decisions
-        and inputs.shares is None
-        and same_master(out_master, old_master)
-    )
-    sessions = coverage(counts, old_days) if old_meta is not None else []
+    unchanged = _nothing_new(old_meta, fresh or bool(decisions), inputs, out_master, old_master)
+    sessions = coverage(counts, combined.old_days) if old_meta is not None else []
     levels = missing_levels(out_master, set(symbols["symbol"]), mappings or Mappings.load())
     issues.add("LEVEL_MISSING", *level_issue(levels))
-
+    # The report, then the verdict: refused (nothing changes), or written.
     say("writing")
     report_dir = _make_report_dir(home, started)
     _write_tables(report_dir, checked, inputs, flagged, cleaned.table)
     levels.to_csv(report_dir / "levels.csv", index=False)
     if not len(counts):
         issues.add("NO_DATA", 1, [{"files": [str(p) for p in price_paths]}])
-    files = [str(p) for p in price_paths] + ([str(master)] if master is not None else [])
-    files += [str(shares)] if shares is not None else []
+    files = [str(p) for p in [*price_paths, master, shares] if p is not None]
     first = source_label([Path(p) for p in prices], price_paths)
     source, merged_files = merged_meta(old_meta, files, data_source, first)
     report = _report(started, files, source, (checked, inputs), (symbols, counts), len(flagged),
@@ -275,110 +226,142 @@ def ingest(
         _write_report(report, issues, {"ok": False, "refused": refusal})
         raise IngestRefused(f"{refusal}; nothing changed (report: {report_dir})")
     if len(counts) and not unchanged:
-        meta = {
-            "data_source": source,
-            "files": files if old_meta is None else old_meta.get("files", files),
-            "merged_files": merged_files,
-            "ingested_at": _utc_now().isoformat(),
-            "report_dir": str(report_dir),
-            "merge": merge,
-            "basis": basis,
-            "cap_dates": cap_dates,
-            "max_move": max_move,
-            "prices_basis": basis["prices_basis"],
-            "price_kind": kind,
-            "actions": str(actions) if actions is not None else None,
-            "return_breaks": cleaned.breaks,
-            "return_decisions": [d.to_dict() for d in cleaned.decisions],
-            "counts": _counts(report, int(counts.sum()), len(out_master)),
-        }
-        if why_whole and merge:
+        meta = _meta(
+            report,
+            (source, files, merged_files, old_meta),
+            {"merge": merge, "basis": basis, "cap_dates": cap_dates, "kind": kind},
+            cleaned,
+            actions,
+            _counts(report, int(counts.sum()), len(out_master)),
+        )
+        if merge and why_whole:
             say(f"rewriting the whole data set ({'; '.join(why_whole)})")
         ingested.write_ingested(home, placed, out_master, meta)
     _write_report(report, issues, {})
     return report
 
 
-def _read_inputs(
-    price_paths: list[Path],
-    master: Path | None,
-    shares: Path | None,
+def _meta(
+    report: IngestReport,
+    sources: tuple[str, list[str], list[str], dict[str, Any] | None],
+    how: dict[str, Any],
+    cleaned: Cleaned,
     actions: Path | None,
-    how: tuple[str, dict[str, str] | None, str | None, InputLimits],
-    issues: Issues,
-    say: Callable[[str], None],
-) -> _Inputs:
-    """Every given file read (nothing validated yet); IngestError for one that cannot be.
-    `how`: the price basis, the column mapping, the price files' date format, the limits."""
-    basis, columns, date_format, limits = how
-    action_table = None
-    if actions is not None:
-        try:
-            action_table = read_actions(actions, limits=limits)  # its own date format
-        except ValueError as exc:
-            raise IngestError(str(exc)) from exc
-    inputs = _Inputs(price_paths, [], [], action_table, None, None)
-    for path in price_paths:
-        say(f"reading {path.name}")
-        frame = read_prices(
-            path, basis=basis, columns=columns, date_format=date_format, limits=limits
-        )
-        inputs.malformed += [(path.name, n, text) for n, text in frame.attrs.get("malformed", [])]
-        inputs.frames.append(frame)
-    if master is not None:
-        say(f"reading master {Path(master).name}")
-        inputs.master = read_master_checked(Path(master), issues, limits)
-    if shares is not None:
-        say(f"reading share counts {Path(shares).name}")
-        inputs.shares_path = Path(shares)
-        inputs.shares = read_shares_checked(inputs.shares_path, issues, limits)
-    return inputs
+    counts: dict[str, int],
+) -> dict[str, Any]:
+    """What the data set records of this ingest: `sources`, its name, the files read, the files
+    merged and the stored meta (whose file list a merge keeps); `how`: merge, the basis, the
+    market-cap days and the kind of closes."""
+    source, files, merged_files, old_meta = sources
+    basis = how["basis"]
+    return {
+        "data_source": source,
+        "files": files if old_meta is None else old_meta.get("files", files),
+        "merged_files": merged_files,
+        "ingested_at": _utc_now().isoformat(),
+        "report_dir": report.report_dir,
+        "merge": how["merge"],
+        "basis": basis,
+        "cap_dates": how["cap_dates"],
+        "max_move": float(basis["max_move"]),
+        "prices_basis": basis["prices_basis"],
+        "price_kind": how["kind"],
+        "actions": None if actions is None else str(actions),
+        "return_breaks": cleaned.breaks,
+        "return_decisions": [d.to_dict() for d in cleaned.decisions],
+        "counts": counts,
+    }
 
 
-def _check_rows(inputs: _Inputs, issues: Issues, limits: InputLimits) -> _Checked:
-    """All new rows in one frame, validated; each rejection reason and each file that kept no
-    row becomes an issue."""
-    nonempty = [f for f in inputs.frames if len(f)]
-    if nonempty:
-        new = pd.concat(nonempty, ignore_index=True) if len(nonempty) > 1 else nonempty[0]
-    else:
-        new = empty_prices()
-    new.attrs = {}
-    flags, dup_of = validate_rows(new, (limits.min_price, limits.max_price))
-    issues.add(
-        "MALFORMED_ROW",
-        len(inputs.malformed),
-        [{"file": f, "row": n, "text": t[:200]} for f, n, t in inputs.malformed],
+def _price_kind(basis: str | None, inputs: Inputs, old_meta: dict[str, Any] | None) -> str:
+    """The kind of closes the files hold (`return_signatures.price_kind`)."""
+    return price_kind(
+        basis,
+        [str(f.attrs.get("basis", "unknown")) for f in inputs.frames],
+        old_meta.get("price_kind") if old_meta is not None else None,
     )
-    for code in ROW_CODES:
-        rows = np.flatnonzero(flags & ROW_BIT[code])
-        detail = code in ("NON_NUMERIC_PRICE", "NON_POSITIVE_PRICE", "PRICE_OUT_OF_RANGE")
-        message = None
-        if code == "PRICE_OUT_OF_RANGE":
-            message = (
-                f"price outside [{limits.min_price:g}, {limits.max_price:g}] (settings "
-                "min_price, max_price; --min-price, --max-price): row rejected"
-            )
-        bounds = (limits.min_price, limits.max_price)
-        examples = row_examples(new, rows, detail=detail, bounds=bounds)
-        issues.add(code, len(rows), examples, message=message)
-    kept = flags == 0
-    offset = 0
-    for path, frame in zip(inputs.paths, inputs.frames, strict=True):
-        n_kept = int(kept[offset : offset + len(frame)].sum()) if len(frame) else 0
-        offset += len(frame)
-        if n_kept == 0:
-            issues.add("EMPTY", 1, [{"file": str(path), "rows_read": len(frame)}])
-    return _Checked(new, flags, dup_of, kept)
 
 
-def _kept_rows(checked: _Checked, inputs: _Inputs, issues: Issues) -> pd.DataFrame:
-    """The rows this ingest keeps, split-adjusted by the action table."""
-    kept = checked.new.loc[checked.kept, panel.PRICE_COLUMNS]
-    if inputs.actions is not None:
-        kept, adjusted = apply_actions(kept, inputs.actions)
-        issues.add("ACTIONS_APPLIED", len(adjusted), adjusted)
-    return kept
+def _nothing_new(
+    old_meta: dict[str, Any] | None,
+    news: bool,
+    inputs: Inputs,
+    out_master: pd.DataFrame,
+    old_master: pd.DataFrame | None,
+) -> bool:
+    """A merge that changes nothing: no fresh row or decision (`news`), no share file, the
+    same master."""
+    if old_meta is None or news or inputs.shares is not None:
+        return False
+    return same_master(out_master, old_master)
+
+
+def _given_and_stored(
+    prices: list[Path], home: Path, merge: bool
+) -> tuple[list[Path], ingested.Stored | None]:
+    """The price files given (folders and globs expanded) and, on a merge, the stored data
+    set; IngestError when no price file is given to a new data set."""
+    price_paths = expand_price_paths([Path(p) for p in prices], PRICE_SUFFIXES)
+    if not price_paths and not merge:
+        raise IngestError("no price file given")
+    return price_paths, ingested.stored(home) if merge else None
+
+
+def _old_master(
+    found: ingested.Stored | None, home: Path, keep_stored: bool
+) -> pd.DataFrame | None:
+    """The master the new one merges over: the stored data set's, else (a new data set
+    without a master file, `keep_stored` False) the previously ingested one."""
+    if not keep_stored:
+        return previous_master(home)
+    return ingested.read_master(found) if found is not None else None
+
+
+def _cap_days(
+    old_meta: dict[str, Any] | None, counts: pd.Series, master: Path | None, shares: Path | None
+) -> tuple[dict[str, str], tuple[str | None, str | None]]:
+    """The stored market-cap days, and the price day of the master's and the share file's
+    caps (`daily.cap_day`: the data set's last session unless recorded)."""
+    last = counts.index.max().strftime("%Y-%m-%d") if len(counts) else None
+    cap_dates = dict(old_meta.get("cap_dates", {})) if old_meta is not None else {}
+    return cap_dates, (cap_day(master, last, cap_dates), cap_day(shares, last, cap_dates))
+
+
+def _basis(given: dict[str, Any], old_meta: dict[str, Any] | None, merge: bool) -> dict[str, Any]:
+    """The basis options in force (`daily.basis_for`), `max_move` checked."""
+    basis = basis_for(given, old_meta, merge=merge)
+    max_move = float(basis["max_move"])
+    if not max_move > 0:
+        raise IngestError(f"--max-move must be > 0, got {max_move:g}")
+    return basis
+
+
+def _merge_and_judge(
+    kept: pd.DataFrame,
+    found: ingested.Stored | None,
+    why_whole: list[str],
+    block_symbols: int | None,
+    how: tuple[Inputs, pd.DataFrame | None, Path, dict[str, Any] | None, list[Decision], str, bool],
+    rejudge: bool,
+) -> tuple[Combined, Cleaned]:
+    """The kept rows combined with the stored ones (`merge_rows.combine`: only the partitions
+    they fall in unless `why_whole` says why not) and the returns judged (`_clean`: on a merge
+    only the fresh rows, unless `rejudge`). A split or distribution found in the new rows
+    re-bases a history: then the whole data set is combined and judged again (the reason is
+    appended to `why_whole`)."""
+    size = block_symbols or ingested.BLOCK_SYMBOLS
+    old_meta = how[3]
+    combined = combine(kept, found, not why_whole, size)
+    final = combined.frame
+    judged = None if rejudge or old_meta is None else final["_fresh"].to_numpy(dtype=bool)
+    cleaned = _clean(final, how, judged)
+    if cleaned.rebased and combined.base is not None:
+        # A level the stage re-based reaches back through the symbol's whole history.
+        why_whole.append("a split or distribution found in the new rows rescales a history")
+        combined = combine(kept, found, False, size)
+        final = combined.frame
+        cleaned = _clean(final, how, None if rejudge else final["_fresh"].to_numpy(dtype=bool))
+    return combined, cleaned
 
 
 def _caps_need_prices(master: pd.DataFrame | None) -> bool:
@@ -405,7 +388,7 @@ def _flag_moves(final: pd.DataFrame, max_move: float, issues: Issues) -> pd.Data
 
 
 def _master_out(
-    inputs: _Inputs,
+    inputs: Inputs,
     old_master: pd.DataFrame | None,
     merge: bool,
     rows: tuple[pd.DataFrame, pd.DataFrame],
@@ -454,7 +437,7 @@ def _report(
     started: datetime,
     files: list[str],
     source: str,
-    read: tuple[_Checked, _Inputs],
+    read: tuple[Checked, Inputs],
     stored: tuple[pd.DataFrame, pd.Series],
     n_flagged: int,
     report_dir: Path,
@@ -498,8 +481,8 @@ def _counts(report: IngestReport, rows_stored: int, master_rows: int) -> dict[st
 
 def _write_tables(
     report_dir: Path,
-    checked: _Checked,
-    inputs: _Inputs,
+    checked: Checked,
+    inputs: Inputs,
     flagged: pd.DataFrame,
     decisions: pd.DataFrame,
 ) -> None:
@@ -518,20 +501,9 @@ def _write_report(report: IngestReport, issues: Issues, extra: dict[str, Any]) -
     Path(report.report_dir, "report.json").write_text(json.dumps(doc, indent=2, default=str))
 
 
-def _read_decisions(path: Path | None) -> list[Decision]:
-    if path is None:
-        return []
-    try:
-        return read_decisions(Path(path))
-    except ValueError as exc:
-        raise IngestError(str(exc)) from exc
-
-
 def _clean(
     final: pd.DataFrame,
-    how: tuple[
-        _Inputs, pd.DataFrame | None, Path, dict[str, Any] | None, list[Decision], str, bool
-    ],
+    how: tuple[Inputs, pd.DataFrame | None, Path, dict[str, Any] | None, list[Decision], str, bool],
     judged: np.ndarray | None,
 ) -> Cleaned:
     """The return-cleaning stage (`return_cleaning.clean_returns`) on the combined rows, each

@@ -182,7 +182,6 @@ def classify(ev: dict[str, float], rule: CleaningRule, kind: str) -> tuple[str, 
                 f"{desc}; the traded price moved {np.expm1(ev['raw_e'] + ev['g']):+.1%}: the "
                 "vendor's split/dividend factors made a move the prices do not show"
             )
-    blind = bool(ev["blind"])
     against: list[str] = []
     if not _stays(ev, rule):
         against.append(f"gave back {ev['giveback']:.0%} within {rule.horizon} sessions")
@@ -190,46 +189,50 @@ def classify(ev: dict[str, float], rule: CleaningRule, kind: str) -> tuple[str, 
         against.append(f"opened at {ev['open_share']:.0%} of the move")
     if ev["co_movers"] >= ev["co_limit"]:
         against.append(f"{ev['co_movers']:.0f} other symbols moved half as much")
+    found, what = _signature(ev, rule, against)
+    if found and not against:
+        if ev["factor_day"]:
+            return "factor_mismatch", f"{desc}: the vendor's factors do not explain it ({what}?)"
+        return found, f"{desc}: {what}"
+    return "move", f"{desc}; a real move: " + ("; ".join(against) or "no event signature")
+
+
+def _signature(ev: dict[str, float], rule: CleaningRule, against: list[str]) -> tuple[str, str]:
+    """The event the move's signature names ('split', 'distribution', or '' for none) and in
+    what words; what speaks against it is appended to `against`."""
+    blind = bool(ev["blind"])
     ratio = np.isfinite(ev["ratio"])
     if blind:
         ratio = ratio and _whole(ev["ratio"]) and abs(ev["z"]) >= rule.blind_split_sigmas
-    what = ""
     if ratio:
         crash = "" if blind else _split_crash(ev, rule)
         if crash:
             against.append(crash)
-        what = f"a {_ratio_text(ev['ratio'])} split nobody adjusted"
-        found = "split"
-    elif blind:
-        found = ""
+        return "split", f"a {_ratio_text(ev['ratio'])} split nobody adjusted"
+    if blind:
         if abs(ev["e"]) >= rule.dist_floor:
             against.append("closes only: nothing tells a spin-off from a crash")
-    elif abs(ev["e"]) >= rule.rebase_floor and _dollars(ev) < rule.rebase_spike:
+        return "", ""
+    if abs(ev["e"]) >= rule.rebase_floor and _dollars(ev) < rule.rebase_spike:
         what = (
             "re-priced overnight by no split ratio, with ordinary dollar turnover (a split "
             "and a distribution on one day?)"
         )
-        found = "split" if ev["x"] > 0 else "distribution"
-    elif ev["x"] < 0 and ev["e"] <= -rule.dist_floor and ev["z"] <= -rule.dist_sigmas:
+        return ("split" if ev["x"] > 0 else "distribution"), what
+    if ev["x"] < 0 and ev["e"] <= -rule.dist_floor and ev["z"] <= -rule.dist_sigmas:
         found = "distribution" if ev["history"] >= rule.min_history else ""
         if found and _distribution_rush(ev, rule):
             against.append(
                 f"volume {ev['volume_ratio']:.1f}x shares, {ev['dollar_volume_ratio']:.1f}x "
                 "dollars: a rush"
             )
-        what = "a spin-off or special dividend without a factor"
-    else:
-        found = ""
-        if ev["x"] < 0 and ev["e"] <= -rule.list_floor:
-            against.append(
-                f"a fall under {-np.expm1(-rule.dist_floor):.0%} over its group: an earnings "
-                "fall gives the same evidence"
-            )
-    if found and not against:
-        if ev["factor_day"]:
-            return "factor_mismatch", f"{desc}: the vendor's factors do not explain it ({what}?)"
-        return found, f"{desc}: {what}"
-    return "move", f"{desc}; a real move: " + ("; ".join(against) or "no event signature")
+        return found, "a spin-off or special dividend without a factor"
+    if ev["x"] < 0 and ev["e"] <= -rule.list_floor:
+        against.append(
+            f"a fall under {-np.expm1(-rule.dist_floor):.0%} over its group: an earnings "
+            "fall gives the same evidence"
+        )
+    return "", ""
 
 
 def describe(ev: dict[str, float]) -> str:

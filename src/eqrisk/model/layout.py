@@ -6,6 +6,7 @@ portfolio is regressed on. The first step of the model run; pure, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -35,6 +36,41 @@ class FactorLayout:
     @property
     def leave_one_out_rows(self) -> int:
         return int(self.model_factors.shape[0] - self.factors.shape[0])
+
+
+class LayoutKeys(Protocol):
+    """What a run's result reads of a layout (its published rows' names and who is hedged
+    with which): a `FactorLayout`, or one without its leave-one-out rows
+    (`plan_slices.LayoutOutline`)."""
+
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def fidx(self) -> np.ndarray: ...
+    @property
+    def caps_imputed(self) -> list[str]: ...
+    @property
+    def leave_one_out_rows(self) -> int: ...
+
+
+def hierarchy(symbols: np.ndarray, layout: LayoutKeys) -> pd.DataFrame:
+    """Each row's factor key per level (None where the level is absent)."""
+    fidx = layout.fidx
+    n = fidx.shape[0]
+    names = np.full((n, 3), None, dtype=object)
+    for i in range(n):
+        for j in range(3):
+            if fidx[i, j] >= 0:
+                names[i, j] = layout.keys[fidx[i, j]]
+    return pd.DataFrame(
+        {
+            "symbol": symbols,
+            "market": names[:, 0],
+            "sector": names[:, 1],
+            "subsector": names[:, 2],
+        },
+        dtype=object,
+    )
 
 
 @dataclass(frozen=True)

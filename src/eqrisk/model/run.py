@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -22,12 +22,9 @@ import pandas as pd
 from eqrisk.data.panel import Panel
 from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
 from eqrisk.model.flat_own import flat_betas, own_sector_factors
-from eqrisk.model.layout import FactorLayout, factor_layout
+from eqrisk.model.layout import FactorLayout, LayoutKeys, factor_layout, hierarchy
 from eqrisk.model.quality import hedge_quality
 from eqrisk.model.returns import log_returns, simple_returns
-
-if TYPE_CHECKING:
-    from eqrisk.model.plan_slices import LayoutOutline, PlanOutline
 
 ANNUALIZATION = np.sqrt(252.0)
 VOL_SHORT_WINDOW = 23
@@ -405,7 +402,25 @@ def finish_model(plan: ModelPlan, blocks: list[tuple[int, dict[str, np.ndarray]]
     return result_of(plan, join_metrics(joined, plan.price_metrics))
 
 
-def result_of(plan: ModelPlan | PlanOutline, metrics: dict[str, np.ndarray]) -> ModelResult:
+class PlanParts(Protocol):
+    """What a result is assembled from beside its metrics: a `ModelPlan`, or the outline of
+    one planned a slice of sessions at a time (`plan_slices.PlanOutline`)."""
+
+    @property
+    def symbols(self) -> np.ndarray: ...
+    @property
+    def sessions(self) -> np.ndarray: ...
+    @property
+    def layout(self) -> LayoutKeys: ...
+    @property
+    def flat(self) -> FlatFactors: ...
+    @property
+    def shared(self) -> SharedFactors: ...
+    @property
+    def returns_excluded(self) -> int: ...
+
+
+def result_of(plan: PlanParts, metrics: dict[str, np.ndarray]) -> ModelResult:
     """The ModelResult of a plan and its metrics (whole arrays, or an incremental build's
     arrays of new sessions over the previous version's): the one place it is assembled."""
     layout = plan.layout
@@ -414,7 +429,7 @@ def result_of(plan: ModelPlan | PlanOutline, metrics: dict[str, np.ndarray]) -> 
         symbols=plan.symbols,
         sessions=plan.sessions,
         metrics=metrics,
-        hierarchy=_hierarchy(plan.symbols, layout),
+        hierarchy=hierarchy(plan.symbols, layout),
         flat=FlatModel(
             **{f.name: getattr(flat, f.name) for f in fields(FlatFactors)},
             beta_mkt=metrics["beta_mkt"],
@@ -448,26 +463,6 @@ def run_model(
     bounds = plan.blocks(block_rows or max(plan.size, 1))
     return finish_model(
         plan, [(a, run_block(shared, plan.block(a, b, own_rows=False))) for a, b in bounds]
-    )
-
-
-def _hierarchy(symbols: np.ndarray, layout: FactorLayout | LayoutOutline) -> pd.DataFrame:
-    """Each row's factor key per level (None where the level is absent)."""
-    fidx = layout.fidx
-    n = fidx.shape[0]
-    names = np.full((n, 3), None, dtype=object)
-    for i in range(n):
-        for j in range(3):
-            if fidx[i, j] >= 0:
-                names[i, j] = layout.keys[fidx[i, j]]
-    return pd.DataFrame(
-        {
-            "symbol": symbols,
-            "market": names[:, 0],
-            "sector": names[:, 1],
-            "subsector": names[:, 2],
-        },
-        dtype=object,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -15,8 +15,24 @@ import pyarrow.parquet as pq
 
 from eqrisk.snapshot import chunks, tables
 
-if TYPE_CHECKING:
-    from eqrisk.snapshot.version import Snapshot
+
+class Snapshot(Protocol):
+    """What the long table reads of a version (`version.Snapshot`, whose methods call these
+    functions: so this module imports it not)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+    @property
+    def chunked(self) -> bool: ...
+    @property
+    def sessions(self) -> np.ndarray: ...
+    @property
+    def row_of(self) -> dict[str, int]: ...
+    @property
+    def symbol_names(self) -> list[str]: ...
+    def array(self, field: str) -> chunks.FieldArray: ...
 
 
 def stores_daily(snap: Snapshot) -> bool:

@@ -241,12 +241,42 @@ def decide(
     if previous is None:
         return Decision(0, ["no previous version"])
     old = previous.get("inputs")
+    unusable = _unusable(previous)
+    if unusable is not None:
+        return Decision(0, [unusable])
+    assert isinstance(old, dict)
+    reasons = _universe_changes(digests["universe"], old["universe"], previous, plan)
+    if reasons:
+        return Decision(0, reasons)
+    now_c, old_c = digests["chunks"], old["chunks"]
+    c0 = _reused_chunks(now_c, old_c)
+    full = chunks.CHUNK_SESSIONS
+    if c0 < min(len(now_c), len(old_c)) and old_c[c0]["sessions"] == full:
+        changed = sorted(
+            k for k in now_c[c0]["digests"] if now_c[c0]["digests"][k] != old_c[c0]["digests"][k]
+        )
+        reasons.append(_revision(c0, changed, plan, previous_close, sessions, base))
+    elif c0 < len(now_c):
+        reasons.append(_recomputed_from(c0, old_c, sessions))
+    return Decision(c0, reasons)
+
+
+def _unusable(previous: dict[str, Any]) -> str | None:
+    """Why the previous version's manifest cannot be compared with at all, or None."""
+    old = previous.get("inputs")
     if not isinstance(old, dict) or old.get("scheme") != DIGESTS or "arrays" not in previous:
-        return Decision(0, ["the previous version records no input digests (built before them)"])
+        return "the previous version records no input digests (built before them)"
     if previous["arrays"].get("layout") != chunks.LAYOUT:
         was = previous["arrays"].get("layout")
-        return Decision(0, [f"the previous version's chunks have another layout ({was})"])
-    now_u, old_u = digests["universe"], old["universe"]
+        return f"the previous version's chunks have another layout ({was})"
+    return None
+
+
+def _universe_changes(
+    now_u: dict[str, Any], old_u: dict[str, Any], previous: dict[str, Any], plan: ModelPlan
+) -> list[str]:
+    """What changed of the whole universe (code, method, symbols, master, layout, the stocks
+    weighted by the missing-cap rule): any of it recomputes every chunk."""
     reasons: list[str] = []
     if now_u.get("code") != old_u.get("code"):
         was_code = previous.get("eqrisk_version")
@@ -257,25 +287,31 @@ def decide(
         changed = sorted(k for k in now if was.get(k) != now[k])
         reasons.append("method settings changed: " + ", ".join(changed) if changed else "")
     if now_u["symbols"] != old_u["symbols"]:
-        before = set(_previous_symbols(previous))
-        now_set = set(plan.symbols.astype(str).tolist())
-        added, removed = sorted(now_set - before), sorted(before - now_set)
-        if added:
-            reasons.append(f"new symbols: {_names(added)}")
-        if removed:
-            reasons.append(f"symbols removed: {_names(removed)}")
-        if not added and not removed:
-            reasons.append("symbols reordered")
+        reasons += _symbol_changes(previous, plan)
     elif now_u["master"] != old_u["master"]:
         reasons.append("security master changed")
     if not reasons and now_u["layout"] != old_u["layout"]:
         reasons.append("factor hierarchy changed (ETFs or groups of the layout)")
     if not reasons and now_u["caps_imputed"] != old_u["caps_imputed"]:
         reasons.append("the stocks weighted by the missing-cap rule changed")
-    reasons = [r or "method settings changed" for r in reasons]
-    if reasons:
-        return Decision(0, reasons)
-    now_c, old_c = digests["chunks"], old["chunks"]
+    return [r or "method settings changed" for r in reasons]
+
+
+def _symbol_changes(previous: dict[str, Any], plan: ModelPlan) -> list[str]:
+    """The symbols added and removed since the previous version (or that they moved)."""
+    before = set(_previous_symbols(previous))
+    now_set = set(plan.symbols.astype(str).tolist())
+    added, removed = sorted(now_set - before), sorted(before - now_set)
+    reasons = []
+    if added:
+        reasons.append(f"new symbols: {_names(added)}")
+    if removed:
+        reasons.append(f"symbols removed: {_names(removed)}")
+    return reasons or ["symbols reordered"]
+
+
+def _reused_chunks(now_c: list[dict[str, Any]], old_c: list[dict[str, Any]]) -> int:
+    """The leading time chunks that are full in both versions with the same input digests."""
     full = chunks.CHUNK_SESSIONS
     c0 = 0
     while (
@@ -285,23 +321,21 @@ def decide(
         and now_c[c0]["digests"] == old_c[c0]["digests"]
     ):
         c0 += 1
-    if c0 < min(len(now_c), len(old_c)) and old_c[c0]["sessions"] == full:
-        changed = sorted(
-            k for k in now_c[c0]["digests"] if now_c[c0]["digests"][k] != old_c[c0]["digests"][k]
+    return c0
+
+
+def _recomputed_from(c0: int, old_c: list[dict[str, Any]], sessions: np.ndarray) -> str:
+    """Why chunk c0, the previous version's last (partial) one, is recomputed: new sessions,
+    or the last chunk's own."""
+    lo = c0 * chunks.CHUNK_SESSIONS
+    old_t = sum(int(e["sessions"]) for e in old_c)
+    first_new = max(lo, min(old_t, len(sessions) - 1))
+    if old_t < len(sessions):
+        return (
+            f"new sessions from {_date(sessions, first_new)}"
+            f" ({len(sessions) - old_t}); recomputing from {_date(sessions, lo)}"
         )
-        reasons.append(_revision(c0, changed, plan, previous_close, sessions, base))
-    elif c0 < len(now_c):
-        lo = c0 * full
-        old_t = sum(int(e["sessions"]) for e in old_c)
-        first_new = max(lo, min(old_t, len(sessions) - 1))
-        if old_t < len(sessions):
-            reasons.append(
-                f"new sessions from {_date(sessions, first_new)}"
-                f" ({len(sessions) - old_t}); recomputing from {_date(sessions, lo)}"
-            )
-        else:
-            reasons.append(f"the last chunk recomputed from {_date(sessions, lo)}")
-    return Decision(c0, reasons)
+    return f"the last chunk recomputed from {_date(sessions, lo)}"
 
 
 def _names(symbols: list[str], most: int = 10) -> str:

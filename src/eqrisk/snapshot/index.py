@@ -16,7 +16,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -24,7 +24,27 @@ from eqrisk.model.cascade import CASCADE_FIELDS
 from eqrisk.model.run import MARKET_FACTOR
 
 if TYPE_CHECKING:
-    from eqrisk.snapshot.versions import Snapshot
+    import pandas as pd
+
+    from eqrisk.snapshot.chunks import FieldArray
+
+
+class Snapshot(Protocol):
+    """What the index reads of a version (`version.Snapshot`, which keeps its index: so this
+    module imports it not)."""
+
+    @property
+    def version(self) -> str: ...
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+    @property
+    def sessions(self) -> np.ndarray: ...
+    @property
+    def symbols(self) -> pd.DataFrame: ...
+    @property
+    def factor_names(self) -> list[str]: ...
+    def array(self, field: str) -> FieldArray: ...
+
 
 MAX_YEARS = 30  # the longest `years=` window any route takes
 RECENT_SESSIONS = 5  # a stock not priced in the last 5 sessions is off the heatmap

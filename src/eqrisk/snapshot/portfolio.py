@@ -145,19 +145,7 @@ def portfolio_answer(
         benchmark = {benchmark: float(resolve(day, positions).weights.sum())}
     risk = portfolio_risk(day, positions, benchmark=benchmark)
     at = day if hedge_level == day_level(snap) else risk_day(snap, t, level=hedge_level)
-    legs = risk.hedge if at is day else portfolio_risk(at, positions).hedge
-    hedged = dict(positions)
-    universe = day.row_of
-    for key, notional, ok in zip(legs.keys, legs.notional.tolist(), legs.tradable, strict=True):
-        if ok and key in universe:
-            hedged[key] = hedged.get(key, 0.0) + notional
-    unusable = set(risk.unusable.tickers)
-    used = {k: v for k, v in hedged.items() if k not in unusable}
-    hedged_risk = portfolio_risk(day, used).portfolio if used else None
-    after = hedged_risk.vol if hedged_risk is not None else 0.0
-    split = dict(hedged_risk.by_level) if hedged_risk is not None else {}
-    tradable = [ok and key in universe for key, ok in zip(legs.keys, legs.tradable, strict=True)]
-    exposure_after = _exposure(at, used, legs.keys)
+    hedge = _hedge(day, at, risk, positions, hedge_level)
     gross = float(np.abs(np.fromiter(positions.values(), dtype=np.float64)).sum())
     used_gross = float(np.abs(risk.portfolio.positions.weights).sum())
     rows_used = list(risk.portfolio.positions.tickers)
@@ -171,19 +159,44 @@ def portfolio_answer(
     return PortfolioAnswer(
         session=t,
         risk=risk,
-        hedge=HedgeLegs(
-            level=hedge_level,
-            keys=legs.keys,
-            notional=legs.notional.tolist(),
-            tradable=tradable,
-            vol_after=after,
-            exposure_after=exposure_after,
-            after=split,
-        ),
+        hedge=hedge,
         used_share=used_gross / gross if gross > 0.0 and np.isfinite(gross) else 0.0,
         levels=levels,
         factor_rows=factor_rows,
         notes=market_only(levels, day.factor_keys, asset_types),
+    )
+
+
+def _hedge(
+    day: RiskModelDay,
+    at: RiskModelDay,
+    risk: PortfolioRisk,
+    positions: Mapping[str, float],
+    level: int,
+) -> HedgeLegs:
+    """The ETF hedge at `level` (the model `at`) and what is left after it: the legs the
+    universe trades added to the positions, the unusable rows left out, on the day's model."""
+    legs = risk.hedge if at is day else portfolio_risk(at, positions).hedge
+    hedged = dict(positions)
+    universe = day.row_of
+    for key, notional, ok in zip(legs.keys, legs.notional.tolist(), legs.tradable, strict=True):
+        if ok and key in universe:
+            hedged[key] = hedged.get(key, 0.0) + notional
+    unusable = set(risk.unusable.tickers)
+    used = {k: v for k, v in hedged.items() if k not in unusable}
+    hedged_risk = portfolio_risk(day, used).portfolio if used else None
+    after = hedged_risk.vol if hedged_risk is not None else 0.0
+    split = dict(hedged_risk.by_level) if hedged_risk is not None else {}
+    tradable = [ok and key in universe for key, ok in zip(legs.keys, legs.tradable, strict=True)]
+    exposure_after = _exposure(at, used, legs.keys)
+    return HedgeLegs(
+        level=level,
+        keys=legs.keys,
+        notional=legs.notional.tolist(),
+        tradable=tradable,
+        vol_after=after,
+        exposure_after=exposure_after,
+        after=split,
     )
 
 

@@ -28,15 +28,12 @@ class ServedSnapshot:
         check_ms: int = 0,
         store: VersionStore | None = None,
     ) -> None:
-        """The store is `store`, else the one at `root`, else the one of `home` (its
-        configured store when `home` is the configured home: `versions.snapshots_dir`)."""
+        """The store is `store`, else the one at `root`, else `<home>/snapshots`: the CLI and
+        the servers pass the store the settings name (`VersionStore.from_settings`); nothing
+        here reads the settings."""
         self.home = home
         if store is None:
-            if root is None:
-                from eqrisk.snapshot.versions import snapshots_dir
-
-                root = snapshots_dir(home)
-            store = VersionStore(root)
+            store = VersionStore(root if root is not None else home / "snapshots")
         self.store = store
         self.root = store.root
         self._pointer = self.root / CURRENT

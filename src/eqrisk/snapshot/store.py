@@ -39,7 +39,6 @@ from eqrisk.snapshot.version import Snapshot, SnapshotError, UnknownVersion
 
 if TYPE_CHECKING:
     from eqrisk.settings import Settings
-    from eqrisk.snapshot.served import ServedSnapshot
 
 VERSION_RE = re.compile(r"^v(\d+)-(\d{8}T\d{6}Z)$")
 CURRENT = "CURRENT"
@@ -208,14 +207,6 @@ class VersionStore:
             return Previous(folder, Snapshot.open(folder), None, current)
         except SnapshotError as exc:
             return Previous(folder, None, str(exc), current)
-
-    def served(self, *, check_ms: int = 0, home: Path | None = None) -> ServedSnapshot:
-        """The current version as servers read it (reloaded when CURRENT moves)."""
-        from eqrisk.snapshot.served import ServedSnapshot
-
-        return ServedSnapshot(
-            home if home is not None else self.root, store=self, check_ms=check_ms
-        )
 
     # ---------------------------------------------------------------------------- writing
 

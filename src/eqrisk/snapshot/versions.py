@@ -3,9 +3,10 @@ the names of `store` (the store object, `VersionStore`), `version` (one version,
 and `served` (the served version, `ServedSnapshot`), and the functions of a home that came
 before the store had its own object.
 
-The store of a home is `<home>/snapshots/`, or the shared path the `snapshots` setting names
-(EQRISK_SNAPSHOTS: several servers with their own homes serve one store) when the home is the
-configured one (`snapshots_dir`). New code takes a `VersionStore` instead.
+The store of a home is `<home>/snapshots/`. Nothing here reads the settings: the CLI and the
+servers make the configured store (`VersionStore.from_settings`: the shared path the `snapshots`
+setting names, EQRISK_SNAPSHOTS, else `<home>/snapshots`) and pass it in; every function below
+takes a `VersionStore` or a home.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from eqrisk.settings import get_settings
 from eqrisk.snapshot import tables
 from eqrisk.snapshot.served import ServedSnapshot, SnapshotStore
 from eqrisk.snapshot.store import (
@@ -60,20 +60,16 @@ Home = Path | VersionStore
 
 
 def snapshots_dir(home: Path) -> Path:
-    """The snapshot store of `home`: the configured store (`snapshots`, EQRISK_SNAPSHOTS) when
-    `home` is the configured home, else `<home>/snapshots`."""
-    settings = get_settings()
-    return settings.snapshots_dir if home == settings.home_dir else home / "snapshots"
+    """The snapshot store of `home`: `<home>/snapshots` (the configured store, which the
+    `snapshots` setting may put elsewhere, is `VersionStore.from_settings`)."""
+    return home / "snapshots"
 
 
 def store_of(home: Home) -> VersionStore:
     """The store of a home (see `snapshots_dir`); a store is itself."""
     if isinstance(home, VersionStore):
         return home
-    settings = get_settings()
-    if home == settings.home_dir:
-        return VersionStore.from_settings(settings)
-    return VersionStore(home / "snapshots")
+    return VersionStore(snapshots_dir(home))
 
 
 def list_versions(home: Home) -> list[str]:

@@ -82,25 +82,29 @@ def shape_problem(result: Any) -> str | None:
     if not isinstance(stamps, list) or not all(is_stamp(t) for t in stamps):
         bad = stamps if not isinstance(stamps, list) else next(t for t in stamps if not is_stamp(t))
         return f"a timestamp that is not a time in seconds ({bad!r:.40})"
-    indicators = result.get("indicators") or {}
+    return _indicators_problem(result.get("indicators") or {}, len(stamps)) or _events_problem(
+        result.get("events")
+    )
+
+
+def _indicators_problem(indicators: Any, n: int) -> str | None:
+    """Why `indicators` (of `n` timestamps) is not the documented shape, or None."""
     quotes = indicators.get("quote") if isinstance(indicators, dict) else None
     adjclose = indicators.get("adjclose") if isinstance(indicators, dict) else None
     quote: Any = quotes[0] if isinstance(quotes, list) and quotes else None
     if not isinstance(quote, dict):
-        quote = None if stamps else {}
+        quote = None if n else {}
     if quote is None:
         return "no indicators.quote object"
     for name in _QUOTES:
-        problem = number_list_problem(quote.get(name), len(stamps), name)
+        problem = number_list_problem(quote.get(name), n, name)
         if problem:
             return problem
-    if adjclose is not None:
-        if not (isinstance(adjclose, list) and adjclose and isinstance(adjclose[0], dict)):
-            return "an indicators.adjclose that is not a list of objects"
-        problem = number_list_problem(adjclose[0].get("adjclose"), len(stamps), "adjclose")
-        if problem:
-            return problem
-    return _events_problem(result.get("events"))
+    if adjclose is None:
+        return None
+    if not (isinstance(adjclose, list) and adjclose and isinstance(adjclose[0], dict)):
+        return "an indicators.adjclose that is not a list of objects"
+    return number_list_problem(adjclose[0].get("adjclose"), n, "adjclose")
 
 
 def _days(stamps: list[Any], zone: str) -> pd.DatetimeIndex:

@@ -3,15 +3,29 @@ stored fields (`ChunkedArray`) and derived ones (`DerivedArray`) on one base."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from eqrisk.snapshot.chunks.derivations import derive
-from eqrisk.snapshot.chunks.grid import FieldArray
+from eqrisk.snapshot.chunks.grid import ChunkGrid, FieldArray
 
-if TYPE_CHECKING:
-    from eqrisk.snapshot.chunks.reader import ChunkStore
+
+class ChunkStore(Protocol):
+    """What a field reads of the stored chunks of its version (`reader.ChunkStore`, which
+    opens the fields: so this module imports it not)."""
+
+    @property
+    def grid(self) -> ChunkGrid: ...
+    @property
+    def position(self) -> dict[str, int]: ...
+    @property
+    def nan_row(self) -> np.ndarray: ...
+    def run(self, name: str, b: int, c: int, local: int) -> np.ndarray | None: ...
+    def dense(self, name: str, b: int, c: int) -> np.ndarray | None: ...
+    def is_long(self, lo: int, hi: int) -> bool: ...
+    def cached_row(self, r: int) -> np.ndarray: ...
+    def forget(self) -> None: ...
 
 
 def _index(key: Any, size: int) -> int | slice | np.ndarray:
