@@ -1,6 +1,7 @@
-"""`build --accuracy`: the snapshot carries the risk forecast's accuracy record (what
-`risk_evaluation.risk_accuracy` measures on the same data), an incremental build carries it
-forward, and /api/health serves it with the model version."""
+"""Issue 34 part 4: every build stores the risk forecast's accuracy record, from a running
+state kept beside the risk model's (a build that adds nothing carries the same record; the
+tail build's test shows an update equal to a full rebuild, state and record), and
+/api/health serves it with the model version."""
 
 from __future__ import annotations
 
@@ -11,42 +12,47 @@ import pytest
 from fastapi.testclient import TestClient
 
 from eqrisk.api.app import create_app
-from eqrisk.data.ingested import read_ingested
-from eqrisk.data.master import Mappings, classify
-from eqrisk.data.panel import to_panel
-from eqrisk.model.risk_model import RiskParams
+from eqrisk.model.accuracy_state import ROW_FAMILIES
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
 from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.demo_build import build_demo
-from eqrisk.snapshot.risk_evaluation import risk_accuracy
+from eqrisk.snapshot.versions import snapshots_dir
 
 
 @pytest.fixture(scope="module")
 def short_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("accuracy-home")
-    first = build_demo(home, start="2022-09-01")
-    assert "risk_accuracy" not in first  # measured only when asked
+    build_demo(home, start="2022-09-01")
     return home
 
 
-def test_the_build_stores_the_record_and_health_serves_it(short_home: Path) -> None:
-    manifest = build_snapshot(short_home, ModelParams(), full=True, accuracy=True)
-    record = json.loads(json.dumps(manifest["risk_accuracy"]))  # as stored
-    prices, raw, _meta = read_ingested(short_home)
-    master = classify(raw, Mappings.load(None, None), market_etf="SPY")
-    want = risk_accuracy(to_panel(prices, raw), master, ModelParams(), RiskParams())
-    assert record == json.loads(json.dumps(want))
+def test_every_build_stores_the_record_and_health_serves_it(short_home: Path) -> None:
+    manifest = json.loads(
+        (snapshots_dir(short_home) / _current(short_home) / "manifest.json").read_text()
+    )
+    record = manifest["risk_accuracy"]  # the first (default) build stored it
+    assert record["period"]["last"] == manifest["data_as_of"][:10]
+    assert record["period"]["sessions"] == manifest["sessions"] - 252
+    assert set(record["horizons"]) == {"1d", "21d"}
     one_day = record["horizons"]["1d"]
-    assert set(one_day) == set(record["families"])
+    assert set(one_day) == set(ROW_FAMILIES) == set(record["families"])
     for family in one_day.values():
         lo, hi = family["band"]
-        assert lo < 1 < hi and family["model"]["bias"] > 0
-    # An incremental build (nothing new: the same inputs) carries the record.
-    again = build_snapshot(short_home, ModelParams())
+        assert lo < 1 < hi and 0.8 < family["model"]["bias"] < 1.2
+        assert family["baseline"]["bias"] > 0 and family["previous_model"] is None
+    # The demo's specific returns are independent: hedged books sit near 1 and the
+    # baseline, which ignores diversification, far below it for a long-short book.
+    assert abs(one_day["hedged_l3_50"]["model"]["bias"] - 1) < 0.1
+    assert one_day["long_short"]["baseline"]["bias"] < 0.5
+    again = build_snapshot(short_home, ModelParams())  # nothing new: an incremental build
     assert again["build"]["mode"] == "incremental"
     assert again["risk_accuracy"] == record
     client = TestClient(create_app(Settings(home=short_home, _env_file=None)))
     health = client.get("/api/health").json()
     assert health["model_version"] == again["model_version"]
     assert health["risk_accuracy"] == record
+
+
+def _current(home: Path) -> str:
+    return (snapshots_dir(home) / "CURRENT").read_text().strip()

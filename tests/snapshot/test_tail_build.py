@@ -86,6 +86,16 @@ def _assert_same(got: Path, want: Path) -> None:
     assert a.security_history().equals(b.security_history())
     assert a.manifest["model"] == b.manifest["model"]
     assert a.manifest["inputs"] == b.manifest["inputs"]
+    # The accuracy record (issue 34): the incremental build added its sessions to the stored
+    # running state; state files and record are the full build's, bit for bit.
+    assert a.manifest["risk_accuracy"] == b.manifest["risk_accuracy"]
+    assert a.manifest["risk_accuracy"]["period"]["last"] == a.manifest["data_as_of"][:10]
+    states = sorted(p.name for p in (got / "risk").glob("accuracy-*.npz"))
+    assert states == sorted(p.name for p in (want / "risk").glob("accuracy-*.npz")) != []
+    for name in states:
+        with np.load(got / "risk" / name) as x, np.load(want / "risk" / name) as y:
+            assert set(x.files) == set(y.files)
+            assert all(chunks.same_bits(x[k], y[k]) for k in x.files), name
 
 
 def _version(home: Path, manifest: dict[str, Any]) -> Path:

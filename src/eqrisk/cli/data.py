@@ -283,8 +283,8 @@ def build(
         bool,
         typer.Option(
             "--accuracy",
-            help="Also measure the risk forecast's accuracy on the whole data set and store it "
-            "(served by /api/health; minutes on a large data set).",
+            hidden=True,
+            help="Kept for old scripts: every build stores the accuracy record now.",
         ),
     ] = False,
     as_json: JsonOpt = False,
@@ -295,6 +295,7 @@ def build(
     Refuses (exit 1, nothing changed) a universe of less than half the current snapshot's
     symbols or sessions, unless --force. With nothing new (the data and settings of the
     current version) it says so and publishes nothing, unless --force or --full."""
+    del accuracy  # every build stores the accuracy record (docs/decisions/risk-forecast.md)
     settings = effective_settings(
         window=window, min_obs=min_obs, halflife=halflife, dask=dask, block_rows=block_rows
     )
@@ -305,7 +306,6 @@ def build(
         dask_workers=dask_workers,
         full=full,
         as_json=as_json,
-        accuracy=accuracy,
     )
 
 
@@ -322,7 +322,6 @@ def _build(
     dask_workers: int | None,
     full: bool,
     as_json: bool,
-    accuracy: bool = False,
 ) -> None:
     """`eqrisk build` (and the build half of `eqrisk update`)."""
     from eqrisk.model.run import ModelParams
@@ -348,7 +347,6 @@ def _build(
                 block_symbols=settings.block_symbols,
                 dask_min_cells=settings.dask_min_cells,
                 full=full,
-                accuracy=accuracy,
                 progress=say,
                 store=VersionStore.from_settings(settings),
                 share_classes=settings.share_classes,

@@ -88,3 +88,49 @@ def portfolio_days(
             out_real[p, t] = real
             out_model[p, t] = np.sqrt(spec_var + factor_var)
             out_base[p, t] = base_vol
+
+
+@njit(cache=True)
+def held_returns(members, weights, hedged, avail, index, level, values, r_sum, f_sum, out):  # fmt: skip
+    """The realised return of each portfolio held from one session over a horizon: the
+    positions of that session (`portfolio_days`' weights: members in `avail` (n,), long weights
+    scaled to 1, short to -1, a hedged one selling its ETF exposure, `index` (n x 3), `level`
+    (n,), `values` (3 x n)) times the horizon's summed returns `r_sum` (n,) and `f_sum` (K,).
+    out (P,) is written where the portfolio has a member."""
+    n_p, n_m = members.shape
+    k = f_sum.shape[0]
+    x = np.zeros(k)
+    for p in range(n_p):
+        pos = 0.0
+        neg = 0.0
+        for a in range(n_m):
+            i = members[p, a]
+            if i < 0:
+                break
+            if avail[i]:
+                w = weights[p, a]
+                if w > 0:
+                    pos += w
+                else:
+                    neg -= w
+        if pos == 0.0 and neg == 0.0:
+            continue
+        x[:] = 0.0
+        real = 0.0
+        for a in range(n_m):
+            i = members[p, a]
+            if i < 0:
+                break
+            if not avail[i]:
+                continue
+            w = weights[p, a]
+            w = w / pos if w > 0 else w / neg
+            for j in range(level[i]):
+                f = index[i, j]
+                if f >= 0 and f < k:
+                    x[f] += w * values[j, i]
+            real += w * r_sum[i]
+        if hedged[p]:
+            for f in range(k):
+                real -= x[f] * f_sum[f]
+        out[p] = real

@@ -118,6 +118,7 @@ class PlanOutline:
     flat: FlatFactors
     shared: SharedFactors
     returns_excluded: int
+    is_stock: np.ndarray  # (n,) the master's stocks (`PlanShape.is_stock`)
 
 
 def plan_outline(
@@ -143,4 +144,5 @@ def plan_outline(
             factors=factors, market=flat.market, flat_returns=flat.returns, params=shape.params
         ),
         returns_excluded=returns_excluded,
+        is_stock=shape.is_stock,
     )

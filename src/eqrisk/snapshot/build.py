@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -17,7 +16,6 @@ from eqrisk.data.ingested import Stored, read_panel, read_rows
 from eqrisk.data.master import Mappings
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel
 from eqrisk.data.share_classes import read_share_classes
-from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
@@ -30,8 +28,7 @@ from eqrisk.snapshot import incremental, tail, unchanged
 from eqrisk.snapshot.block_inputs import BlockSource, InMemory, StreamedPlan
 from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
-from eqrisk.snapshot.risk_evaluation import risk_accuracy
-from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskInputs, risk_resumes
+from eqrisk.snapshot.risk_store import RiskInputs, risk_resumes
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
 from eqrisk.snapshot.universe import check_universe, open_universe, streamed_build
@@ -58,7 +55,6 @@ def build_snapshot(
     dask_workers: int | None = None,
     block_rows: int = 1024,
     full: bool = False,
-    accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
     store: VersionStore | None = None,
     block_symbols: int | None = None,
@@ -86,10 +82,10 @@ def build_snapshot(
     `dask_min_cells` (symbols x sessions); any other is a full Dask build, planned one slice of
     sessions at a time (`universe.streamed_build`), as is every build that reuses nothing.
 
-    `accuracy` measures the risk forecast out of sample on the whole data set
-    (`risk_evaluation.risk_accuracy`: bias statistics and rolling MAD per family of portfolios)
-    and stores the record in the manifest (`risk_accuracy`); without it an incremental build
-    carries the previous version's record forward (its `period` says what it covers).
+    Every build stores the risk forecast's accuracy record in the manifest (`risk_accuracy`):
+    bias statistics and 12-month deviations per family of portfolios, kept as a running state
+    beside the risk model's (`accuracy_store`), so an incremental build adds its new sessions'
+    outcomes only and its record equals a full build's, bit for bit.
 
     With `skip_unchanged` (`eqrisk build`), raises `unchanged.NothingNew` when the current
     version was built from the same data and settings (unless `full`, `accuracy` or `force`):
@@ -137,12 +133,12 @@ def build_snapshot(
         )
 
     manifest = None
-    if not full and not accuracy:
+    if not full:
         manifest = _publish_tail(
             found, raw_master, classes, proof, params, previous, force, say, publish_on
         )
     whole = full or previous is None or previous.snapshot is None
-    if manifest is None and (whole or dask is not None) and not accuracy:
+    if manifest is None and (whole or dask is not None):
         # A build that cannot reuse anything (--full, or no version yet), or a Dask build that
         # reads the whole history, plans the model one slice of sessions at a time and each
         # block reads its own rows: the builder holds no (n x T) array.
@@ -169,7 +165,6 @@ def build_snapshot(
             dask_workers=dask_workers,
             block_rows=block_rows,
             full=full,
-            accuracy=accuracy,
             rows=rows,
         )
     seconds = time.perf_counter() - started
@@ -244,7 +239,6 @@ def publish_panel(
     dask_workers: int | None = None,
     block_rows: int = 1024,
     full: bool = False,
-    accuracy: bool = False,
     progress: Callable[[str], None] | None = None,
     previous: Previous | None = None,
     block_symbols: int = BLOCK_SYMBOLS,
@@ -294,19 +288,6 @@ def publish_panel(
         rows = _feeding(rows, fed)
     build: dict[str, Any]
 
-    def _accuracy(result: ModelResult) -> dict[str, Any]:
-        say("measuring the risk forecast's accuracy on the whole data set")
-        needed = ("return", "vol_23d", *HEDGE_FIELDS)
-        dense = {name: np.asarray(result.metrics[name], dtype=np.float64) for name in needed}
-        return risk_accuracy(
-            panel,
-            master,
-            params,
-            RiskParams(),
-            exclude=breaks,
-            result=replace(result, metrics=dense),
-        )
-
     def publish(
         result: ModelResult, *, staged: Staged | None = None, reused: SnapshotContent | None = None
     ) -> dict[str, Any]:
@@ -329,7 +310,6 @@ def publish_panel(
             risk=reused.risk
             if reused is not None and reused.risk is not None
             else RiskInputs.of(source.plan),
-            risk_accuracy=_accuracy(result) if accuracy else _carried(reuse),
         )
         return store.write(content, keep=keep, progress=say)
 
@@ -406,14 +386,6 @@ def _feeding(rows: RowReader, fed: incremental.RowDigests) -> RowReader:
         return got
 
     return read
-
-
-def _carried(reuse: Reuse | None) -> dict[str, Any] | None:
-    """The previous version's accuracy record, carried by an incremental build."""
-    if reuse is None:
-        return None
-    record = reuse.manifest.get("risk_accuracy")
-    return dict(record) if isinstance(record, dict) else None
 
 
 def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:

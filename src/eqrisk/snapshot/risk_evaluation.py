@@ -44,6 +44,16 @@ READING = {
     "23-session volatilities, sum |w_i| s_i (no diversification; the hedge's ETF legs are "
     "positions)",
 }
+RUNNING_READING = {
+    "mad_12m": "mean absolute deviation from 1 of b over 12-month windows (12 blocks of 21 "
+    "sessions from the first evaluated session, one a month, each counted once complete): "
+    "lower is better; `mad_12m_floor` is what a forecast right on every session would still "
+    "show with these fat tails (from each row's daily kurtosis)",
+    "worst_12m": "the highest median b (over the family's rows) of a 12-month window: the "
+    "year the risk was most under-stated",
+    "previous_model": "the same figures of the model before the current one (the ETF layer "
+    "alone once the second layer is served); null while the build serves only one model",
+}
 FAMILY_TEXT = {
     "single_stocks": "single stocks (median over stocks of each one's figure)",
     "random_long_only": "100 random long-only portfolios of 50 stocks",
@@ -115,6 +125,21 @@ def style_inputs(panel: Panel, symbols: np.ndarray, stocks: np.ndarray) -> Style
     turnover = np.where(np.isfinite(turnover) & (turnover > 0), turnover, np.nan)
     has_volume = bool(np.isfinite(turnover).any())
     return StyleInputs(cap=cap, turnover=turnover if has_volume else None, stocks=stocks)
+
+
+def stored_record(
+    running: dict[str, Any], sessions: np.ndarray | pd.Index, params: RiskParams
+) -> dict[str, Any]:
+    """The record every build stores (`accuracy_store.figures` of the running state: its
+    first and last session indexes and the figures), in `accuracy_record`'s form."""
+    days = pd.DatetimeIndex(np.asarray(sessions)[int(running["first"]) : int(running["last"]) + 1])
+    record = accuracy_record(running["horizons"], days, params)
+    record["reading"] = {**record["reading"], **RUNNING_READING}
+    record["computed"] = (
+        "incrementally by every build: each build adds its new sessions' outcomes to the "
+        "running state the previous version stored (docs/decisions/risk-forecast.md)"
+    )
+    return record
 
 
 def accuracy_record(

@@ -8,7 +8,8 @@ Layout, under `<version>/risk/`, per time chunk c of the version's chunk grid (s
 - `cov-<c>.npy` (sessions, K, K): F of each session of the chunk;
 - `<field>-<c>.npy` (n, sessions) for each of `RISK_FIELDS`;
 - `state-<c>.npz`: the model's resumable state before the chunk's first session (c >= 1);
-- `fidx.npy` (n, 3): each row's market, sector and subsector factor (-1 = none).
+- `fidx.npy` (n, 3): each row's market, sector and subsector factor (-1 = none);
+- `accuracy-<c>.npz`: the accuracy record's running state before chunk c (`accuracy_store`).
 
 The manifest's `risk` block names the factors (keys and levels), the settings and the files.
 The build runs the model chunk by chunk, each run resumed from the state the previous one
@@ -45,6 +46,15 @@ from eqrisk.model.run import LEVEL_HR, ModelPlan, ModelResult
 from eqrisk.model.specific import SpecificState
 from eqrisk.model.styles import StyleParams
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.accuracy_store import (
+    ACCURACY_LAYOUT,
+    accuracy_rel,
+    chunk_step,
+    load_state,
+    save_state,
+    start_state,
+)
+from eqrisk.snapshot.accuracy_store import figures as accuracy_figures
 from eqrisk.snapshot.risk_layer import (
     NEXT_FIELDS,
     is_next,
@@ -178,6 +188,7 @@ def _identity(inputs: RiskInputs) -> dict[str, Any]:
     styles = [] if params.styles is None else params.styles.factor_names
     return {
         "layout": RISK_LAYOUT,
+        "accuracy": ACCURACY_LAYOUT,
         "keys": [*inputs.keys, *styles],
         "params": {**params.describe(), "level": params.level},
     }
@@ -273,6 +284,7 @@ def write_risk(
     k_etf = len(inputs.keys)
     block: dict[str, Any] = {
         "layout": identity["layout"],
+        "accuracy": identity["accuracy"],
         "keys": identity["keys"],
         "levels": [
             LEVEL_NAMES[lv - 1] if lv > 0 else None
@@ -298,8 +310,13 @@ def write_risk(
                 chunks.link_unread(folder, _rel(prefix, c), previous)
             if c >= 1:
                 chunks.link_unread(folder, _rel("state", c, "npz"), previous)
+                chunks.link_unread(folder, accuracy_rel(c), previous)
         chunks.link_unread(folder, _rel("state", c0, "npz"), previous)
+        chunks.link_unread(folder, accuracy_rel(c0), previous)
         state = state_from_npz(folder / _rel("state", c0, "npz"))
+        tracked = load_state(folder / accuracy_rel(c0))
+    else:
+        tracked = start_state(inputs.fidx, stocks, inputs.keys)
     if max(grid.cols(c0)[0] - history, 0) < inputs.first:
         raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s run")
     for c in range(c0, grid.chunks):
@@ -318,6 +335,9 @@ def write_risk(
         for prefix, values in save_layer(model).items():
             _save(folder, _rel(prefix, c), values, previous)
         state = model.state.moved(first)
+        etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
+        tracked = chunk_step(tracked, model, fields, etf, lo, hi)
+        save_state(folder, c + 1, tracked, previous)
         chunks.close_files(fields)
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).
@@ -331,6 +351,7 @@ def write_risk(
         chunks.close_files(fields)
         block["next"] = _next_date(sessions)
     block["linked_chunks"] = c0
+    block["accuracy_record"] = accuracy_figures(tracked)  # tables: the `risk_accuracy`
     return block
 
 

@@ -225,7 +225,12 @@ def write_content(
         "build": content.build or {"mode": "full"},
     }
     if risk is not None:
+        from eqrisk.snapshot.risk_evaluation import stored_record
+
+        running = risk.pop("accuracy_record", None)
         manifest["risk"] = risk
+        if running is not None:
+            manifest["risk_accuracy"] = stored_record(running, sessions, content.risk.params)
     if content.risk_accuracy is not None:
         manifest["risk_accuracy"] = content.risk_accuracy
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))

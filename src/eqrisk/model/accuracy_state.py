@@ -1,0 +1,372 @@
+"""The accuracy record kept as a running state: every build adds the outcomes of its new
+sessions to the sums the previous build left, so the record never recomputes the history.
+Pure: arrays in, arrays out (the snapshot stores the state, `snapshot.risk_store`).
+
+The measure is `accuracy`'s (bias statistic b = std(R_t / s_t), the same families of
+portfolios, the weighted-volatility baseline), arranged so that it can run forward:
+
+- whole period: per row the count, sum and sum of squares of z = R / s (b from them, ddof 1);
+- 12-month windows: the outcomes from the first evaluated session on in blocks of 21 (one a
+  month); a window is 12 consecutive blocks, complete when its last block is, so a window
+  never changes once counted (`accuracy.rolling_bias` places them back from the last session
+  instead, which moves them every day). Per row the sum of |b_w - 1| over complete windows
+  gives the MAD; per family the highest median b of a window is its worst 12 months;
+- 21-day outcomes: the forecast of session s is known at s, its outcome at s + 20. The state
+  keeps the last `TAIL` sessions' positions (members available, exposures), returns and
+  forecasts, so that a step finishes the outcomes its sessions complete;
+- the random books' memberships are drawn once (`make_portfolios`, seed 0) and kept.
+
+Every sum is added session by session in time order, so a run split anywhere (one chunk of
+sessions per step, or a daily build resuming yesterday's state) gives the same bits as one run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from eqrisk.model.accuracy import (
+    FAMILIES,
+    HEDGED_SIZES,
+    MONTH,
+    YEAR,
+    Portfolios,
+    make_portfolios,
+)
+from eqrisk.model.outcome_kernel import held_returns, portfolio_days
+from eqrisk.model.risk_model import RiskModel
+
+HORIZONS = (1, 21)
+KINDS = ("model", "baseline")
+TAIL = 23  # sessions kept: the 21-day horizon's 20 and the baseline's 23-session volatility
+FACTOR_VOL_MIN_OBS = 16  # as the stocks' vol_23d (`run.VOL_SHORT_MIN_OBS`)
+BLOCKS = YEAR // MONTH  # 12 blocks of 21 outcomes make a window
+ROW_FAMILIES = ("single_stocks", *FAMILIES)
+
+
+@dataclass
+class Running:
+    """The sums of one horizon and one forecast (model or baseline) over R rows."""
+
+    count: np.ndarray  # (R,)
+    s1: np.ndarray  # (R,) sum of z
+    s2: np.ndarray  # (R,) sum of z^2
+    s4: np.ndarray  # (R,) sum of z^4 (the tails, for the floor)
+    blocks: np.ndarray  # (BLOCKS, 3, R): count, s1, s2 of the last 12 blocks (ring)
+    mad_sum: np.ndarray  # (R,) sum over complete windows of |b_w - 1|
+    mad_count: np.ndarray  # (R,)
+    worst: np.ndarray  # (len(ROW_FAMILIES),) highest median b of a window, NaN = none yet
+    outcomes: int = 0  # outcomes added (sessions from the first evaluated one)
+
+    @classmethod
+    def empty(cls, rows: int) -> Running:
+        z = np.zeros(rows)
+        return cls(z.copy(), z.copy(), z.copy(), z.copy(), np.zeros((BLOCKS, 3, rows)),
+                   z.copy(), z.copy(), np.full(len(ROW_FAMILIES), np.nan))  # fmt: skip
+
+    def add(self, z: np.ndarray, family: np.ndarray) -> None:
+        """Add one session's outcomes (NaN = none for that row)."""
+        ok = np.isfinite(z)
+        v = np.where(ok, z, 0.0)
+        j, pos = divmod(self.outcomes, MONTH)
+        ring = self.blocks[j % BLOCKS]
+        if pos == 0:
+            ring[:] = 0.0
+        for sums, term in ((self.count, ok.astype(np.float64)), (self.s1, v), (self.s2, v * v)):
+            sums += term
+        self.s4 += (v * v) * (v * v)
+        ring[0] += ok
+        ring[1] += v
+        ring[2] += v * v
+        self.outcomes += 1
+        if pos == MONTH - 1 and j >= BLOCKS - 1:
+            self._window_done(j, family)
+
+    def _window_done(self, j: int, family: np.ndarray) -> None:
+        order = [(j - BLOCKS + 1 + a) % BLOCKS for a in range(BLOCKS)]
+        sums = np.zeros((3, self.blocks.shape[2]))
+        for a in order:
+            sums += self.blocks[a]
+        b = _std(sums[0], sums[1], sums[2], YEAR // 2)
+        ok = np.isfinite(b)
+        self.mad_sum += np.where(ok, np.abs(b - 1.0), 0.0)
+        self.mad_count += ok
+        for f in range(len(ROW_FAMILIES)):
+            at = ok & (family == f)
+            if at.any():
+                med = float(np.median(b[at]))
+                if not med <= self.worst[f]:  # NaN (none yet) or higher
+                    self.worst[f] = med
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "count": self.count, "s1": self.s1, "s2": self.s2, "s4": self.s4,
+            "blocks": self.blocks, "mad_sum": self.mad_sum, "mad_count": self.mad_count,
+            "worst": self.worst, "outcomes": np.array(self.outcomes, dtype=np.int64),
+        }  # fmt: skip
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray]) -> Running:
+        def f(k: str) -> np.ndarray:
+            return np.array(a[k], dtype=np.float64)
+
+        return cls(f("count"), f("s1"), f("s2"), f("s4"), f("blocks"), f("mad_sum"),
+                   f("mad_count"), f("worst"), outcomes=int(a["outcomes"]))  # fmt: skip
+
+
+def _std(count: np.ndarray, s1: np.ndarray, s2: np.ndarray, min_obs: int) -> np.ndarray:
+    """Standard deviation (ddof 1) from the sums, NaN below `min_obs` observations."""
+    out = np.full(count.shape, np.nan)
+    ok = count >= max(min_obs, 2)
+    c = count[ok]
+    var = (s2[ok] - s1[ok] * s1[ok] / c) / (c - 1.0)
+    out[ok] = np.sqrt(np.maximum(var, 0.0))
+    return out
+
+
+@dataclass
+class AccuracyState:
+    """Where the accuracy record stopped: resume `accuracy_step` with it at `session`."""
+
+    session: int  # the next session to add (every forecast of a session before it is in)
+    first: int  # the first evaluated forecast session (the model's first + one year)
+    n: int  # stock rows; rows n .. n + P - 1 are the portfolios
+    portfolios: Portfolios
+    family: np.ndarray  # (n + P,) index into ROW_FAMILIES, -1 = not counted
+    tail: dict[str, np.ndarray]  # the last TAIL sessions' inputs (`_TAIL_FIELDS`)
+    sums: dict[str, Running] = field(default_factory=dict)  # "<h>d/<kind>"
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {
+            "session": np.array(self.session, dtype=np.int64),
+            "first": np.array(self.first, dtype=np.int64),
+            "n": np.array(self.n, dtype=np.int64),
+            "p_weights": self.portfolios.weights,
+            "p_hedged": self.portfolios.hedged,
+            "p_family": np.array(self.portfolios.family, dtype=str),
+            "family": self.family,
+        }
+        out.update({f"tail_{k}": v for k, v in self.tail.items()})
+        for key, run in self.sums.items():
+            out.update({f"sum_{key}_{k}": v for k, v in run.to_arrays().items()})
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray]) -> AccuracyState:
+        ports = Portfolios(
+            [str(f) for f in a["p_family"].tolist()],
+            np.array(a["p_weights"], dtype=np.float64),
+            np.array(a["p_hedged"], dtype=bool),
+        )
+        sums = {}
+        for key in _keys():
+            prefix = f"sum_{key}_"
+            sums[key] = Running.from_arrays({k[len(prefix):]: v for k, v in a.items()
+                                             if k.startswith(prefix)})  # fmt: skip
+        tail = {k[5:]: np.array(v) for k, v in a.items() if k.startswith("tail_")}
+        return cls(int(a["session"]), int(a["first"]), int(a["n"]), ports,
+                   np.array(a["family"], dtype=np.int64), tail, sums)  # fmt: skip
+
+
+def _keys() -> list[str]:
+    return [f"{h}d/{kind}" for h in HORIZONS for kind in KINDS]
+
+
+def new_state(stocks: np.ndarray, sectors: np.ndarray, n_factors: int, *, first: int = YEAR,
+              seed: int = 0) -> AccuracyState:  # fmt: skip
+    """The state before session 0: the portfolios drawn (`make_portfolios` with the hedged
+    books of HEDGED_SIZES), nothing added. `stocks` (n,) bool, `sectors` (n,) int (-1 = none),
+    `n_factors`: the ETF-layer factors (the hedge's legs)."""
+    ports = make_portfolios(stocks, sectors, hedged_sizes=HEDGED_SIZES, seed=seed)
+    n, p = len(stocks), len(ports.family)
+    family = np.full(n + p, -1, dtype=np.int64)
+    family[:n][stocks] = 0
+    family[n:] = [ROW_FAMILIES.index(f) for f in ports.family]
+    tail = {
+        "avail": np.zeros((n, TAIL), dtype=bool),
+        "level": np.zeros((n, TAIL), dtype=np.int64),
+        "values": np.zeros((3, n, TAIL)),
+        "r": np.full((n, TAIL), np.nan),
+        "f": np.full((n_factors, TAIL), np.nan),
+        "model": np.full((n + p, TAIL), np.nan),
+        "baseline": np.full((n + p, TAIL), np.nan),
+    }
+    sums = {key: Running.empty(n + p) for key in _keys()}
+    return AccuracyState(0, first, n, ports, family, tail, sums)
+
+
+def _available(model: RiskModel, returns: np.ndarray) -> np.ndarray:
+    """(n, S) a member counts on session t with a forecast and a return on t (as
+    `accuracy.portfolio_outcomes`)."""
+    level = model.exposures.level
+    avail: np.ndarray = (level > 0) & np.isfinite(model.specific.var) & np.isfinite(returns)
+    index = model.exposures.index
+    diag_ok = np.isfinite(np.diagonal(model.factor_cov.cov, axis1=1, axis2=2)).T
+    for j in range(3):
+        idx = index[:, j]
+        has = idx >= 0
+        avail[has] &= ~(level[has] > j) | diag_ok[idx[has]]
+    return avail
+
+
+def _factor_vol(f: np.ndarray) -> np.ndarray:
+    """(K, S) the 23-session volatility of each factor up to the session before each column
+    of f[:, TAIL:] (ddof 1, at least FACTOR_VOL_MIN_OBS returns), one window at a time."""
+    k, total = f.shape
+    out = np.full((k, total - TAIL), np.nan)
+    for c in range(TAIL, total):
+        w = np.ascontiguousarray(f[:, c - TAIL : c])
+        ok = np.isfinite(w)
+        cnt = ok.sum(axis=1)
+        has = cnt >= FACTOR_VOL_MIN_OBS
+        if has.any():
+            v = np.where(ok, w, 0.0)[has]
+            mean = v.sum(axis=1) / cnt[has]
+            d = np.where(ok[has], v - mean[:, None], 0.0)
+            out[has, c - TAIL] = np.sqrt((d * d).sum(axis=1) / (cnt[has] - 1))
+    return out
+
+
+def accuracy_step(
+    state: AccuracyState,
+    model: RiskModel,
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    vol_before: np.ndarray,
+) -> AccuracyState:
+    """The state after the sessions of `model` (its forecast sessions, which must start at
+    `state.session`): `returns` (n x S) and `factor_returns` (K_etf x S) of those sessions,
+    `vol_before` (n x S) each stock's daily 23-session volatility of the session before."""
+    s_count = returns.shape[1]
+    n, ports = state.n, state.portfolios
+    members, weights = ports.members()
+    avail = _available(model, returns)
+    level = model.exposures.level.astype(np.int64)
+    values = np.ascontiguousarray(model.exposures.values, dtype=np.float64)
+    index = model.exposures.index.astype(np.int64)
+    f_ext = np.concatenate([state.tail["f"], factor_returns], axis=1)
+    fbase = _factor_vol(f_ext)
+    cov = model.factor_cov.cov
+    style = model.exposures.style
+    if style is None:
+        style = np.zeros((0, n, s_count))
+    p = len(ports.family)
+    real1, model1, base1 = (np.full((p, s_count), np.nan) for _ in range(3))
+    portfolio_days(members, weights, ports.hedged, avail, index, level, values, cov,
+                   model.specific.var, np.nan_to_num(returns), np.nan_to_num(factor_returns),
+                   vol_before, fbase, style, real1, model1, base1)  # fmt: skip
+    forecast = {
+        "model": np.vstack([model.predicted["risk_total_vol"], model1]),
+        "baseline": np.vstack([vol_before, base1]),
+    }
+    realised = np.vstack([np.where(np.isfinite(returns), returns, np.nan), real1])
+    t0 = state.session
+    for c in range(s_count):
+        if t0 + c >= state.first:
+            for kind in KINDS:
+                _add(state, 1, kind, realised[:, c], forecast[kind][:, c])
+    ext = {
+        "avail": np.concatenate([state.tail["avail"], avail], axis=1),
+        "level": np.concatenate([state.tail["level"], level], axis=1),
+        "values": np.concatenate([state.tail["values"], values], axis=2),
+        "r": np.concatenate([state.tail["r"], returns], axis=1),
+        "f": f_ext,
+        **{k: np.concatenate([state.tail[k], forecast[k]], axis=1) for k in KINDS},
+    }
+    h = HORIZONS[-1]
+    # Starts s whose horizon ends in these sessions: s + h - 1 in [t0, t0 + S).
+    for s in range(t0 - h + 1, t0 + s_count - h + 1):
+        if s < max(state.first, 0):
+            continue
+        e = s - (t0 - TAIL)
+        r_sum = np.zeros(n)
+        f_sum = np.zeros(f_ext.shape[0])
+        for a in range(h):
+            r_sum += np.nan_to_num(ext["r"][:, e + a])
+            f_sum += np.nan_to_num(ext["f"][:, e + a])
+        held = np.full(p, np.nan)
+        held_returns(members, weights, ports.hedged, ext["avail"][:, e], index,
+                     ext["level"][:, e], ext["values"][:, :, e], r_sum, f_sum, held)  # fmt: skip
+        stock = np.where(np.isfinite(ext["r"][:, e]), r_sum, np.nan)
+        real = np.concatenate([stock, held])
+        scale = np.sqrt(h)
+        for kind in KINDS:
+            _add(state, h, kind, real, ext[kind][:, e] * scale)
+    state.tail = {k: np.ascontiguousarray(v[..., -TAIL:]) for k, v in ext.items()}
+    state.session = t0 + s_count
+    return state
+
+
+def _add(state: AccuracyState, h: int, kind: str, real: np.ndarray, fc: np.ndarray) -> None:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = real / fc
+    z[~np.isfinite(z)] = np.nan
+    state.sums[f"{h}d/{kind}"].add(z, state.family)
+
+
+def _median(x: np.ndarray) -> float | None:
+    x = x[np.isfinite(x)]
+    return round(float(np.median(x)), 4) if len(x) else None
+
+
+def _round(x: float) -> float | None:
+    return round(float(x), 4) if np.isfinite(x) else None
+
+
+def figures_of(state: AccuracyState) -> dict[str, dict[str, Any]]:
+    """Per horizon and family the record's figures (`accuracy._figures`' keys): members
+    and observations (rows with a whole-period b, at least a year of outcomes), the band,
+    model and baseline b, MAD 12m and worst 12m, `previous_model` (the figures of the model
+    before the current one, null until it is measured beside it) and the MAD floor a right
+    forecast would show with these tails (from each row's daily kurtosis, below)."""
+    out: dict[str, dict[str, Any]] = {}
+    daily = state.sums[f"{HORIZONS[0]}d/model"]
+    for h in HORIZONS:
+        figures: dict[str, Any] = {}
+        for f, name in enumerate(ROW_FAMILIES):
+            rows = np.flatnonzero(state.family == f)
+            if not len(rows):
+                continue
+            entry: dict[str, Any] = {}
+            kept = np.ones(len(rows), dtype=bool)
+            for kind in KINDS:
+                run = state.sums[f"{h}d/{kind}"]
+                whole = _std(run.count[rows], run.s1[rows], run.s2[rows], YEAR)
+                if kind == "model":
+                    kept = np.isfinite(whole)
+                    entry["members"] = int(kept.sum())
+                    obs = run.count[rows[kept]]
+                    entry["observations"] = int(np.median(obs)) if len(obs) else 0
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    mad = run.mad_sum[rows[kept]] / run.mad_count[rows[kept]]
+                entry[kind] = {
+                    "bias": _median(whole[kept]),
+                    "mad_12m": _median(mad),
+                    "worst_12m": _round(run.worst[f]),
+                }
+            entry["previous_model"] = None
+            half = float(np.sqrt(2.0 / max(entry["observations"] / h, 1.0)))
+            entry["band"] = [round(1.0 - half, 4), round(1.0 + half, 4)]
+            entry["mad_12m_floor"] = _median(_floor(daily, rows[kept], h))
+            figures[name] = entry
+        out[f"{h}d"] = figures
+    return out
+
+
+def _floor(daily: Running, rows: np.ndarray, h: int) -> np.ndarray:
+    """The MAD from 1 of b over 12-month windows that a forecast right on every session would
+    still show: b of T = 252 / h independent outcomes has a standard deviation of about
+    sqrt((kappa - 1) / (4 T)), kappa the outcomes' kurtosis (that of an h-day sum of daily z of
+    kurtosis k1: 3 + (k1 - 3) / h), and a normal deviation's mean absolute value is
+    sqrt(2 / pi) of its standard deviation."""
+    c = daily.count[rows]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m2 = daily.s2[rows] / c
+        k1 = (daily.s4[rows] / c) / (m2 * m2)
+    kappa = 3.0 + (k1 - 3.0) / h
+    floor: np.ndarray = np.sqrt(2.0 / np.pi) * np.sqrt(
+        np.maximum(kappa - 1.0, 0.0) / (4.0 * YEAR / h)
+    )
+    return floor
