@@ -349,7 +349,8 @@ def test_resources_are_the_model_documentation_and_the_served_lineage(
     assert lineage["model_version"] == health["model_version"]
     assert lineage["data_as_of"] == health["data_as_of"]
     assert lineage["universe_size"] > 100 and lineage["method"]["window"] == 252
-    assert lineage["risk_accuracy"] == health["risk_accuracy"]  # null: built without --accuracy
+    assert lineage["risk_accuracy"] == health["risk_accuracy"]  # every build stores it
+    assert lineage["risk_accuracy"]["horizons"]["21d"]["hedged_l3_200"]["model"]["bias"] > 0
 
 
 # ------------------------------------------------------------------------------ the endpoint

@@ -82,8 +82,9 @@ def test_health_needs_no_key_and_names_the_served_version(client, snap):
         "status": "ok",
         "model_version": snap.version,
         "data_as_of": snap.manifest["data_as_of"],
-        "risk_accuracy": None,  # the demo is built without --accuracy
+        "risk_accuracy": snap.manifest["risk_accuracy"],  # every build stores it (issue 34)
     }
+    assert resp.json()["risk_accuracy"]["horizons"]["1d"]["single_stocks"]["members"] > 100
     assert_from_snapshot(resp, snap)
 
 

@@ -316,9 +316,10 @@ class HealthResponse(BaseModel):
     risk_accuracy: dict[str, Any] | None = Field(
         None,
         description=(
-            "The risk forecast's out-of-sample accuracy on the snapshot's data (bias statistic "
-            "and rolling 12-month MAD per family of portfolios, next to the baseline), as "
-            "measured by `eqrisk build --accuracy`; null when the snapshot carries none."
+            "The risk forecast's out-of-sample accuracy on the snapshot's data (bias statistic, "
+            "12-month MAD and worst 12-month window per family of portfolios at 1 and 21 "
+            "days, next to the baseline), which every build stores; null for a version built "
+            "before builds stored it."
         ),
     )
 

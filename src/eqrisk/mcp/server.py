@@ -88,13 +88,13 @@ def build(connect: Connect) -> EqriskMCP:
         name="lineage",
         title="The served model version",
         description="The current snapshot's version, data date, source, universe and method, "
-        "and the risk forecast's measured accuracy (bias statistics) where the build measured it.",
+        "and the risk forecast's measured accuracy (bias statistics), which every build stores.",
         mime_type="application/json",
     )
     async def lineage() -> str:
         # A static resource gets no request context: the configured key (mounted: the demo
         # key) asks the free estimate, whose answer carries the lineage as every answer does.
-        # The risk forecast's accuracy on the snapshot's data (when it was measured) comes with
+        # The risk forecast's accuracy on the snapshot's data (every build stores it) comes with
         # the version from the free /api/health.
         async with connect(None, None) as client:
             answer = await client.estimate("tickers")
