@@ -14,6 +14,8 @@ from eqrisk.settings import Settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 CONFIGURATION = README.parent / "docs" / "CONFIGURATION.md"  # the settings table, linked
+ANSWERS = README.parent / "docs" / "decisions" / "answers.md"  # the error table, linked
+README_MAX_LINES = 350  # the user's guide stays short: details go to docs/decisions/<topic>.md
 ROW = re.compile(r"^\| `(GET|POST) (/[^`]*)` \| (A|B) \| `([^`]+)` \| (.+?) \|$")
 
 
@@ -43,7 +45,9 @@ def documented_settings(text: str | None = None) -> list[str]:
 
 
 def documented_errors(text: str | None = None) -> dict[str, int]:
-    """The README's error table: code -> status."""
+    """The error table (docs/decisions/answers.md, which the README's Errors section links):
+    code -> status."""
+    text = ANSWERS.read_text() if text is None else text
     rows = filter(None, map(ERROR_ROW.match, section("Errors", text)))
     return {m.group(1): int(m.group(2)) for m in rows}
 
@@ -102,7 +106,7 @@ def test_a_missing_setting_or_error_code_would_fail_the_checks() -> None:
     assert set(documented_settings(text)) - set(documented_settings(without)) == {
         "EQRISK_MARKET_ETF"
     }
-    text = README.read_text()
+    text = ANSWERS.read_text()
     without = text.replace("| `NO_DATA` | 404 |", "| `NO_DATA` | 410 |")
     assert documented_errors(without)["NO_DATA"] == 410 != documented_errors(text)["NO_DATA"]
 
@@ -196,7 +200,7 @@ def test_every_route_the_app_registers_is_named_in_the_docs() -> None:
 
 def test_every_error_code_the_api_emits_is_in_the_error_table() -> None:
     """Every code literal passed to the error helpers under src/eqrisk/api is in CODES (which
-    they look up, so nothing else can be sent), and every code of CODES is in the README."""
+    they look up, so nothing else can be sent), and every code of CODES is in the error table."""
     import ast
 
     helpers = {"ApiError", "problem_response", "problem_body", "raw_problem", "_problem"}
@@ -303,3 +307,10 @@ def test_the_first_screen_says_the_python_it_needs_and_two_commands() -> None:
     blocks = [block.strip() for _, block in SHELL.findall(first)]
     assert len(blocks) == 2, blocks
     assert blocks[0].endswith("eqrisk demo") and blocks[1].endswith("python -m pytest")
+
+
+def test_the_readme_stays_a_short_guide() -> None:
+    """Issue 34: at most README_MAX_LINES lines; the error table is a link away."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    assert "docs/decisions/answers.md#errors" in "\n".join(section("Errors", text))

@@ -198,7 +198,7 @@ app = typer.Typer(
 # Commands that work on an existing home: a missing one is a typo or a lost mount, never a
 # new home to create (only `ingest` and `demo` create one).
 NEEDS_HOME = frozenset(
-    {"build", "update", "serve", "snapshots", "export", "evaluate", "mcp", "fetch"}
+    {"build", "update", "serve", "snapshots", "export", "evaluate", "mcp", "fetch", "model-quality"}
 )
 
 

@@ -5,6 +5,9 @@ what it measures and which way is better; progress on stderr."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -174,3 +177,41 @@ def _print_hedges(estimators: list[dict[str, Any]]) -> None:
             n = next(iter(levels.values()))["stocks"]
             table.add_row(item["estimator"], universe.replace("_", " "), str(n), *cells)
     out.print(table)
+
+
+@app.command("model-quality")
+def model_quality(
+    readme: Annotated[
+        Path | None,
+        typer.Option(help="Write the summary table between the markers of this README."),
+    ] = None,
+    docs: Annotated[
+        Path | None,
+        typer.Option(help="Write the full tables between the markers of this page."),
+    ] = None,
+    full: Annotated[bool, typer.Option("--full", help="Print the full tables.")] = False,
+) -> None:
+    """The current snapshot's accuracy record (which every build stores) as the README's
+    "Model quality" table (`--full`: docs/decisions/risk-forecast.md's tables); with --readme
+    or --docs, written between those files' model-quality markers."""
+    from eqrisk.snapshot.quality_table import NoMarkers, between_markers, full_tables, summary_table
+    from eqrisk.snapshot.versions import current_version, snapshots_dir
+
+    home = effective_settings().home_dir
+    version = current_version(home)
+    if version is None:
+        raise fail("no snapshot: run `eqrisk build` first")
+    manifest = json.loads((snapshots_dir(home) / str(version) / "manifest.json").read_text())
+    if not manifest.get("risk_accuracy"):
+        raise fail(f"{version} carries no accuracy record: build again (every build stores it)")
+    short, tables = summary_table(manifest), full_tables(manifest)
+    for path, content in ((readme, short), (docs, tables)):
+        if path is None:
+            continue
+        try:
+            path.write_text(between_markers(path.read_text(), content))
+        except (NoMarkers, OSError) as exc:
+            raise fail(f"{path}: {exc}") from exc
+        print(f"wrote {path}", file=sys.stderr)
+    if readme is None and docs is None:
+        out.print(tables if full else short, markup=False, highlight=False, soft_wrap=True)
