@@ -35,7 +35,7 @@ from eqrisk.model.accuracy import (
     Portfolios,
     make_portfolios,
 )
-from eqrisk.model.outcome_kernel import held_returns, portfolio_days
+from eqrisk.model.outcome_kernel import accumulate, held_returns, portfolio_days
 from eqrisk.model.risk_model import RiskModel
 
 HORIZONS = (1, 21)
@@ -67,22 +67,20 @@ class Running:
                    z.copy(), z.copy(), np.full(len(ROW_FAMILIES), np.nan))  # fmt: skip
 
     def add(self, z: np.ndarray, family: np.ndarray) -> None:
-        """Add one session's outcomes (NaN = none for that row)."""
-        ok = np.isfinite(z)
-        v = np.where(ok, z, 0.0)
-        j, pos = divmod(self.outcomes, MONTH)
-        ring = self.blocks[j % BLOCKS]
-        if pos == 0:
-            ring[:] = 0.0
-        for sums, term in ((self.count, ok.astype(np.float64)), (self.s1, v), (self.s2, v * v)):
-            sums += term
-        self.s4 += (v * v) * (v * v)
-        ring[0] += ok
-        ring[1] += v
-        ring[2] += v * v
-        self.outcomes += 1
-        if pos == MONTH - 1 and j >= BLOCKS - 1:
-            self._window_done(j, family)
+        """Add the outcomes of consecutive sessions (R x S, NaN = none for that row), one
+        session after the other."""
+        c, n_s = 0, z.shape[1]
+        while c < n_s:
+            j, pos = divmod(self.outcomes, MONTH)
+            ring = self.blocks[j % BLOCKS]
+            if pos == 0:
+                ring[:] = 0.0
+            take = min(MONTH - pos, n_s - c)  # up to the end of the block
+            accumulate(z[:, c : c + take], self.count, self.s1, self.s2, self.s4, ring)
+            self.outcomes += take
+            c += take
+            if pos + take == MONTH and j >= BLOCKS - 1:
+                self._window_done(j, family)
 
     def _window_done(self, j: int, family: np.ndarray) -> None:
         order = [(j - BLOCKS + 1 + a) % BLOCKS for a in range(BLOCKS)]
@@ -213,20 +211,25 @@ def _available(model: RiskModel, returns: np.ndarray) -> np.ndarray:
 
 def _factor_vol(f: np.ndarray) -> np.ndarray:
     """(K, S) the 23-session volatility of each factor up to the session before each column
-    of f[:, TAIL:] (ddof 1, at least FACTOR_VOL_MIN_OBS returns), one window at a time."""
+    of f[:, TAIL:] (ddof 1, at least FACTOR_VOL_MIN_OBS returns). Each window is summed in
+    session order, so a column's value does not depend on the others."""
     k, total = f.shape
-    out = np.full((k, total - TAIL), np.nan)
-    for c in range(TAIL, total):
-        w = np.ascontiguousarray(f[:, c - TAIL : c])
-        ok = np.isfinite(w)
-        cnt = ok.sum(axis=1)
-        has = cnt >= FACTOR_VOL_MIN_OBS
-        if has.any():
-            v = np.where(ok, w, 0.0)[has]
-            mean = v.sum(axis=1) / cnt[has]
-            d = np.where(ok[has], v - mean[:, None], 0.0)
-            out[has, c - TAIL] = np.sqrt((d * d).sum(axis=1) / (cnt[has] - 1))
-    return out
+    width = total - TAIL
+    ok = np.isfinite(f)
+    v = np.where(ok, f, 0.0)
+    cnt = np.zeros((k, width))
+    s1 = np.zeros((k, width))
+    for a in range(TAIL):
+        cnt += ok[:, a : a + width]
+        s1 += v[:, a : a + width]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = s1 / cnt
+        ss = np.zeros((k, width))
+        for a in range(TAIL):
+            d = np.where(ok[:, a : a + width], v[:, a : a + width] - mean, 0.0)
+            ss += d * d
+        out = np.sqrt(ss / (cnt - 1.0))
+    return np.where(cnt >= FACTOR_VOL_MIN_OBS, out, np.nan)
 
 
 def accuracy_step(
@@ -263,10 +266,9 @@ def accuracy_step(
     }
     realised = np.vstack([np.where(np.isfinite(returns), returns, np.nan), real1])
     t0 = state.session
-    for c in range(s_count):
-        if t0 + c >= state.first:
-            for kind in KINDS:
-                _add(state, 1, kind, realised[:, c], forecast[kind][:, c])
+    skip = min(max(state.first - t0, 0), s_count)  # sessions before the first evaluated one
+    for kind in KINDS:
+        _add(state, 1, kind, realised[:, skip:], forecast[kind][:, skip:])
     ext = {
         "avail": np.concatenate([state.tail["avail"], avail], axis=1),
         "level": np.concatenate([state.tail["level"], level], axis=1),
@@ -276,24 +278,28 @@ def accuracy_step(
         **{k: np.concatenate([state.tail[k], forecast[k]], axis=1) for k in KINDS},
     }
     h = HORIZONS[-1]
-    # Starts s whose horizon ends in these sessions: s + h - 1 in [t0, t0 + S).
-    for s in range(t0 - h + 1, t0 + s_count - h + 1):
-        if s < max(state.first, 0):
-            continue
-        e = s - (t0 - TAIL)
-        r_sum = np.zeros(n)
-        f_sum = np.zeros(f_ext.shape[0])
-        for a in range(h):
-            r_sum += np.nan_to_num(ext["r"][:, e + a])
-            f_sum += np.nan_to_num(ext["f"][:, e + a])
-        held = np.full(p, np.nan)
-        held_returns(members, weights, ports.hedged, ext["avail"][:, e], index,
-                     ext["level"][:, e], ext["values"][:, :, e], r_sum, f_sum, held)  # fmt: skip
-        stock = np.where(np.isfinite(ext["r"][:, e]), r_sum, np.nan)
-        real = np.concatenate([stock, held])
+    # Starts s whose horizon ends in these sessions: s + h - 1 in [t0, t0 + S), those before
+    # the first evaluated session left out; e: their columns in `ext`.
+    lo = max(t0 - h + 1, state.first, 0)
+    hi = t0 + s_count - h + 1
+    if hi > lo:
+        e0, width = lo - (t0 - TAIL), hi - lo
+        r_sum = np.zeros((n, width))
+        f_sum = np.zeros((f_ext.shape[0], width))
+        for a in range(h):  # each start's sum in the order of its sessions
+            r_sum += np.nan_to_num(ext["r"][:, e0 + a : e0 + a + width])
+            f_sum += np.nan_to_num(ext["f"][:, e0 + a : e0 + a + width])
+        held = np.full((p, width), np.nan)
+        cols = slice(e0, e0 + width)
+        held_returns(members, weights, ports.hedged, np.ascontiguousarray(ext["avail"][:, cols]),
+                     index, np.ascontiguousarray(ext["level"][:, cols]),
+                     np.ascontiguousarray(ext["values"][:, :, cols]), r_sum, f_sum,
+                     held)  # fmt: skip
+        stock = np.where(np.isfinite(ext["r"][:, cols]), r_sum, np.nan)
+        real = np.vstack([stock, held])
         scale = np.sqrt(h)
         for kind in KINDS:
-            _add(state, h, kind, real, ext[kind][:, e] * scale)
+            _add(state, h, kind, real, ext[kind][:, cols] * scale)
     state.tail = {k: np.ascontiguousarray(v[..., -TAIL:]) for k, v in ext.items()}
     state.session = t0 + s_count
     return state

@@ -92,45 +92,65 @@ def portfolio_days(
 
 @njit(cache=True)
 def held_returns(members, weights, hedged, avail, index, level, values, r_sum, f_sum, out):  # fmt: skip
-    """The realised return of each portfolio held from one session over a horizon: the
-    positions of that session (`portfolio_days`' weights: members in `avail` (n,), long weights
-    scaled to 1, short to -1, a hedged one selling its ETF exposure, `index` (n x 3), `level`
-    (n,), `values` (3 x n)) times the horizon's summed returns `r_sum` (n,) and `f_sum` (K,).
-    out (P,) is written where the portfolio has a member."""
+    """The realised return of each portfolio held from each of S sessions over a horizon: the
+    positions of that session (`portfolio_days`' weights: members in `avail` (n x S), long
+    weights scaled to 1, short to -1, a hedged one selling its ETF exposure; `index` (n x 3),
+    `level` (n x S), `values` (3 x n x S)) times the horizon's summed returns `r_sum` (n x S)
+    and `f_sum` (K x S). out (P x S) is written where the portfolio has a member."""
     n_p, n_m = members.shape
     k = f_sum.shape[0]
     x = np.zeros(k)
-    for p in range(n_p):
-        pos = 0.0
-        neg = 0.0
-        for a in range(n_m):
-            i = members[p, a]
-            if i < 0:
-                break
-            if avail[i]:
-                w = weights[p, a]
-                if w > 0:
-                    pos += w
-                else:
-                    neg -= w
-        if pos == 0.0 and neg == 0.0:
-            continue
-        x[:] = 0.0
-        real = 0.0
-        for a in range(n_m):
-            i = members[p, a]
-            if i < 0:
-                break
-            if not avail[i]:
+    for t in range(avail.shape[1]):
+        for p in range(n_p):
+            pos = 0.0
+            neg = 0.0
+            for a in range(n_m):
+                i = members[p, a]
+                if i < 0:
+                    break
+                if avail[i, t]:
+                    w = weights[p, a]
+                    if w > 0:
+                        pos += w
+                    else:
+                        neg -= w
+            if pos == 0.0 and neg == 0.0:
                 continue
-            w = weights[p, a]
-            w = w / pos if w > 0 else w / neg
-            for j in range(level[i]):
-                f = index[i, j]
-                if f >= 0 and f < k:
-                    x[f] += w * values[j, i]
-            real += w * r_sum[i]
-        if hedged[p]:
-            for f in range(k):
-                real -= x[f] * f_sum[f]
-        out[p] = real
+            x[:] = 0.0
+            real = 0.0
+            for a in range(n_m):
+                i = members[p, a]
+                if i < 0:
+                    break
+                if not avail[i, t]:
+                    continue
+                w = weights[p, a]
+                w = w / pos if w > 0 else w / neg
+                for j in range(level[i, t]):
+                    f = index[i, j]
+                    if f >= 0 and f < k:
+                        x[f] += w * values[j, i, t]
+                real += w * r_sum[i, t]
+            if hedged[p]:
+                for f in range(k):
+                    real -= x[f] * f_sum[f, t]
+            out[p, t] = real
+
+
+@njit(cache=True)
+def accumulate(z, count, s1, s2, s4, ring):  # fmt: skip
+    """Add the columns of z (R x S) to the running sums one session after the other: per row
+    with a finite z, count + 1, z, z^2 and z^4 to count, s1, s2, s4, and the first three to
+    ring (3 x R, the current block's)."""
+    for c in range(z.shape[1]):
+        for r in range(z.shape[0]):
+            v = z[r, c]
+            if np.isfinite(v):
+                q = v * v
+                count[r] += 1.0
+                s1[r] += v
+                s2[r] += q
+                s4[r] += q * q
+                ring[0, r] += 1.0
+                ring[1, r] += v
+                ring[2, r] += q
