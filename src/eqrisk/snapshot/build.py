@@ -88,7 +88,7 @@ def build_snapshot(
     outcomes only and its record equals a full build's, bit for bit.
 
     With `skip_unchanged` (`eqrisk build`), raises `unchanged.NothingNew` when the current
-    version was built from the same data and settings (unless `full`, `accuracy` or `force`):
+    version was built from the same data and settings (unless `full` or `force`):
     nothing published, nothing pruned.
 
     Raises UniverseShrank, before estimating anything, when the universe (symbols or sessions)
@@ -110,7 +110,7 @@ def build_snapshot(
         unchanged.settings_digest(params, master, market_etf, block_symbols),
     )
     same = unchanged.built_from(previous, proof)
-    if skip_unchanged and same is not None and not (full or accuracy or force):
+    if skip_unchanged and same is not None and not (full or force):
         raise unchanged.NothingNew(same)
 
     def publish_on(panel: Panel, **options: Any) -> dict[str, Any]:
