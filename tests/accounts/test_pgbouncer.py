@@ -28,10 +28,10 @@ from eqrisk.accounts.audit import differences
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.db import Pool, Timeouts, make_engine
 from eqrisk.accounts.pricing import DEFAULT_PRICES
+from eqrisk.bench.pooler import PgBouncer, available
 from eqrisk.data.master import MAG7
 from eqrisk.settings import Settings
 from helpers import Server, bearer
-from pooler import PgBouncer, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="pgbouncer is not installed")
 

@@ -97,6 +97,21 @@ def _wire(doc: dict[str, Any]) -> None:
     assert all(r["ratio"] == r["identity_bytes"] / r["bytes"] for r in rows)
 
 
+def _pgbouncer(doc: dict[str, Any]) -> None:
+    assert (doc["workers"], doc["pgbouncer_pool"], doc["connections"]) == (4, 20, 8)
+    assert [p["phase"] for p in doc["phases"]] == ["pgbouncer", "direct"]
+    for phase in doc["phases"]:
+        assert phase["workers"] == 4 and phase["requests"] > 0, phase
+        assert phase["failed_requests"] == 0 and phase["log_errors"] == 0, phase
+        assert phase["charged_tokens_answered"] == phase["charged_tokens_ledger"] > 0, phase
+        assert phase["credits_equal_ledger"] is True, phase
+        assert 0 < phase["p50_ms"] <= phase["p99_ms"], phase
+        assert phase["peak_server_connections"] > 0, phase
+    assert doc["connection_errors"] == 0 and doc["credits_equal_ledger"] is True
+    assert doc["postgres_connections_within_pool"] is True
+    assert doc["p99_ratio_pgbouncer_to_direct"] > 0 and isinstance(doc["p99_within_2x"], bool)
+
+
 # name: (arguments at a tiny size, the check of its JSON). `{home}` is a copy of the demo home.
 TINY: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
     "model": (["--quick"], _model),
@@ -130,6 +145,8 @@ TINY: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
         _serve,
     ),
     "wire": (["--home", "{home}", "--repeats", "1"], _wire),
+    # PostgreSQL at 127.0.0.1:5432 (a database of its own) and Debian's pgbouncer.
+    "pgbouncer": (["--workers", "4", "--quick"], _pgbouncer),
 }
 
 

@@ -337,3 +337,60 @@ def bench_cache(
 
     root = store if store is not None else get_settings().snapshots_dir
     print_mapping(run(root, reads, say=lambda m: err.print(m)), as_json, "measure")
+
+
+@bench_app.command("pgbouncer")
+def bench_pgbouncer(
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes of the server.")] = 40,
+    pool: Annotated[int, typer.Option(min=1, help="PgBouncer's server connections.")] = 20,
+    connections: Annotated[
+        int | None, typer.Option(min=1, help="Concurrent client connections (default 2 x workers).")
+    ] = None,
+    seconds: Annotated[float, typer.Option(help="Timed load per phase.")] = 20.0,
+    admin_url: Annotated[
+        str, typer.Option(help="PostgreSQL where the bench creates and drops its own database.")
+    ] = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A short load (1.5 s per phase): checks the bench.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """A server's workers through PgBouncer next to direct. `eqrisk serve --workers N` on
+    PostgreSQL through a PgBouncer in transaction mode (started by the bench) and then
+    directly, each under a paid load: connection errors, the answers' charges against the
+    ledger, p50 and p99 of both and their ratio, PostgreSQL's peak connections."""
+    from eqrisk.bench.pgbouncer import QUICK, PgBouncerBench, run
+
+    base = QUICK if quick else PgBouncerBench()
+    bench = PgBouncerBench(
+        workers=workers,
+        pool=pool,
+        connections=connections or 2 * workers,
+        seconds=min(seconds, base.seconds) if quick else seconds,
+        warmup_s=base.warmup_s,
+        admin_url=admin_url,
+    )
+    try:
+        figures = run(bench, say=err.print)
+    except RuntimeError as exc:
+        raise fail(str(exc), 3) from None
+    if as_json:
+        print_json(figures)
+        return
+    result_table(
+        ("phase", "req/s", "p50 ms", "p99 ms", "failed", "log errors", "PG conns", "ledger ok"),
+        (
+            (
+                row["phase"],
+                f"{row['rps']:.0f}",
+                f"{row['p50_ms']:.1f}",
+                f"{row['p99_ms']:.1f}",
+                str(row["failed_requests"]),
+                str(row["log_errors"]),
+                str(row["peak_server_connections"]),
+                str(row["credits_equal_ledger"]),
+            )
+            for row in figures["phases"]
+        ),
+    )
+    print_mapping({k: v for k, v in figures.items() if k != "phases"}, False, "measure")

@@ -1,5 +1,6 @@
 """A real PgBouncer (Debian's `pgbouncer` package) in transaction pool mode on a free port, in
-front of the machine's PostgreSQL; started by the tests, stopped on exit.
+front of the machine's PostgreSQL; started by `eqrisk bench pgbouncer` and the tests, stopped
+on exit.
 
 PgBouncer refuses to run as root: under root it is started with `-u nobody` (it reads its
 configuration before it drops to that user). Its log goes to an unnamed file (`log()`).
@@ -17,9 +18,13 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from helpers import free_port
-
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def available() -> bool:
@@ -40,7 +45,7 @@ class PgBouncer:
         max_clients: int = 2000,
         timeout_ms: int = 5000,
     ) -> None:
-        self.port = free_port()
+        self.port = _free_port()
         folder.mkdir(parents=True, exist_ok=True)
         users = folder / "users.txt"
         users.write_text('"postgres" ""\n')
@@ -84,13 +89,14 @@ class PgBouncer:
     def __enter__(self) -> PgBouncer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log()
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"pgbouncer exited ({self.proc.returncode}):\n{self.log()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return self
             except OSError:
                 time.sleep(0.05)
-        raise AssertionError(f"pgbouncer did not start:\n{self.log()}")
+        raise RuntimeError(f"pgbouncer did not start:\n{self.log()}")
 
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
