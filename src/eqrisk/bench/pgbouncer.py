@@ -281,6 +281,7 @@ def run_phase(
             say(f"{phase}: {bench.workers} workers up in {start_s:.0f}s; warming up")
             warm = asyncio.run(_load(base, keys, bench.connections, bench.warmup_s))
             say(f"{phase}: {bench.connections} connections for {bench.seconds:g}s")
+            load = os.getloadavg()[0]
             with ConnectionWatch(bench.admin_url, make_url(database).database or "") as watch:
                 t0 = time.perf_counter()
                 timed = asyncio.run(_load(base, keys, bench.connections, bench.seconds))
@@ -306,6 +307,7 @@ def run_phase(
         "phase": phase,
         "workers": bench.workers,
         "start_s": round(start_s, 1),
+        "load_average_1m": round(load, 2),
         "requests": len(lat),
         "rps": len(lat) / elapsed,
         "p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
