@@ -627,9 +627,10 @@ def test_an_unknown_field_is_400_listing_the_valid_ones(client):
 def test_an_unknown_factor_is_400_listing_the_factor_names(client, snap, path, fact):
     params = {**ROUTES[path], "fact": fact}
     body = assert_problem(client.get(path, params=params, headers=KEY), 400, "INVALID_PARAMETER")
-    assert body["accepted"] == snap.factor_names
+    styles = snap.manifest["risk"]["styles"]["names"]  # the second layer's factors, last
+    assert body["accepted"] == [*snap.factor_names, *styles]
     assert body["accepted"][0] == "Mkt" and "Real_Estate" in body["accepted"]
-    assert all(name in body["detail"] for name in snap.factor_names)
+    assert all(name in body["detail"] for name in body["accepted"])
 
 
 @pytest.mark.parametrize(

@@ -48,16 +48,29 @@ def test_factor_loadings_equal_betas_and_hedge_ratios(make: MakeClient) -> None:
     tickers = ["AAPL", "NVDA", "ZAM", "ZENA", "SPY"]
     frame = c.factor_loadings(tickers, START)
     names = c.factor_names()
+    styles = [r["fact"] for r in c.factor_list() if r["level"] == "style"]
     assert list(frame.columns) == names and frame.index.names == ["date", "ticker"]
-    assert frame.index.is_monotonic_increasing
+    assert frame.index.is_monotonic_increasing and len(styles) >= 6
+    flat = [n for n in names[1:] if n not in styles]
     for ticker in tickers:
         mine = frame.xs(ticker, level="ticker")
         mkt = c.betas(ticker, "Mkt", START)
         assert list(_days(mine["Mkt"].dropna().index)) == list(_days(mkt["teo"]))
         np.testing.assert_array_equal(mine["Mkt"].dropna(), mkt["factor_beta"])
-        sectors = [n for n in names[1:] if len(c.betas(ticker, n, START))]
+        sectors = [n for n in flat if len(c.betas(ticker, n, START))]
         assert len(sectors) <= 1
-        for name in names[1:]:
+        # A style loading where /betas has one (the stock in the layer), 0.0 elsewhere.
+        for name in styles:
+            own = c.betas(ticker, name, START)
+            assert (ticker == "SPY") == own.empty
+            if own.empty:
+                assert (mine[name] == 0.0).all()
+                continue
+            values = mine.loc[_days(own["teo"]), name]
+            np.testing.assert_array_equal(values, own["factor_beta"])
+            rest = mine[name].drop(_days(own["teo"]))
+            assert (rest == 0.0).all(), (ticker, name)
+        for name in flat:
             if name in sectors:
                 own = c.betas(ticker, name, START)
                 values = mine.loc[_days(own["teo"]), name]
@@ -136,12 +149,19 @@ def test_the_documented_example_attributes_to_the_factors_and_leaves_the_residua
     finally:
         sys.path.remove(str(REPO_ROOT / "examples"))
     c = make()
-    # One stock: what the factors leave is exactly the route's residual return.
+    # One stock: what the factors leave is the route's residual return (the flat model's)
+    # less the style factors' part: the previous session's style loadings x their returns.
     _, alone = attribute(c, {"NVDA": 1.0}, START)
     resid = c.resids("NVDA", START).set_index("teo")["residual_return"]
     joined = alone.join(resid.set_axis(_days(resid.index)), how="inner")
     assert len(joined) > 100 and len(joined) == len(alone)
-    np.testing.assert_allclose(joined["specific_returns"], joined["residual_return"], atol=1e-15)
+    styles = [r["fact"] for r in c.factor_list() if r["level"] == "style"]
+    held = c.factor_loadings(["NVDA"], START).xs("NVDA", level="ticker")[styles].shift(1)
+    style_part = (held * c.factor_returns(START)[styles].reindex(held.index)).sum(axis=1)
+    expected = joined["residual_return"] - style_part.set_axis(_days(style_part.index))
+    np.testing.assert_allclose(
+        joined["specific_returns"], expected.reindex(joined.index), atol=1e-15
+    )
     # A book: the common return is the weighted betas of the previous session times the
     # factor returns, computed here with numpy.
     weights = {"NVDA": 0.5, "ZAM": 0.3, "ZENA": -0.2}
@@ -174,11 +194,15 @@ def test_factor_names_come_from_factor_list_and_match_the_snapshot(
     records = c.factor_list()
     names = c.factor_names()
     snap = SnapshotStore(home).current()
-    assert names == ["Mkt", *[n for n in snap.factor_names if n != "Mkt"]]
+    styles = list(snap.manifest["risk"]["styles"]["names"])  # the second layer's, last
+    assert names == ["Mkt", *[n for n in snap.factor_names if n != "Mkt"], *styles]
     assert [r["fact"] for r in records] == names
     table = snap.symbols
     stocks = table[table["asset_type"] == "stock"]
     for record in records:
+        if record["fact"] in styles:
+            assert (record["level"], record["etf"], record["sector"]) == ("style", None, None)
+            continue
         if record["fact"] == "Mkt":
             assert (record["level"], record["etf"], record["sector"]) == ("L1", "SPY", None)
             continue

@@ -416,10 +416,18 @@ class ResidualRecord(BaseModel):
 
 class FactorListRecord(BaseModel):
     fact: str = Field(description="Factor name, as /facts and /betas take it.", examples=["Mkt"])
-    level: str = Field(description="`L1` (the market) or `L2` (a sector).", examples=["L1"])
+    level: str = Field(
+        description="`L1` (the market), `L2` (a sector) or `style` (a style factor of the risk "
+        "model's second layer).",
+        examples=["L1"],
+    )
     etf: str | None = Field(description="The ETF of the factor's level.", examples=["SPY"])
     sector: str | None = Field(
-        description="The GICS sector of a sector factor; null for `Mkt`.", examples=[None]
+        description="The GICS sector of a sector factor; null for `Mkt` and the styles.",
+        examples=[None],
+    )
+    description: str = Field(
+        description="What the factor is.", examples=["the market ETF's daily return"]
     )
 
 

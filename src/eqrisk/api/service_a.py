@@ -30,8 +30,9 @@ Decisions where the spec says "not shown" (DESIGN section 3):
   symbol's first priced session, no residual without the previous session's betas). Inside a
   `/daily` row a field the data lacks (for example `close_raw` or `mktcap` where the source has
   no raw close or shares) is JSON null / an empty CSV cell.
-- `/betas`: every symbol is exposed to `Mkt`; a sector factor only for the stocks of that sector.
-  A symbol without the exposure contributes no rows. The beta at `teo` t uses data up to and
+- `/betas`: every symbol is exposed to `Mkt`; a sector factor only for the stocks of that sector;
+  a style factor (the risk model's second layer, where the version has it) only for the stocks
+  in that layer on the session. A symbol without the exposure contributes no rows. The beta at `teo` t uses data up to and
   including t; the residual of t+1 uses it.
 - `/symbol_list`: stocks only (no ETFs), on the latest session of the snapshot; symbols without
   a value that session are left out; ordered by the value (descending unless `ascending`), ties
@@ -162,16 +163,23 @@ def parse_fields(value: str | None) -> list[str]:
     return [f for f in asked if f in DAILY_FIELDS]
 
 
-def parse_factor(value: str, universe: SymbolIndex) -> int:
+def parse_factor(value: str, universe: SymbolIndex, styles: Sequence[str] = ()) -> int:
+    """A factor's position: k < K one of the model's factors (`Mkt`, the sectors), K + j the
+    second layer's style factor j (`styles`, the version's; none without the layer)."""
     text = required_text("fact", value)
     k = universe.factor_of.get(norm_factor(text))
     if k is None:
+        by_style = {norm_factor(name): j for j, name in enumerate(styles)}
+        j = by_style.get(norm_factor(text))
+        if j is not None:
+            return len(universe.factor_names) + j
+        accepted = [*universe.factor_names, *styles]
         raise ApiError(
             "INVALID_PARAMETER",
-            f"unknown factor {text!r}; valid factors: {', '.join(universe.factor_names)} "
+            f"unknown factor {text!r}; valid factors: {', '.join(accepted)} "
             "(case-insensitive, spaces or underscores)",
             parameter="fact",
-            accepted=universe.factor_names,
+            accepted=accepted,
         )
     return k
 

@@ -445,9 +445,11 @@ class AsyncClient(_Config, AsyncRuns, DropinMethods, AccountMethods, RiskMethods
         self, tickers: Symbols, start: str, end: str | None = None
     ) -> pd.DataFrame:
         """(date, ticker) x factor: each ticker's beta to `Mkt` and to its sector's factor,
-        0.0 to the other sectors; from /betas, 100 tickers a call per factor (free)."""
-        names, symbols = await self.factor_names(start), fx.tickers_of(tickers)
+        0.0 to the other sectors, and its style exposures (0.0 outside the layer); from
+        /betas, 100 tickers a call per factor (free)."""
+        records = await self._run(fx.factor_list())
+        names, symbols = fx.factor_names(records), fx.tickers_of(tickers)
         answers = {
             n: [await self._run(c) for c in fx.betas_calls(symbols, n, start, end)] for n in names
         }
-        return fx.LoadingParts(names, answers).frame()
+        return fx.LoadingParts(names, answers, frozenset(fx.style_factors(records))).frame()

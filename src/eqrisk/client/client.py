@@ -489,7 +489,9 @@ class Client(_Config, Runs, DropinMethods, AccountMethods, RiskMethods):
 
     def factor_loadings(self, tickers: Symbols, start: str, end: str | None = None) -> pd.DataFrame:
         """(date, ticker) x factor: each ticker's beta to `Mkt` and to its sector's factor,
-        0.0 to the other sectors; from /betas, 100 tickers a call per factor (free)."""
-        names, symbols = self.factor_names(start), fx.tickers_of(tickers)
+        0.0 to the other sectors, and its style exposures (0.0 outside the layer); from
+        /betas, 100 tickers a call per factor (free)."""
+        records = self._run(fx.factor_list())
+        names, symbols = fx.factor_names(records), fx.tickers_of(tickers)
         answers = {n: [self._run(c) for c in fx.betas_calls(symbols, n, start, end)] for n in names}
-        return fx.LoadingParts(names, answers).frame()
+        return fx.LoadingParts(names, answers, frozenset(fx.style_factors(records))).frame()

@@ -3,7 +3,9 @@
 - factor returns: one row per date, one column per factor (`Mkt`, then each sector factor);
 - factor loadings: one row per (date, ticker), the same columns. A stock loads on `Mkt` and on
   its own sector's factor (the flat model); its loading on every other sector is 0.0. Where the
-  model publishes no beta (before its minimum observations) the loading is NaN.
+  model publishes no beta (before its minimum observations) the loading is NaN. On a style
+  factor (level `style` in /factor_list: the risk model's second layer) a stock loads its style
+  exposure on the sessions it is in the layer, 0.0 on the others.
 
 The layout is the one pyfolio's and empyrical's `perf_attrib`, alphalens and skfolio's factor
 models read. No I/O here: `Client` and `AsyncClient` send the calls (`FactorPlan`) and pass the
@@ -24,6 +26,7 @@ from eqrisk.client.frames import frame_of
 
 MARKET_FACTOR = "Mkt"
 MAX_SYMBOLS = 100  # symbols per Service A call (the route's limit)
+STYLE_LEVEL = "style"
 
 
 def _factor_records(response: httpx.Response) -> list[dict[str, Any]]:
@@ -61,6 +64,11 @@ def betas_calls(
         yield series("/betas", chunk, start, end, None, fact=factor)
 
 
+def style_factors(records: list[dict[str, Any]]) -> list[str]:
+    """The style factors of a /factor_list answer (level `style`)."""
+    return [str(r["fact"]) for r in records if r.get("level") == STYLE_LEVEL]
+
+
 def tickers_of(tickers: str | Sequence[str]) -> list[str]:
     names = [tickers] if isinstance(tickers, str) else list(tickers)
     return list(dict.fromkeys(t.strip().upper() for t in names if t.strip()))
@@ -85,9 +93,11 @@ class LoadingParts:
 
     factors: list[str]
     answers: dict[str, list[pd.DataFrame]]
+    styles: frozenset[str] = frozenset()
 
     def frame(self) -> pd.DataFrame:
-        """(date, ticker) x factor: the betas, 0.0 on the sectors a ticker is not in."""
+        """(date, ticker) x factor: the betas, 0.0 on the sectors a ticker is not in and on
+        the style factors where it is outside the layer."""
         long = [a for parts in self.answers.values() for a in parts if len(a)]
         index = pd.MultiIndex.from_arrays([[], []], names=["date", "ticker"])
         if not long:
@@ -99,10 +109,14 @@ class LoadingParts:
         )
         wide = wide.reindex(columns=self.factors).astype(float)
         # Each ticker's own sector: the sector factor whose answer has its rows.
-        own = rows.loc[rows["fact"] != MARKET_FACTOR].groupby("symbol")["fact"].first()
+        sector = (rows["fact"] != MARKET_FACTOR) & ~rows["fact"].isin(self.styles)
+        own = rows.loc[sector].groupby("symbol")["fact"].first()
         tickers = wide.index.get_level_values("symbol")
         for factor in self.factors:
             if factor == MARKET_FACTOR:
+                continue
+            if factor in self.styles:
+                wide[factor] = wide[factor].fillna(0.0)
                 continue
             elsewhere = (own.reindex(tickers) != factor).to_numpy()
             wide.loc[elsewhere, factor] = 0.0
