@@ -166,6 +166,7 @@ QUERIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         {}, optional={"date": DATES, "format": FORMATS}
     ),
     "/api/specific-risk": st.fixed_dictionaries({}, optional={"date": DATES, "format": FORMATS}),
+    "/api/style-exposures": st.fixed_dictionaries({}, optional={"date": DATES, "format": FORMATS}),
     "/symbol_list": st.fixed_dictionaries(
         {},
         optional={

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eqrisk.api.endpoints import ENDPOINTS
+from eqrisk.api.endpoints.portfolio_risk import SENT_PER_UNIT
 from request_path import (
     ACCEPTED,
     ACCOUNT_OWN,
@@ -210,4 +211,8 @@ def test_a_portfolio_is_charged_per_position_used_as_estimated(
     assert spent == estimate.json()["estimated_tokens"]
     assert spent == meter.quote(endpoint_at("/api/portfolio/risk"), doc)
     used = len(resp.json()["portfolio"]["positions"])
-    assert spent == meter.prices["portfolio/risk"].cost(used)
+    # one unit per position used, and at least one per SENT_PER_UNIT positions sent
+    bench = doc.get("benchmark")
+    sent = len(doc["positions"]) + (len(bench) if isinstance(bench, dict) else int(bench is not None))
+    floor = -(-sent // SENT_PER_UNIT)
+    assert spent == meter.prices["portfolio/risk"].cost(max(used, floor))
