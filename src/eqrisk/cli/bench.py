@@ -10,7 +10,7 @@ import typer
 from eqrisk.cli.app import JsonOpt, app, fail
 from eqrisk.cli.output import err, print_json, print_mapping, result, result_table
 
-bench_app = typer.Typer(help="Benchmarks, each side by side with the alternative, in one run.")
+bench_app = typer.Typer(help="Benchmarks, each beside the alternative, in one run.")
 app.add_typer(bench_app, name="bench")
 
 
@@ -299,7 +299,7 @@ def bench_daily(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The daily job end to end, next to a merge over the whole history. Each command in its
+    """The daily job end to end, next to a merge of all history. Each command in its
     own process: the full build (`eqrisk build`), then `eqrisk update` of the next session's
     file (merge, incremental build) beside the same merge over the whole history, then the
     full build on a Dask LocalCluster at n and n / 2 symbols. Wall time and peak memory of each

@@ -289,7 +289,7 @@ def build(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Build a new snapshot from the ingested data; make it current. The risk model runs on the
+    """Build a snapshot from the ingested data; make it current. The risk model runs on the
     ingested data set; the build is incremental when the previous version's history is proved unchanged (only the new
     sessions' chunks are computed and written; the output says why not, otherwise).
     Refuses (exit 1, nothing changed) a universe of less than half the current snapshot's

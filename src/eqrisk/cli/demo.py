@@ -136,7 +136,7 @@ def demo(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Build the synthetic demo market in its own home, then serve it. The demo market is
+    """Build the demo market in its own home, then serve it. The demo market is
     generated, ingested and built; a local evaluation account (20 USD of credit, in this home
     only) gets a key, printed and offered by the page; then the services and the page are
     served. What serving needs (the port included) is checked before the build starts."""

@@ -191,8 +191,8 @@ def model_quality(
     ] = None,
     full: Annotated[bool, typer.Option("--full", help="Print the full tables.")] = False,
 ) -> None:
-    """The current snapshot's accuracy record (which every build stores) as the README's
-    "Model quality" table (`--full`: docs/decisions/risk-forecast.md's tables); with --readme
+    """Print the current snapshot's accuracy table. The record every build stores, as the
+    README's "Model quality" table (`--full`: docs/decisions/risk-forecast.md's tables); with --readme
     or --docs, written between those files' model-quality markers."""
     from eqrisk.snapshot.quality_table import NoMarkers, between_markers, full_tables, summary_table
     from eqrisk.snapshot.versions import current_version, snapshots_dir

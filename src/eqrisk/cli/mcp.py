@@ -135,7 +135,7 @@ def mcp(
         typer.Option(help="The eqrisk server to call (default EQRISK_URL, else the local one)."),
     ] = None,
 ) -> None:
-    """Serve the MCP tools over stdin/stdout for a local assistant. The key is EQRISK_API_KEY
+    """Serve the MCP tools over stdio for a local assistant. The key is EQRISK_API_KEY
     (never an argument: it would show in the process list). stdout carries the protocol."""
     if not mcp_available():
         err.print("error: the MCP server needs the mcp package: pip install 'eqrisk[mcp]'")
