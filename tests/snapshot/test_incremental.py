@@ -267,6 +267,7 @@ def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_
                 for p in ("cov", "total", "factor", "specific", "d", *LAYER)
             ),
             f"risk/state-{c0 + 1:05d}.npz",  # (fidx.npy, unchanged, is linked)
+            f"risk/accuracy-{c0 + 1:05d}.npz",  # the accuracy record's running state
             *(f"risk/{p}.npy" for p in NEXT_PREFIXES),  # the next session's forecast
             "factors.npy",
             "manifest.json",
@@ -276,7 +277,8 @@ def test_a_one_session_update_writes_only_the_touched_chunks_and_reads_no_older_
     )
     # (the group's runs index of chunk c0 too where a row's runs changed there)
     assert [p for p in added if p != f"arrays/_rows/0.{c0}.runs.npy"] == expected
-    assert new["storage"]["chunks_written"] == len(expected) - 10 - len(LAYER) - len(NEXT_PREFIXES)
+    # the array chunks: not the risk files (10 and the accuracy state), the layer's and the next session's
+    assert new["storage"]["chunks_written"] == len(expected) - 11 - len(LAYER) - len(NEXT_PREFIXES)
     for rel in new["security_history"]:
         chunk = _chunk_of(folder / rel)
         if chunk is not None and chunk < c0:
