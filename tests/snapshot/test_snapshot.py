@@ -156,7 +156,7 @@ def test_a_killed_build_leaves_the_current_version_served(home: Path) -> None:
     before = _digest(snapshots_dir(home) / first)
     env = {**os.environ, "EQRISK_HOME": str(home)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "eqrisk.cli", "build"],
+        [sys.executable, "-m", "eqrisk.cli", "build", "--force"],  # the same data again
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
