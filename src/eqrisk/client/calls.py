@@ -24,6 +24,7 @@ from eqrisk.client.frames import (
 )
 
 T = TypeVar("T")
+U = TypeVar("U")
 Symbols = str | Sequence[str]
 
 
@@ -55,6 +56,11 @@ class Call(Generic[T]):
                 value = ",".join(str(v) for v in value)
             out[name] = value
         return out
+
+    def then(self, after: Callable[[T], U]) -> Call[U]:
+        """The same request, its answer read and then passed through `after`."""
+        read = self.read
+        return Call(self.method, self.path, lambda r: after(read(r)), self.params, self.body)
 
 
 def extra(call: Call[T], **params: Any) -> Call[T]:

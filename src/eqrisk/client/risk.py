@@ -160,17 +160,15 @@ def _styles(response: httpx.Response) -> pd.DataFrame:
     return frame
 
 
-def _style_exposures(
-    date: str | None = None, *, format: str | None = None, version: str | None = None
-) -> Call[pd.DataFrame]:
-    """GET /api/style-exposures: each stock's exposure to the second layer's style factors on
-    a session (rows: tickers); `attrs` hold the session's factor returns, t-statistics and R^2
-    (JSON answers)."""
-    call = Call("GET", "/api/style-exposures", _styles, {"date": date, "format": format})
-    return extra(call, version=version)
-
-
 class RiskMethods:
     """Mixed into `Client` and `AsyncClient` (bound by `bind.method` to the client's kind)."""
 
-    style_exposures = method(_style_exposures)
+    @method
+    def style_exposures(
+        date: str | None = None, *, format: str | None = None, version: str | None = None
+    ) -> Call[pd.DataFrame]:
+        """GET /api/style-exposures: each stock's exposure to the second layer's style factors on
+        a session (rows: tickers); `attrs` hold the session's factor returns, t-statistics and R^2
+        (JSON answers)."""
+        call = Call("GET", "/api/style-exposures", _styles, {"date": date, "format": format})
+        return extra(call, version=version)
