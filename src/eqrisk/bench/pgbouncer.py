@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,6 +35,7 @@ import psycopg
 from sqlalchemy import create_engine, make_url, text
 
 from eqrisk.bench.pooler import PgBouncer, available
+from eqrisk.bench.served import eqrisk_serve
 from eqrisk.data.master import MAG7
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -180,20 +179,6 @@ async def _load(
     return {"latencies": latencies, "failures": failures, "charged": charged}
 
 
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Callable[[], str]) -> None:
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"eqrisk serve exited ({proc.returncode}):\n{log()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("eqrisk serve did not become ready in 900 s")
-
-
 def _workers_up(pid: int) -> int:
     """uvicorn's worker processes under the serve process (spawned children)."""
     found = 0
@@ -244,8 +229,6 @@ def run_phase(
     from eqrisk.accounts.db import make_engine
 
     keys = make_keys(database, home / "admin", phase)
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
     env.update(
         EQRISK_HOME=str(home),
@@ -264,16 +247,11 @@ def run_phase(
 
         say(f"{phase}: starting eqrisk serve --workers {bench.workers}")
         started = time.perf_counter()
-        command = ["serve", "--port", str(port), "--workers", str(bench.workers)]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "eqrisk.cli", *command],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
-        try:
-            _wait_ready(base, proc, log)
-            while _workers_up(proc.pid) < bench.workers:  # all of them, not just the first
+        with eqrisk_serve(
+            env, "--workers", str(bench.workers), wait_s=900, stderr=log_file, log=log
+        ) as server:
+            base = server.base
+            while _workers_up(server.proc.pid) < bench.workers:  # all, not just the first
                 if time.perf_counter() - started > 900:
                     raise RuntimeError(f"{phase}: not every worker started in 900 s")
                 time.sleep(0.5)
@@ -286,14 +264,7 @@ def run_phase(
                 t0 = time.perf_counter()
                 timed = asyncio.run(_load(base, keys, bench.connections, bench.seconds))
                 elapsed = time.perf_counter() - t0
-            pss = _pss_mb(proc.pid)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            pss = _pss_mb(server.proc.pid)
         logged = log()
 
     engine = make_engine(home / "admin", database)
@@ -347,14 +318,6 @@ def _ledger_check(
         and not differences(engine)
         and not usage_differences(engine),
     }
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run(bench: PgBouncerBench, say: Callable[[str], None]) -> dict[str, Any]:

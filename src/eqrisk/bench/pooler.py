@@ -18,13 +18,9 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from eqrisk.bench.served import free_port
+
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def available() -> bool:
@@ -45,7 +41,7 @@ class PgBouncer:
         max_clients: int = 2000,
         timeout_ms: int = 5000,
     ) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         folder.mkdir(parents=True, exist_ok=True)
         users = folder / "users.txt"
         users.write_text('"postgres" ""\n')

@@ -5,7 +5,6 @@ when the block ends. moto keeps the objects in its process's memory."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
+
+from eqrisk.bench.served import free_port
 
 # moto checks no signature: any credentials do, but the client needs some.
 CREDENTIALS = {
@@ -41,17 +42,11 @@ class LocalS3:
         }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def local_s3(bucket: str = "eqrisk-snapshots") -> Iterator[LocalS3]:
     """moto's S3 server on 127.0.0.1 with `bucket` created; the credentials it takes are set in
     this process's environment for the block (the child processes inherit them)."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

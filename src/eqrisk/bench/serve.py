@@ -14,9 +14,7 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
+
+from eqrisk.bench.served import eqrisk_serve
 
 if TYPE_CHECKING:  # with httpx2 installed (the mcp SDK's), its client is httpx2's, not httpx's
     from starlette.testclient import TestClient
@@ -58,26 +58,6 @@ def prepare_home(home: Path, say: Callable[[str], None]) -> str:
     accounts.verify_card(account, provider="bench")
     accounts.credit(account, 10**12, "bench credit")
     return accounts.create_key(account, rate_limit="100000000/minute")["key"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("the bench server exited before it was ready")
-        try:
-            if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("the bench server did not become ready")
 
 
 def _wrk(url: str, headers: dict[str, str], seconds: float, connections: int) -> dict[str, float]:
@@ -138,20 +118,12 @@ def _load_server(
     use_wrk: bool,
     say: Callable[[str], None],
 ) -> list[dict[str, Any]]:
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "EQRISK_HOME": str(home), "EQRISK_RENDER_CACHE_MB": str(cache_mb)}
     env.pop("EQRISK_REDIS_URL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eqrisk.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     cache = "on" if cache_mb else "off"
     results = []
-    try:
-        _wait_ready(base, proc)
+    with eqrisk_serve(env) as server:
+        base = server.base
         for target in _targets(base, key):
             url = base + target.path
             check = httpx.get(url, headers=target.headers, timeout=30)
@@ -167,9 +139,6 @@ def _load_server(
         if not cache_mb:
             say("render cache off: /api/health while 8 connections fetch large answers")
             results.append(_health_under_load(base, key, seconds, use_wrk))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     return results
 
 
@@ -311,25 +280,13 @@ def _server_cpu_s(pid: int) -> float:
 def _bench_server(home: Path, pricing_file: Path | None = None) -> Iterator[tuple[str, int]]:
     """`eqrisk serve` (one worker, the embedded database, in-memory limits) over `home`:
     yields its base URL and process id, stops it on exit."""
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "EQRISK_HOME": str(home)}
     for name in ("EQRISK_REDIS_URL", "EQRISK_DATABASE_URL", "EQRISK_PRICING_FILE"):
         env.pop(name, None)
     if pricing_file is not None:
         env["EQRISK_PRICING_FILE"] = str(pricing_file)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eqrisk.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_ready(base, proc)
-        yield base, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with eqrisk_serve(env) as server:
+        yield server.base, server.proc.pid
 
 
 def _balance_latency(base: str, key: str, calls: int) -> dict[str, float]:

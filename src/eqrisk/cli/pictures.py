@@ -13,9 +13,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -142,37 +139,12 @@ def chromium(binary: Path, driver_path: Path) -> Iterator[Any]:
 @contextmanager
 def _serving(home: Path, key: str) -> Iterator[str]:
     """`eqrisk serve` on `home` in a child process offering `key`; its base URL."""
-    import httpx
+    from eqrisk.bench.served import eqrisk_serve
 
-    with socket.socket() as probe:  # a port nobody listens on now (the OS picks it)
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
     env = {**os.environ, "EQRISK_HOME": str(home), "EQRISK_EVALUATION_KEY": key}
     env.pop("EQRISK_DATABASE_URL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eqrisk.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            if proc.poll() is not None:
-                raise fail(f"the server on {base} stopped (exit {proc.returncode})")
-            try:
-                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise fail(f"the server on {base} did not answer in {WAIT_S:.0f} s")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with eqrisk_serve(env, wait_s=WAIT_S, error=fail) as server:
+        yield server.base
 
 
 @app.command()
