@@ -14,14 +14,23 @@ bench_app = typer.Typer(help="Benchmarks, each beside the alternative, in one ru
 app.add_typer(bench_app, name="bench")
 
 
+def _quick(help: str, flag: str = "--quick") -> Any:
+    """The `--quick` option of a bench: small sizes or a short load that check it."""
+    return typer.Option(flag, help=help)
+
+
+# The options several benches take.
+SymbolsOpt = Annotated[int, typer.Option(help="Synthetic symbols.")]
+SessionsOpt = Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")]
+SmallSizesOpt = Annotated[bool, _quick("Small sizes (300 x 1000): checks the bench.")]
+
+
 @bench_app.command("model")
 def bench_model(
-    symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
-    sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
+    symbols: SymbolsOpt = 5000,
+    sessions: SessionsOpt = 7560,
     baseline: Annotated[int, typer.Option(help="Symbols timed with RollingOLS.")] = 50,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Small sizes: checks the bench, times nothing.")
-    ] = False,
+    quick: Annotated[bool, _quick("Small sizes: checks the bench, times nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The L3 cascade next to its floor, RollingOLS and polars. The floor is the memory
@@ -30,14 +39,14 @@ def bench_model(
     from eqrisk.bench.model import QUICK, ModelBench, run
 
     bench = QUICK if quick else ModelBench(symbols, sessions, baseline_symbols=baseline)
-    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+    print_mapping(run(bench, say=err.print), as_json, "measure")
 
 
 @bench_app.command("risk")
 def bench_risk(
     repeats: Annotated[int, typer.Option(help="Timed runs per way (fastest kept).")] = 30,
     quick: Annotated[
-        bool, typer.Option(help="Small portfolios (50, 300): checks the bench.")
+        bool, _quick("Small portfolios (50, 300): checks the bench.", "--quick/--no-quick")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -48,7 +57,7 @@ def bench_risk(
     from eqrisk.bench.risk import QUICK, RiskBench, run
 
     bench = QUICK if quick else RiskBench(repeats=repeats)
-    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+    print_mapping(run(bench, say=err.print), as_json, "measure")
 
 
 @bench_app.command("cost")
@@ -99,8 +108,7 @@ def bench_serve(
     connections: Annotated[int, typer.Option(help="Concurrent connections.")] = 8,
     generator: Annotated[str, typer.Option(help="auto, wrk or httpx.")] = "auto",
     quick: Annotated[
-        bool,
-        typer.Option("--quick", help="A small ledger and few balance calls: checks the bench."),
+        bool, _quick("A small ledger and few balance calls: checks the bench.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -243,15 +251,13 @@ def _print_large_answers(figures: dict[str, Any]) -> None:
 
 @bench_app.command("build")
 def bench_build(
-    symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
-    sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
+    symbols: SymbolsOpt = 5000,
+    sessions: SessionsOpt = 7560,
     reads: Annotated[int, typer.Option(help="Tickers whose full history is read.")] = 200,
     chunk: Annotated[int, typer.Option(help="Sessions per time chunk.")] = 128,
     block: Annotated[int, typer.Option(help="Symbols per block.")] = 1024,
     zarr_fields: Annotated[int, typer.Option(help="Fields also read from Zarr (0: none).")] = 3,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Small sizes (300 x 1000): checks the bench.")
-    ] = False,
+    quick: SmallSizesOpt = False,
     snapshot: Annotated[
         Path | None,
         typer.Option(help="A built version folder: its disk and per-ticker reads instead."),
@@ -277,13 +283,13 @@ def bench_build(
         zarr_fields=zarr_fields,
         model_check=quick,
     )
-    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+    print_mapping(run(bench, say=err.print), as_json, "measure")
 
 
 @bench_app.command("daily")
 def bench_daily(
-    symbols: Annotated[int, typer.Option(help="Synthetic symbols.")] = 5000,
-    sessions: Annotated[int, typer.Option(help="Sessions (7560 = 30 years).")] = 7560,
+    symbols: SymbolsOpt = 5000,
+    sessions: SessionsOpt = 7560,
     dask: Annotated[
         bool, typer.Option(help="Also the Dask driver and workers at two sizes (n, n / 2).")
     ] = True,
@@ -294,9 +300,7 @@ def bench_daily(
         float | None,
         typer.Option(help="The full build's time to be no slower than (a reference run's)."),
     ] = None,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Small sizes (300 x 1000): checks the bench.")
-    ] = False,
+    quick: SmallSizesOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The daily job end to end, next to a merge of all history. Each command in its
@@ -315,7 +319,7 @@ def bench_daily(
         dask_workers=dask_workers,
         reference_full_s=reference_full_s,
     )
-    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+    print_mapping(run(bench, say=err.print), as_json, "measure")
 
 
 @bench_app.command("cache")
@@ -336,7 +340,7 @@ def bench_cache(
     from eqrisk.cli.app import get_settings
 
     root = store if store is not None else get_settings().snapshots_dir
-    print_mapping(run(root, reads, say=lambda m: err.print(m)), as_json, "measure")
+    print_mapping(run(root, reads, say=err.print), as_json, "measure")
 
 
 @bench_app.command("pgbouncer")
@@ -350,9 +354,7 @@ def bench_pgbouncer(
     admin_url: Annotated[
         str, typer.Option(help="PostgreSQL where the bench creates and drops its own database.")
     ] = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
-    quick: Annotated[
-        bool, typer.Option("--quick", help="A short load (1.5 s per phase): checks the bench.")
-    ] = False,
+    quick: Annotated[bool, _quick("A short load (1.5 s per phase): checks the bench.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """A server's workers through PgBouncer next to direct. `eqrisk serve --workers N` on
