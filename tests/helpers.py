@@ -279,6 +279,29 @@ class Server:
         self._log.close()
 
 
+def export_factors(
+    home: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`eqrisk export factors --out OUT` on `home`, in process (the settings read afresh before
+    and after): the factor returns and factor loadings it wrote."""
+    from typer.testing import CliRunner
+
+    from eqrisk.cli import app
+    from eqrisk.settings import get_settings
+
+    monkeypatch.setenv("EQRISK_HOME", str(home))
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["export", "factors", "--out", str(out), "--json"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    return (
+        pd.read_parquet(out / "factor_returns.parquet"),
+        pd.read_parquet(out / "factor_loadings.parquet"),
+    )
+
+
 def tree_hash(home: Path) -> dict[str, str]:
     """Every file of an eqrisk home but its report folders (a refused command writes its
     report), by path, with the hash of its bytes: equal before and after a refused command."""

@@ -15,14 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
 from eqrisk.api.app import create_app
-from eqrisk.cli import app
 from eqrisk.settings import Settings
 from eqrisk.snapshot.risk_layer import read_chunked
 from eqrisk.snapshot.versions import Snapshot, SnapshotStore
-from helpers import TEST_KEY, register_key
+from helpers import TEST_KEY, export_factors, register_key
 
 KEY = {"apikey": TEST_KEY}  # Service A
 AUTH = {"X-API-Key": TEST_KEY}  # Service B
@@ -137,17 +135,7 @@ def test_export_factors_carries_the_style_factors(
     client: TestClient, snap: Snapshot, demo_home: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setenv("EQRISK_HOME", str(demo_home))
-    from eqrisk.settings import get_settings
-
-    get_settings.cache_clear()
-    try:
-        result = CliRunner().invoke(app, ["export", "factors", "--out", str(tmp_path), "--json"])
-    finally:
-        get_settings.cache_clear()
-    assert result.exit_code == 0, result.output
-    returns = pd.read_parquet(tmp_path / "factor_returns.parquet")
-    loadings = pd.read_parquet(tmp_path / "factor_loadings.parquet")
+    returns, loadings = export_factors(demo_home, tmp_path, monkeypatch)
     days = _days(snap)
     teo = days.index(START)
     doc = _style_doc(client, days[teo + 1])

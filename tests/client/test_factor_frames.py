@@ -12,13 +12,11 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
 from eqrisk.api.app import create_app
-from eqrisk.cli import app
 from eqrisk.client import AsyncClient
 from eqrisk.settings import Settings
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, export_factors
 
 from .conftest import FUNDED, MakeClient
 
@@ -106,17 +104,7 @@ def test_async_client_builds_the_same_frames(home: Path, make: MakeClient) -> No
 def test_export_factors_writes_the_client_frames_for_the_whole_universe(
     home: Path, make: MakeClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("EQRISK_HOME", str(home))
-    from eqrisk.settings import get_settings
-
-    get_settings.cache_clear()
-    try:
-        result = CliRunner().invoke(app, ["export", "factors", "--out", str(tmp_path), "--json"])
-    finally:
-        get_settings.cache_clear()
-    assert result.exit_code == 0, result.output
-    returns = pd.read_parquet(tmp_path / "factor_returns.parquet")
-    loadings = pd.read_parquet(tmp_path / "factor_loadings.parquet")
+    returns, loadings = export_factors(home, tmp_path, monkeypatch)
     c = make()
     first = str(returns.index[0].date())
     universe = c.tickers()["ticker"].tolist()
