@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from eqrisk.bench.served import free_port
+from eqrisk.bench.served import free_port, stop
 
 # moto checks no signature: any credentials do, but the client needs some.
 CREDENTIALS = {
@@ -75,9 +75,4 @@ def local_s3(bucket: str = "eqrisk-snapshots") -> Iterator[LocalS3]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)

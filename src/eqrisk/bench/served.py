@@ -62,12 +62,17 @@ def eqrisk_serve(
             time.sleep(0.2)
         yield Served(base, proc)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes], wait_s: float = 60.0) -> None:
+    """Terminate `proc`, and kill it if it has not ended after `wait_s` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _answers(base: str) -> bool:
