@@ -155,6 +155,30 @@ def without_progress(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if not PROGRESS_LINE.match(line))
 
 
+# ------------------------------------------------------------------------------ the CLI
+
+
+def eqrisk_cli(
+    home: Path,
+    *args: str,
+    inherit: bool = False,
+    timeout: float = 300,
+    cwd: Path | None = None,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """`eqrisk ARGS` in a child process on `home`, its output captured as text. The child has
+    none of this process's EQRISK_ variables unless `inherit`; `env`: more variables."""
+    base = {k: v for k, v in os.environ.items() if inherit or not k.startswith("EQRISK_")}
+    return subprocess.run(
+        [sys.executable, "-m", "eqrisk.cli", *args],
+        env={**base, "EQRISK_HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
 # ------------------------------------------------------------------------------ real servers
 
 

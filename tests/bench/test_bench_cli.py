@@ -9,10 +9,7 @@ The list of benches is read from the CLI: a new bench without a tiny run here fa
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from typing import Any
 import pytest
 
 from eqrisk.cli.bench import bench_app
+from helpers import eqrisk_cli
 
 
 def _model(doc: dict[str, Any]) -> None:
@@ -170,13 +168,8 @@ def test_eqrisk_bench_runs_at_a_tiny_size(name: str, tmp_path: Path, request: An
         demo_home: Path = request.getfixturevalue("demo_home")
         shutil.copytree(demo_home / "snapshots", tmp_path / "home" / "snapshots")
         args = [a.format(home=tmp_path / "home") for a in args]
-    proc = subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", "bench", name, *args, "--json"],
-        env={**os.environ, "EQRISK_HOME": str(tmp_path / "unused")},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
+    proc = eqrisk_cli(
+        tmp_path / "unused", "bench", name, *args, "--json", inherit=True, timeout=900, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     check(json.loads(proc.stdout))

@@ -4,9 +4,6 @@ exit 0); new data, or a changed setting, builds as before."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,19 +12,9 @@ import pandas as pd
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.snapshot.store import VersionStore
+from helpers import eqrisk_cli as eqrisk
 
 SYMBOLS = ["SPY", "XLK"] + [f"S{i:02d}" for i in range(6)]
-
-
-def eqrisk(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
-    return subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", *args],
-        env={**env, "EQRISK_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_a_build_with_nothing_new_publishes_and_prunes_nothing(tmp_path: Path) -> None:

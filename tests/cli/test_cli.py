@@ -18,18 +18,11 @@ import httpx
 import pytest
 
 from eqrisk.data.ingested import read_ingested
-from helpers import free_port
+from helpers import eqrisk_cli, free_port
 
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "EQRISK_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return eqrisk_cli(home, *args, inherit=True)
 
 
 def demo_run(home: Path) -> tuple[Path, dict, str]:

@@ -7,9 +7,7 @@ OXY's -52% of 2020-03-09 stays a return in the data set and in the served versio
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ import pytest
 
 from eqrisk.data import ingested
 from eqrisk.snapshot.versions import Snapshot, current_version, snapshots_dir
-from helpers import SHARED_DATA
+from helpers import SHARED_DATA, eqrisk_cli
 
 WIDE = SHARED_DATA / "adjclose_wide_2010_2026.csv.gz"
 MASTER = SHARED_DATA / "gics_constituents.csv"
@@ -26,10 +24,7 @@ pytestmark = pytest.mark.skipif(not WIDE.exists(), reason="needs ../shared/data"
 
 
 def _eqrisk(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
-    return subprocess.run([sys.executable, "-m", "eqrisk.cli", *args],
-                          env={**env, "EQRISK_HOME": str(home)}, capture_output=True, text=True,
-                          timeout=600, cwd=home.parent)  # fmt: skip
+    return eqrisk_cli(home, *args, timeout=600, cwd=home.parent)
 
 
 def _returns(home: Path) -> pd.Series:

@@ -4,9 +4,7 @@ the README's commands gives the demo's own data set, value for value."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,17 +13,11 @@ import pytest
 from eqrisk.data.demo import EXPORT_NEW_DAYS, generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingested import read_ingested
+from helpers import eqrisk_cli
 
 
 def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "EQRISK_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return eqrisk_cli(home, *args, inherit=True)
 
 
 @pytest.fixture(scope="module")

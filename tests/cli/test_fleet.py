@@ -10,9 +10,7 @@ every command runs as a real process, as an operator runs it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,19 +28,12 @@ from eqrisk.snapshot.versions import (
     set_current,
     snapshots_dir,
 )
-from helpers import REDIS_URL, Server, bearer, new_key, small_market_home
+from helpers import REDIS_URL, Server, bearer, eqrisk_cli, new_key, small_market_home
 
 
 def eqrisk(home: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """One CLI command on a host whose home is `home` and whose snapshot store is `store`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
-    return subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", *args],
-        env={**env, "EQRISK_HOME": str(home), "EQRISK_SNAPSHOTS": str(store)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return eqrisk_cli(home, *args, EQRISK_SNAPSHOTS=str(store))
 
 
 @pytest.fixture()

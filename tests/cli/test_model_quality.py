@@ -6,22 +6,18 @@ README and docs/decisions/risk-forecast.md hold a generated table from the real 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from eqrisk.snapshot.quality_table import BEGIN, END, full_tables, marked, summary_table
 from eqrisk.snapshot.versions import current_version, snapshots_dir
+from helpers import eqrisk_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
-    env["EQRISK_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "eqrisk.cli", "model-quality", *args],
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return eqrisk_cli(home, "model-quality", *args)
 
 
 def test_the_command_prints_and_writes_the_current_versions_table(

@@ -5,27 +5,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from eqrisk.settings import Settings, SettingsError, load_settings, metrics_address
+from helpers import eqrisk_cli
 
 ENV_PROBLEM = 3
 SECRET = "hunter2-not-shown"
 
 
 def _eqrisk(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("EQRISK_")}
-    return subprocess.run(
-        [sys.executable, "-m", "eqrisk.cli", *args],
-        env={**clean, "EQRISK_HOME": str(home), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=home,  # no eqrisk.toml there
-    )
+    return eqrisk_cli(home, *args, timeout=120, cwd=home, **env)  # cwd: no eqrisk.toml there
 
 
 @pytest.mark.parametrize(
