@@ -1,8 +1,9 @@
 """The methods of `Client` and `AsyncClient` for the routes of both services' specifications:
 Service B's (risk metrics, under `/api`, the key as `Authorization: Bearer`), Service A's (daily
 data, at the root, the key in the `apikey` header) and the factor list. Each builds the `Call`
-of its route (`calls.py`, `dropin.py`, `risk.py`, `factors.py`), defined once for both clients
-by `bind.method`; the methods that make several calls are the clients' own."""
+of its route (`calls.py`, `dropin.py`, `risk.py`, `factors.py`), or for the methods of several
+calls (`hedge_ratios`, `factor_returns`, `factor_loadings`) yields them one by one (`Steps`),
+defined once for both clients by `bind.method`."""
 
 from __future__ import annotations
 
