@@ -16,6 +16,29 @@ from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, to_panel
 from helpers import TEST_KEY, gics_master, register_key, shared_file
 
+TESTS = Path(__file__).parent
+
+
+def _group(path: Path) -> str:
+    """The worker group of a test module (pyproject runs the suite on two pytest-xdist workers,
+    `--dist loadgroup`): its folder under tests/, so each folder runs in one process as a
+    developer runs it; the modules that talk to the machine's one Redis share a group, since
+    the counts they read (a key's or an address's limit) are shared state across processes."""
+    text = path.read_text(encoding="utf-8")
+    if "REDIS_URL" in text or "127.0.0.1:6379" in text:
+        return "redis"
+    rel = path.relative_to(TESTS)
+    return rel.parts[0] if len(rel.parts) > 1 else "top"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups: dict[Path, str] = {}
+    for item in items:
+        path = Path(item.path)
+        if path not in groups:
+            groups[path] = _group(path)
+        item.add_marker(pytest.mark.xdist_group(groups[path]))
+
 
 @pytest.fixture(scope="session")
 def real_universe() -> tuple[Panel, pd.DataFrame]:
