@@ -1,7 +1,7 @@
 """`eqrisk --help` starts without the heavy libraries: the modules its start imports (read
-from `python -X importtime`) hold none of numba, dask, fastapi, pandas, pyarrow, numpy or the
-settings (pydantic-settings), and a command's own help loads the settings but not the model's
-kernels. The daily job (`eqrisk update`) loads none of the libraries of serving, Dask or the
+from `python -X importtime`) hold none of numba, dask, fastapi, pandas, pyarrow, numpy, the
+settings (pydantic-settings) or rich (its consoles are made when a command first writes), and
+a command's own help loads the settings but not the model's kernels. The daily job (`eqrisk update`) loads none of the libraries of serving, Dask or the
 benches (`NOT_FOR_UPDATE`, asserted on a real update by tests/cli/test_update_walk.py).
 Asserted on module names, never on time (the times: `eqrisk bench imports`)."""
 
@@ -53,7 +53,7 @@ def test_eqrisk_help_imports_no_heavy_library_and_no_settings(tmp_path: Path) ->
     names, shown = _imported(tmp_path, "--help")
     assert "update" in shown and "serve" in shown
     assert not_for(names, NOT_FOR_HELP) == []
-    assert {"eqrisk.settings", "pydantic_settings", "numpy"}.isdisjoint(names)
+    assert {"eqrisk.settings", "pydantic_settings", "numpy", "rich"}.isdisjoint(names)
 
 
 @pytest.mark.parametrize("command", ["update", "serve", "bench", "snapshots"])
