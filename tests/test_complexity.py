@@ -26,7 +26,6 @@ PENDING = {
     ("snapshot/build.py", "publish_panel"): 24,
     ("snapshot/build.py", "_incremental"): 23,
     ("snapshot/tables.py", "write_content"): 24,  # grew with the accuracy record (issue 34): to split
-    ("snapshot/chunks/indexing.py", "ChunkedArray.__getitem__"): 23,
 }
 
 

@@ -26,6 +26,7 @@ import pandas as pd
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import PANEL_FIELDS, Panel
 from eqrisk.model.run import ModelParams
+from eqrisk.snapshot import chunks
 from eqrisk.snapshot.build import publish_panel
 from eqrisk.snapshot.distributed import dask_client
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
@@ -262,7 +263,7 @@ def run_model_builds(
             a = Snapshot.open(root / first["model_version"])
             b = Snapshot.open(snapshots_dir(work / "dask-home") / dask_version)
             out["dask_equals_local"] = all(
-                np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes()
+                chunks.same_bits(np.asarray(a.array(f)), np.asarray(b.array(f)))
                 for f in first["fields"]
             ) and a.security_history().equals(b.security_history())
             say("full rebuild of the same data, compared bitwise")
@@ -270,7 +271,7 @@ def run_model_builds(
             a = Snapshot.open(root / second["model_version"])
             b = Snapshot.open(root / again["model_version"])
             out["incremental_equals_full"] = all(
-                np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes()
+                chunks.same_bits(np.asarray(a.array(f)), np.asarray(b.array(f)))
                 for f in again["fields"]
             ) and a.security_history().equals(b.security_history())
         return out

@@ -318,6 +318,23 @@ def bench_daily(
     print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
 
 
+@bench_app.command("imports")
+def bench_imports(
+    repeats: Annotated[int, typer.Option(min=1, help="Fresh interpreters per command.")] = 5,
+    symbols: Annotated[int, typer.Option(help="Symbols of the daily job's data set.")] = 40,
+    sessions: Annotated[int, typer.Option(help="Sessions of the daily job's data set.")] = 300,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the CLI imports: `eqrisk --help`, `eqrisk update --help` and the daily job
+    (`eqrisk update FILE` on a small synthetic data set), each in fresh interpreters under
+    `python -X importtime`, beside the whole package imported at once. Median import time, wall
+    time and modules of each, and the daily job's largest packages."""
+    from eqrisk.bench.imports import ImportsBench, run
+
+    bench = ImportsBench(repeats=repeats, symbols=symbols, sessions=sessions)
+    print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
+
+
 @bench_app.command("cache")
 def bench_cache(
     store: Annotated[
