@@ -307,6 +307,31 @@ def hedged_bias(
     return float(np.median(figures))
 
 
+def etf_style_fit(res: Residuals, names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """How well the style factors' returns explain each ETF's return net of the hierarchy (the
+    style-neutral hedge's loadings): median R^2 of the fits over the 252 sessions before each
+    month, and the out-of-sample R^2 of each fit over the month after it."""
+    from eqrisk.model.style_hedge import style_loadings
+
+    f = res.first
+    out = {}
+    for name in names:
+        cperp = orthogonal(res.candidates[name], res.hierarchy, f - WINDOW)
+        fits, num, den = [], 0.0, 0.0
+        for t0 in range(f, len(cperp) - REFIT, REFIT):
+            b, r2 = style_loadings(cperp[None, t0 - WINDOW : t0], res.styles[:, t0 - WINDOW : t0])
+            if not np.isfinite(r2[0]):
+                continue
+            fits.append(float(r2[0]))
+            y = cperp[t0 : t0 + REFIT]
+            ok = np.isfinite(y)
+            pred = b[0] @ np.nan_to_num(res.styles[:, t0 : t0 + REFIT])
+            num += float(np.sum((y[ok] - pred[ok]) ** 2))
+            den += float(np.sum(y[ok] ** 2))
+        out[name] = {"in_sample": float(np.median(fits)), "out_of_sample": 1.0 - num / den}
+    return out
+
+
 # the run -------------------------------------------------------------------------------------------
 
 
@@ -408,12 +433,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", type=Path, default=Path("../shared/data"))
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "eqrisk-acc")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--etf-styles", action="store_true", help="only the style hedge ETFs' fit on the styles"
+    )
     args = parser.parse_args(argv)
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    out = measure(served_residuals(args.work, args.shared, say), say)
+    res = served_residuals(args.work, args.shared, say)
+    if args.etf_styles:
+        from eqrisk.model.style_hedge import STYLE_ETFS
+
+        for name, fit in etf_style_fit(res, STYLE_ETFS).items():
+            print(
+                f"{name}: R2 in sample {fit['in_sample']:.3f}, out of sample {fit['out_of_sample']:.3f}"
+            )
+        return 0
+    out = measure(res, say)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     print(report(out))
