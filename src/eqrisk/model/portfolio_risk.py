@@ -199,8 +199,7 @@ def _style_factors(day: RiskModelDay) -> np.ndarray:
     if day.style is None:
         return np.zeros(0, dtype=np.int64)
     k0 = day.n_etf
-    ready = np.isfinite(np.diag(day.cov)[k0:])
-    return np.flatnonzero(ready) + k0
+    return np.flatnonzero(day.served[k0:]) + k0
 
 
 def attribution(day: RiskModelDay, pos: Positions) -> Attribution:

@@ -34,6 +34,7 @@ __all__ = [
     "market_only",
     "model_levels",
     "portfolio_answer",
+    "risk_and_hedge",
     "risk_day",
 ]
 
@@ -141,11 +142,8 @@ def portfolio_answer(
     etf or index; default the snapshot's). The day's model is the cached one (`risk_days`):
     O(positions x factors) arithmetic here."""
     day = risk_day(snap, t)
-    if isinstance(benchmark, str):
-        benchmark = {benchmark: float(resolve(day, positions).weights.sum())}
-    risk = portfolio_risk(day, positions, benchmark=benchmark)
     at = day if hedge_level == day_level(snap) else risk_day(snap, t, level=hedge_level)
-    hedge = _hedge(day, at, risk, positions, hedge_level)
+    risk, hedge = risk_and_hedge(day, at, positions, benchmark, hedge_level)
     gross = float(np.abs(np.fromiter(positions.values(), dtype=np.float64)).sum())
     used_gross = float(np.abs(risk.portfolio.positions.weights).sum())
     rows_used = list(risk.portfolio.positions.tickers)
@@ -165,6 +163,22 @@ def portfolio_answer(
         factor_rows=factor_rows,
         notes=market_only(levels, day.factor_keys, asset_types),
     )
+
+
+def risk_and_hedge(
+    day: RiskModelDay,
+    at: RiskModelDay,
+    positions: Mapping[str, float],
+    benchmark: str | Mapping[str, float] | None,
+    hedge_level: int,
+) -> tuple[PortfolioRisk, HedgeLegs]:
+    """The route's arithmetic on a session's model `day`: the risk of `positions` (with the
+    tracking error against `benchmark`) and the ETF hedge at `hedge_level` from the model `at`
+    of that level (`day` itself at the model's level)."""
+    if isinstance(benchmark, str):
+        benchmark = {benchmark: float(resolve(day, positions).weights.sum())}
+    risk = portfolio_risk(day, positions, benchmark=benchmark)
+    return risk, _hedge(day, at, risk, positions, hedge_level)
 
 
 def _hedge(
