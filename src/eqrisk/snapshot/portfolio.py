@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -75,9 +76,9 @@ class PortfolioAnswer:
 def _exposure(day: RiskModelDay, positions: Mapping[str, float], keys: list[str]) -> list[float]:
     """The factor exposure x = H'w of usable positions, per factor key (summed position by
     position, slot by slot)."""
-    row_of = day.row_of
-    rows = np.array([row_of.get(t, -1) for t in positions], dtype=np.int64)
-    w = np.fromiter(positions.values(), dtype=np.float64, count=len(rows))
+    n = len(positions)
+    rows = np.fromiter(map(day.row_of.get, positions, repeat(-1, n)), dtype=np.int64, count=n)
+    w = np.fromiter(positions.values(), dtype=np.float64, count=n)
     ok = (rows >= 0) & np.isfinite(w)
     ok[ok] = day.usable[rows[ok]]
     idx = day.index[rows[ok]]
@@ -197,7 +198,7 @@ def _hedge(
         if ok and key in universe:
             hedged[key] = hedged.get(key, 0.0) + notional
     unusable = set(risk.unusable.tickers)
-    used = {k: v for k, v in hedged.items() if k not in unusable}
+    used = {k: v for k, v in hedged.items() if k not in unusable} if unusable else hedged
     hedged_risk = portfolio_risk(day, used).portfolio if used else None
     after = hedged_risk.vol if hedged_risk is not None else 0.0
     split = dict(hedged_risk.by_level) if hedged_risk is not None else {}
