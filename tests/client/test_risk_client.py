@@ -71,7 +71,7 @@ def test_style_exposures_frame_holds_the_routes_numbers_in_json_and_parquet(
     # the exposures are those /api/specific-risk serves as its style_<factor> columns, for the
     # factors with a forecast that session; one without is left out there (its exposures 0)
     d = client.specific_risk("2024-03-01")
-    assert factors["forecast"].sum() >= 4
+    assert 0 < factors["forecast"].sum() < len(factors)  # the demo has both kinds that day
     for name, has in factors["forecast"].items():
         if not has:
             assert f"style_{name}" not in d.columns and (s[name] == 0.0).all()
