@@ -190,6 +190,8 @@ def resolve(day: RiskModelDay, positions: Mapping[str, float]) -> Positions:
                 reason = problems[row] or "no forecast"
             reasons.append(reason)
     unusable = Unusables(names, reasons)
+    if not len(bad):  # every position used (the usual book): no copies
+        return Positions(tickers, rows, weights, unusable)
     keep = np.flatnonzero(ok)
     return Positions([tickers[i] for i in keep.tolist()], rows[keep], weights[keep], unusable)
 

@@ -203,7 +203,12 @@ def _hedge(
     after = hedged_risk.vol if hedged_risk is not None else 0.0
     split = dict(hedged_risk.by_level) if hedged_risk is not None else {}
     tradable = [ok and key in universe for key, ok in zip(legs.keys, legs.tradable, strict=True)]
-    exposure_after = _exposure(at, used, legs.keys)
+    if at is day and hedged_risk is not None:  # the hedged book's own x = H'w, same sums
+        f = hedged_risk.factors
+        x = dict(zip(f.keys, f.exposure.tolist(), strict=True))
+        exposure_after = [x.get(key, 0.0) for key in legs.keys]
+    else:
+        exposure_after = _exposure(at, used, legs.keys)
     return HedgeLegs(
         level=level,
         keys=legs.keys,
