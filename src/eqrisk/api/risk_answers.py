@@ -170,7 +170,8 @@ class FactorCovarianceResponse(Enveloped):
     factors: list[str]
     levels: list[str | None]
     matrix: list[list[float | None]] = Field(
-        description="F (K x K), daily; null for a factor with too few returns yet."
+        description="F (K x K), daily; null for an ETF factor with too few returns yet "
+        "(a style factor without a forecast that session is not listed)."
     )
 
 

@@ -39,15 +39,18 @@ def bench_risk(
     quick: Annotated[
         bool, typer.Option(help="Small portfolios (50, 300): checks the bench.")
     ] = False,
+    http: Annotated[
+        bool, typer.Option(help="The route over HTTP too (builds a demo market; not --quick).")
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """A portfolio's risk against the dense covariance. Volatility, Euler contributions and
-    hedge of 500 and 5,000 positions through the factor structure, next to a dense N x N
+    hedge of 500 and 5,000 positions through both factor layers, next to a dense N x N
     covariance in numpy (the model's Sigma, and np.cov of returns) on the same data: times,
-    ratios and the answers compared."""
+    ratios and the answers compared; then the route over HTTP."""
     from eqrisk.bench.risk import QUICK, RiskBench, run
 
-    bench = QUICK if quick else RiskBench(repeats=repeats)
+    bench = QUICK if quick else RiskBench(repeats=repeats, http=http)
     print_mapping(run(bench, say=lambda m: err.print(m)), as_json, "measure")
 
 
