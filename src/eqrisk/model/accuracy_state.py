@@ -70,13 +70,14 @@ class Running:
         """Add the outcomes of consecutive sessions (R x S, NaN = none for that row), one
         session after the other."""
         c, n_s = 0, z.shape[1]
+        by_session = np.ascontiguousarray(z.T)  # `accumulate` reads a session's rows together
         while c < n_s:
             j, pos = divmod(self.outcomes, MONTH)
             ring = self.blocks[j % BLOCKS]
             if pos == 0:
                 ring[:] = 0.0
             take = min(MONTH - pos, n_s - c)  # up to the end of the block
-            accumulate(z[:, c : c + take], self.count, self.s1, self.s2, self.s4, ring)
+            accumulate(by_session[c : c + take], self.count, self.s1, self.s2, self.s4, ring)
             self.outcomes += take
             c += take
             if pos + take == MONTH and j >= BLOCKS - 1:
