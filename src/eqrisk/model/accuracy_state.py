@@ -306,6 +306,28 @@ def accuracy_step(
     return state
 
 
+def record_of(
+    model: RiskModel,
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    vol_before: np.ndarray,
+    stocks: np.ndarray,
+    sectors: np.ndarray,
+    *,
+    burn_in: int = YEAR,
+) -> AccuracyState:
+    """The record of every forecast of `model` after its first `burn_in` sessions, in one
+    step (a build's chunked steps give the same bits): `returns` (n x T), `factor_returns`
+    (K_etf x T) and `vol_before` (n x T, each stock's daily 23-session volatility of the
+    session before) of the sessions of the data, the model's forecasts from `model.start`;
+    `stocks`, `sectors` as `new_state`. What the build stores, `eqrisk evaluate` reports and
+    `bench.accuracy` measures: one measure."""
+    s = model.start
+    state = new_state(stocks, sectors, factor_returns.shape[0], first=burn_in)
+    return accuracy_step(state, model, np.ascontiguousarray(returns[:, s:]),
+                         np.ascontiguousarray(factor_returns[:, s:]), vol_before[:, s:])  # fmt: skip
+
+
 def _add(state: AccuracyState, h: int, kind: str, real: np.ndarray, fc: np.ndarray) -> None:
     with np.errstate(invalid="ignore", divide="ignore"):
         z = real / fc
