@@ -52,25 +52,60 @@ def portfolio_days(
     where the portfolio has a member; the horizon's scaling is the caller's. `style` (S' x n x
     S): exposures to the second-layer factors, the last S' of the K (never hedged: a hedged
     portfolio sells its exposure to the first K - S' only, and keeps the second layer's risk)."""
-    _portfolio_days(members, weights, hedged, _by_session(avail), index, _by_session(level),
+    _portfolio_days(members, weights, hedged, twins(members, weights), _by_session(avail),
+                    index, _by_session(level),
                     _by_session(values), cov, _by_session(spec), _by_session(r_sum), f_sum,
                     _by_session(base), fbase, _by_session(style), out_real, out_model,
                     out_base)  # fmt: skip
 
 
 @njit(cache=True)
+def _members(members, weights, av, p, pos, neg, index, level, values, spec, r_sum, base, style,
+             t, n_etf, x, touched):  # fmt: skip
+    """Portfolio p's factor exposures on session t added to x (`touched`: the factors it has),
+    and its specific variance, realised return and baseline volatility."""
+    spec_var = 0.0
+    real = 0.0
+    base_vol = 0.0
+    for a in range(members.shape[1]):
+        i = members[p, a]
+        if i < 0:
+            break
+        if not av[i]:
+            continue
+        w = weights[p, a]
+        w = w / pos if w > 0 else w / neg
+        for j in range(level[t, i]):
+            f = index[i, j]
+            if f >= 0:
+                x[f] += w * values[t, i, j]
+                touched[f] = True
+        for s in range(style.shape[2]):
+            h = style[t, i, s]
+            if h != 0.0:
+                x[n_etf + s] += w * h
+                touched[n_etf + s] = True
+        spec_var += w * w * spec[t, i]
+        real += w * r_sum[t, i]
+        if np.isfinite(base[t, i]):
+            base_vol += abs(w) * base[t, i]
+    return spec_var, real, base_vol
+
+
+@njit(cache=True)
 def _portfolio_days(
-    members, weights, hedged, avail, index, level, values, cov, spec, r_sum, f_sum, base, fbase,
-    style, out_real, out_model, out_base,
+    members, weights, hedged, twin, avail, index, level, values, cov, spec, r_sum, f_sum, base,
+    fbase, style, out_real, out_model, out_base,
 ):  # fmt: skip
     """`portfolio_days` on session-major inputs: avail, level, spec, r_sum, base (S x n),
-    values (S x n x 3), style (S x n x S')."""
-    n_p, n_m = members.shape
+    values (S x n x 3), style (S x n x S'); twin[p] = q < p holding the same positions (-1:
+    none), whose exposures p reuses."""
+    n_p = members.shape[0]
     k = cov.shape[1]
-    n_style = style.shape[2]
-    n_etf = k - n_style
-    x = np.zeros(k)
-    touched = np.zeros(k, dtype=np.bool_)
+    n_etf = k - style.shape[2]
+    xs = np.zeros((n_p, k))
+    touched = np.zeros((n_p, k), dtype=np.bool_)
+    sums = np.zeros((n_p, 3))  # specific variance, realised return, baseline (unhedged)
     used = np.zeros(k, dtype=np.int64)
     for t in range(avail.shape[0]):
         av = avail[t]
@@ -78,36 +113,22 @@ def _portfolio_days(
             pos, neg = gross(members, weights, av, p)
             if pos == 0.0 and neg == 0.0:
                 continue
-            x[:] = 0.0
-            touched[:] = False
-            spec_var = 0.0
-            real = 0.0
-            base_vol = 0.0
-            for a in range(n_m):
-                i = members[p, a]
-                if i < 0:
-                    break
-                if not av[i]:
-                    continue
-                w = weights[p, a]
-                w = w / pos if w > 0 else w / neg
-                for j in range(level[t, i]):
-                    f = index[i, j]
-                    if f >= 0:
-                        x[f] += w * values[t, i, j]
-                        touched[f] = True
-                for s in range(n_style):
-                    h = style[t, i, s]
-                    if h != 0.0:
-                        x[n_etf + s] += w * h
-                        touched[n_etf + s] = True
-                spec_var += w * w * spec[t, i]
-                real += w * r_sum[t, i]
-                if np.isfinite(base[t, i]):
-                    base_vol += abs(w) * base[t, i]
+            x = xs[p]
+            q = twin[p]
+            if q >= 0:
+                x[:] = xs[q]
+                touched[p] = touched[q]
+                sums[p] = sums[q]
+            else:
+                x[:] = 0.0
+                touched[p] = False
+                sums[p, 0], sums[p, 1], sums[p, 2] = _members(
+                    members, weights, av, p, pos, neg, index, level, values, spec, r_sum, base,
+                    style, t, n_etf, x, touched[p])  # fmt: skip
+            spec_var, real, base_vol = sums[p, 0], sums[p, 1], sums[p, 2]
             m = 0  # the touched factors, in order
             for f in range(k):
-                if touched[f]:
+                if touched[p, f]:
                     used[m] = f
                     m += 1
             g0 = 0  # a hedged portfolio's risk: the second layer's factors only
@@ -127,6 +148,19 @@ def _portfolio_days(
             out_real[p, t] = real
             out_model[p, t] = np.sqrt(spec_var + factor_var)
             out_base[p, t] = base_vol
+
+
+def twins(members: A, weights: A) -> A:
+    """(P,) for each portfolio the first one before it with the same members and weights (the
+    hedged books are the long-only ones again), -1 where none."""
+    first: dict[bytes, int] = {}
+    out = np.full(len(members), -1, dtype=np.int64)
+    for p in range(len(members)):
+        key = members[p].tobytes() + weights[p].tobytes()
+        out[p] = first.setdefault(key, p)
+        if out[p] == p:
+            out[p] = -1
+    return out
 
 
 def held_returns(
