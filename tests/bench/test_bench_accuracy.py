@@ -1,5 +1,6 @@
 """The accuracy bench (`python -m eqrisk.bench.accuracy`) on the real-data slice of the model
-tests: each variant's figures are `evaluate_forecasts` of its model, and the table prints them."""
+tests: each variant's figures are the build's running record of its model (`record_of`), and the
+table prints them."""
 
 from __future__ import annotations
 
