@@ -15,14 +15,14 @@ import pandas as pd
 import pytest
 from tests.helpers import shared_file
 
+from eqrisk.build.incremental import run_tail, tail_offsets
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.ingest import ingest
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.build import build_snapshot
-from eqrisk.snapshot.incremental import run_tail, tail_offsets
+from eqrisk.snapshot.risk_arrays import RISK_FIELDS, factor_covariance_of, predicted_of
 from eqrisk.snapshot.risk_layer import LAYER_PREFIXES as LAYER
 from eqrisk.snapshot.risk_layer import NEXT_PREFIXES, read_style
-from eqrisk.snapshot.risk_store import RISK_FIELDS, factor_covariance_of, predicted_of
 from eqrisk.snapshot.versions import Snapshot, list_versions, snapshots_dir
 
 TAIL_DAYS = 6  # sessions held back from the first build

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from eqrisk.bench.incremental import _cut, synthetic_market
+from eqrisk.build.incremental import TailArray, digest
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelParams, cap_rank, plan_model
-from eqrisk.snapshot.build import publish_panel
-from eqrisk.snapshot.incremental import TailArray, digest
 from eqrisk.snapshot.tables import _clean, latest_values
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.distributed import dask_client
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import PANEL_FIELDS, Panel
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import publish_panel
-from eqrisk.snapshot.distributed import dask_client
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 SECTORS = {

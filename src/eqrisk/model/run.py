@@ -5,7 +5,7 @@ arrays out, no I/O.
 A run has two halves: `plan_model` does what needs the whole universe (returns, the factor
 layout, the flat model's factors: small series every row is hedged with), and `run_block` does
 the per-symbol work on a block of rows, given those series. The local build runs the blocks in
-this process; the Dask build (eqrisk.snapshot.distributed) runs the same function on workers.
+this process; the Dask build (eqrisk.build.distributed) runs the same function on workers.
 A full build computes the plan one slice of sessions at a time instead (`plan_slices`: the
 same numbers, bit for bit, without a universe-sized array).
 """

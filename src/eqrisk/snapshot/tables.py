@@ -107,7 +107,7 @@ class SnapshotContent:
     build: dict[str, Any] | None = None  # how it was built and why (full / incremental)
     staged: Staged | None = None  # arrays the workers of a Dask build wrote already
     block: int = chunks.BLOCK_SYMBOLS  # symbols per block of the chunk grid (S)
-    risk: Any = None  # `risk_store.RiskInputs`: the risk model is computed and stored
+    risk: Any = None  # `risk_run.RiskInputs`: the risk model is computed and stored
     risk_accuracy: dict[str, Any] | None = None  # `risk_evaluation.accuracy_record`
 
 
@@ -178,7 +178,7 @@ def write_content(
 
     risk = None
     if content.risk is not None:
-        from eqrisk.snapshot.risk_store import write_risk
+        from eqrisk.build.risk_run import write_risk
 
         say("writing the risk model (F, D, predicted volatility)")
         risk = write_risk(
@@ -225,7 +225,7 @@ def write_content(
         "build": content.build or {"mode": "full"},
     }
     if risk is not None:
-        from eqrisk.snapshot.risk_evaluation import stored_record
+        from eqrisk.build.risk_evaluation import stored_record
 
         running = risk.pop("accuracy_record", None)
         manifest["risk"] = risk

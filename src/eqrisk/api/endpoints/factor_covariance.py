@@ -22,7 +22,7 @@ from eqrisk.api.risk_answers import (
     session_date,
 )
 from eqrisk.api.sizes import Size, approx_bytes
-from eqrisk.snapshot.risk_store import FactorCovarianceDay, factor_covariance_of
+from eqrisk.snapshot.risk_arrays import FactorCovarianceDay, factor_covariance_of
 from eqrisk.snapshot.versions import Snapshot
 
 

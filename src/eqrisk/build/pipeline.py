@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from eqrisk.build import incremental, tail, unchanged
+from eqrisk.build.block_inputs import BlockSource, InMemory, StreamedPlan
+from eqrisk.build.risk_run import RiskInputs, risk_resumes
+from eqrisk.build.universe import check_universe, open_universe, streamed_build
 from eqrisk.data.corporate_actions import break_cells, return_breaks
 from eqrisk.data.ingested import Stored, read_panel, read_rows
 from eqrisk.data.master import Mappings
@@ -24,18 +28,14 @@ from eqrisk.model.run import (
     result_of,
 )
 from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
-from eqrisk.snapshot import incremental, tail, unchanged
-from eqrisk.snapshot.block_inputs import BlockSource, InMemory, StreamedPlan
 from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
-from eqrisk.snapshot.risk_store import RiskInputs, risk_resumes
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
-from eqrisk.snapshot.universe import check_universe, open_universe, streamed_build
 from eqrisk.snapshot.versions import Snapshot, store_of
 
 if TYPE_CHECKING:
-    from eqrisk.snapshot.distributed import RowReader
+    from eqrisk.build.distributed import RowReader
 
 # An incremental build asked to run on Dask runs in process up to this many cells (symbols x
 # sessions computed): a one-session update of 5,000 symbols computes one chunk, 640,000 cells.
@@ -413,7 +413,7 @@ def _publish_dask(
     store (every host mounts it), which the new version takes over (`publish`, inside the
     staging folder's lifetime); this process writes the tables from the written chunks and
     never holds an (n x T) output array."""
-    from eqrisk.snapshot.distributed import dask_client, write_model_dask
+    from eqrisk.build.distributed import dask_client, write_model_dask
 
     with store.staging() as staging:
 

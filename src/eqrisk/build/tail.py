@@ -26,12 +26,12 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.incremental import TailArray, digest
 from eqrisk.data.ingested import Stored
 from eqrisk.data.panel import Panel
 from eqrisk.model.returns import MEMBER_VOL_WINDOW
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.incremental import TailArray, digest
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 
 # Windows read before the first chunk not proved, besides the winsorisation's look-back: the
