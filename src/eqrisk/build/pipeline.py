@@ -13,7 +13,7 @@ import pandas as pd
 
 from eqrisk.build import incremental, tail, unchanged
 from eqrisk.build.block_inputs import BlockSource, InMemory, StreamedPlan
-from eqrisk.build.risk_run import RiskInputs, risk_resumes
+from eqrisk.build.risk_run import RiskInputs, risk_files, risk_resumes
 from eqrisk.build.universe import check_universe, open_universe, streamed_build
 from eqrisk.data.corporate_actions import break_cells, return_breaks
 from eqrisk.data.ingested import Stored, read_panel, read_rows
@@ -296,9 +296,11 @@ def publish_panel(
         version's chunks before the first computed one shared by an incremental build
         (`reused`: its panel, reuse and risk inputs)."""
         reuse = reused.reuse if reused is not None else None
+        written = reused.panel if reused is not None else panel
+        more = reused.more if reused is not None else None
         content = SnapshotContent(
             result=result,
-            panel=reused.panel if reused is not None else panel,
+            panel=written,
             master=master,
             data_source=str(meta.get("data_source", "unknown")),
             ingest={k: meta.get(k) for k in ingest_keys},
@@ -307,9 +309,7 @@ def publish_panel(
             build=build,
             staged=staged,
             block=block_symbols,
-            risk=reused.risk
-            if reused is not None and reused.risk is not None
-            else RiskInputs.of(source.plan),
+            more=more or risk_files(result, RiskInputs.of(source.plan), reuse, written.sessions),
         )
         return store.write(content, keep=keep, progress=say)
 
@@ -523,13 +523,14 @@ def _incremental(
     if window is not None:
         build["read_from"] = str(window.since.date())
     assert folder is not None
+    reuse = Reuse(decision.chunk, folder, manifest, last, first, build)
     content = SnapshotContent(
         result=result,
         panel=written,
         master=master,
         data_source="",
         ingest={},
-        reuse=Reuse(decision.chunk, folder, manifest, last, first, build),
-        risk=risk,
+        reuse=reuse,
+        more=risk_files(result, risk, reuse, written.sessions),
     )
     return content, build

@@ -36,6 +36,7 @@ from eqrisk.build.accuracy_store import (
     start_state,
 )
 from eqrisk.build.accuracy_store import figures as accuracy_figures
+from eqrisk.build.risk_evaluation import stored_record
 from eqrisk.model.covariance import CovarianceState
 from eqrisk.model.plan_slices import PlanOutline
 from eqrisk.model.regime import RegimeParams, RegimeState
@@ -61,6 +62,7 @@ from eqrisk.snapshot.risk_layer import (
     stocks_of,
     style_inputs_of,
 )
+from eqrisk.snapshot.tables import MoreFiles, Reuse
 
 RISK_LAYOUT = "risk-3"  # risk-3: both layers (style block shrunk by its signal share), the regime state, the next session
 SERVED = RiskParams(styles=StyleParams.calibrated(), regime=RegimeParams.calibrated())
@@ -347,3 +349,31 @@ def _next_date(sessions: np.ndarray | None) -> str | None:
     last = pd.Timestamp(np.datetime64(sessions[-1], "D"))
     ahead = sessions_between(last + pd.Timedelta(days=1), last + pd.Timedelta(days=14))
     return str(ahead[0].date()) if len(ahead) else str((last + pd.offsets.BDay(1)).date())
+
+
+def risk_files(
+    result: ModelResult, inputs: RiskInputs, reuse: Reuse | None, sessions: np.ndarray
+) -> MoreFiles:
+    """The risk model's writer a version takes (`tables.SnapshotContent.more`): `write_risk`
+    on the arrays as written (resumed at `reuse.chunks` from the previous version), and the
+    accuracy record of its running state; the manifest's `risk` and `risk_accuracy`."""
+
+    def write(folder: Path, fields: Mapping[str, Any], grid: chunks.ChunkGrid) -> dict[str, Any]:
+        risk = write_risk(
+            folder,
+            result,
+            fields,
+            inputs,
+            grid,
+            previous=reuse.previous if reuse is not None else None,
+            previous_manifest=reuse.manifest if reuse is not None else None,
+            reuse=reuse.chunks if reuse is not None else 0,
+            sessions=sessions,
+        )
+        running = risk.pop("accuracy_record", None)
+        more: dict[str, Any] = {"risk": risk}
+        if running is not None:
+            more["risk_accuracy"] = stored_record(running, sessions, inputs.params)
+        return more
+
+    return write
