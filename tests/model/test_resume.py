@@ -45,7 +45,7 @@ def test_a_run_from_any_session_equals_the_full_run_bitwise(
 ) -> None:
     panel, master, full = market
     got = run_from(plan_model(panel, master, PARAMS), start, rows=16)
-    assert list(got) == list(full)  # every metric, in the full run's order
+    assert set(got) == set(full)  # every metric
     for name, values in full.items():
         assert got[name].shape == (N, T - start), name
         assert _same_bits(got[name], values[:, start:]), name

@@ -127,7 +127,7 @@ def test_a_one_session_build_with_caps_and_volume_equals_a_full_rebuild(tmp_path
 def test_a_block_run_from_start_equals_the_whole_run(halflife: float | None) -> None:
     """`run_block(..., start=s)` on a block whose column 0 is a re-anchoring point gives the
     whole run's values at t >= s bit for bit (each series computed from the point it needs),
-    every field but the 23-session volatility (computed by run_tail on its own anchor)."""
+    every field but the 23-session volatility (computed by run_from on its own anchor)."""
     from eqrisk.model.run import BlockInput, SharedFactors, run_block
 
     panel, master = _capped(60, 700)

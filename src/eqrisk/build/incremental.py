@@ -9,7 +9,8 @@ factors and their link betas, and the stored price arrays). Every output at sess
 only on inputs at sessions <= t (the kernels are causal; months and chunks are cut at fixed
 session boundaries), so when the universe-wide digests match and the chunk digests match up to
 chunk c0, chunks c < c0 of the previous version are what a full rebuild would write: they are
-hard-linked unread, and only sessions >= c0 * L are computed (`run_tail`) and written.
+hard-linked unread, and only sessions >= c0 * L are computed (`model.resume.run_from`)
+and written.
 Otherwise the build says why and recomputes from the first changed chunk, or fully.
 """
 
@@ -27,18 +28,11 @@ import xxhash
 
 import eqrisk
 from eqrisk.data.panel import Panel
-from eqrisk.model.cascade import rolling_std
 from eqrisk.model.plan_slices import PlanOutline
 from eqrisk.model.run import (
-    ANNUALIZATION,
-    VOL_SHORT_MIN_OBS,
-    VOL_SHORT_WINDOW,
-    BlockInput,
     ModelPlan,
     ModelResult,
-    SharedFactors,
     result_of,
-    run_block,
 )
 from eqrisk.snapshot import chunks
 from eqrisk.snapshot.tables import PANEL_ARRAYS
@@ -377,83 +371,6 @@ def _revision(
                 f"{_date(sessions, first)}; recomputing from {_date(sessions, lo)}"
             )
     return f"inputs changed ({', '.join(changed)}) from {_date(sessions, lo)}"
-
-
-def tail_offsets(start: int, window: int) -> tuple[int, int]:
-    """Where a tail run's inputs begin, for the window-long series and the 23-session vol: a
-    multiple of the window (the kernels re-anchor at multiples of it, from scratch), early
-    enough that every series is exact from `start` on: the cascade from one window past it,
-    the residuals one session later, the hedge quality (a rolling series of residuals) from the
-    next anchor, so two windows."""
-    long_from = ((start - 2 * window) // window) * window if start >= 2 * window else 0
-    short_from = (
-        ((start - VOL_SHORT_WINDOW) // VOL_SHORT_WINDOW) * VOL_SHORT_WINDOW
-        if start >= VOL_SHORT_WINDOW
-        else 0
-    )
-    return long_from, short_from
-
-
-def run_tail(
-    plan: ModelPlan, start: int, *, base: int = 0, rows: int = chunks.BLOCK_SYMBOLS
-) -> dict[str, np.ndarray]:
-    """Every metric at sessions t >= `start`, as (n x (T - start)) arrays, bitwise equal to a
-    full run's: the per-symbol work of `run_block` on the inputs from a re-anchoring point two
-    windows earlier (`tail_offsets`), each series computed from the point it needs only (the
-    cascade from one window before `start`, the flat model from `start` - 1, the 23-session
-    volatility from its own anchor), so a one-session update costs about one window.
-
-    `start` counts sessions of the whole calendar; a tail plan's arrays begin at its session
-    `base` (the anchors are the calendar's, so `base` is a multiple of the window). The rows
-    run `rows` at a time, so memory holds one block's series over the window."""
-    params = plan.shared.params
-    o, o_short = (x - base for x in tail_offsets(start, params.window))
-    s = start - base - o
-    if o < 0 or o_short < 0 or (base and base % params.window):
-        raise ValueError(f"a tail plan from session {base} cannot run from session {start}")
-    shared = plan.in_process()
-    sliced = SharedFactors(
-        factors=np.ascontiguousarray(shared.factors[:, o:]),
-        market=shared.market[o:],
-        flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
-        params=params,
-        published=shared.published,
-    )
-    computed: dict[str, np.ndarray] = {}
-    for a, b in plan.blocks(rows):
-        part = plan.block(a, b, own_rows=False)
-        block = BlockInput(
-            start=a,
-            stop=b,
-            returns=np.ascontiguousarray(part.returns[:, o:]),
-            own_factors=np.empty((0, len(plan.sessions) - o)),
-            model_fidx=part.model_fidx,
-            exposure=part.exposure,
-        )
-        if s >= 2 * params.window:  # each series from the point it needs (see run_block)
-            found = run_block(sliced, block, start=s)
-        else:  # the first two windows: the whole run
-            found = {name: arr[:, s:] for name, arr in run_block(sliced, block).items()}
-        for name, arr in found.items():
-            if name not in computed:
-                computed[name] = np.empty((plan.size, arr.shape[1]))
-            computed[name][a:b] = arr
-    short = np.ascontiguousarray(plan.returns[:, o_short:])
-    vol_short = rolling_std(
-        short,
-        window=VOL_SHORT_WINDOW,
-        min_obs=VOL_SHORT_MIN_OBS,
-        out=np.empty(short.shape),
-        start=start - base - o_short,
-    )[:, start - base - o_short :]
-    out: dict[str, np.ndarray] = {}
-    for name, arr in computed.items():  # the order of a full run's metrics
-        if name == "vol_252d_ann":
-            out["vol_23d"] = vol_short * ANNUALIZATION
-        if name != "vol_23d":
-            out[name] = arr
-    out.update(plan.price_metrics_from(start - base))
-    return out
 
 
 class TailArray:

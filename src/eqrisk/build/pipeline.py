@@ -20,6 +20,7 @@ from eqrisk.data.ingested import Stored, read_panel, read_rows
 from eqrisk.data.master import Mappings
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel
 from eqrisk.data.share_classes import read_share_classes
+from eqrisk.model.resume import run_from
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
@@ -500,7 +501,7 @@ def _incremental(
     if dask_min_cells is not None:
         say(f"incremental in process: {cells:,} cells, at most {dask_min_cells:,} (dask_min_cells)")
     say(f"incremental: computing sessions from {str(calendar[start])[:10]}")
-    computed = incremental.run_tail(plan, start, base=base)
+    computed = run_from(plan, start, base=base)
     result = incremental.tail_result(plan, computed, start, previous)
     written = panel
     if window is not None:

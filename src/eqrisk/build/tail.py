@@ -29,14 +29,11 @@ import pandas as pd
 from eqrisk.build.incremental import TailArray, digest
 from eqrisk.data.ingested import Stored
 from eqrisk.data.panel import Panel
-from eqrisk.model.returns import MEMBER_VOL_WINDOW
+from eqrisk.model.resume import warmup
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.snapshot import chunks
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 
-# Windows read before the first chunk not proved, besides the winsorisation's look-back: the
-# tail run's two (`incremental.tail_offsets`) and the link betas' one.
-WARMUP_WINDOWS = 3
 PROOF = "data-2"  # bump when what `data_proof` covers changes: older proofs never match
 
 
@@ -57,11 +54,6 @@ def data_proof(
         "breaks": digest(sorted([str(s), str(d)] for s, d in breaks)),
         "share_classes": digest(sorted(share_classes.items())),
     }
-
-
-def warmup(window: int) -> int:
-    """Sessions read before the first chunk a tail build computes (see the module's text)."""
-    return WARMUP_WINDOWS * window + MEMBER_VOL_WINDOW + 2
 
 
 @dataclass(frozen=True)

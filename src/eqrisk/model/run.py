@@ -314,7 +314,7 @@ def run_block(shared: SharedFactors, block: BlockInput, *, start: int = 0) -> di
     over the whole calendar, and each series is computed from the point it needs (the cascade
     one window before the hedge quality's first window, the flat model one session before
     `start`), not from column 0. `vol_23d` is left out then: its 23-session anchors are not the
-    window's, so the caller computes it on its own slice (`incremental.run_tail`)."""
+    window's, so the caller computes it on its own slice (`resume.run_from`)."""
     params = shared.params
     w = params.window
     r = block.returns
