@@ -23,8 +23,6 @@ KERNEL_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "intrinsic", "ov
 # and one split under the bound must leave the list.
 PENDING = {
     ("model/risk_model.py", "risk_model"): 30,  # grew with the style shrink (issue 34): to split
-    ("build/pipeline.py", "publish_panel"): 24,
-    ("build/pipeline.py", "_incremental"): 23,
     ("snapshot/chunks/indexing.py", "ChunkedArray.__getitem__"): 23,
 }
 
