@@ -27,6 +27,7 @@ import eqrisk
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelResult
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.spliced import Spliced
 
 # The spec's metric keys (security_history.metric_key) and the arrays behind them.
 HISTORY_KEYS: dict[str, str] = {
@@ -255,13 +256,13 @@ def _clean(value: float) -> float | None:
 
 def latest_values(arr: Any, last: np.ndarray) -> list[float | None]:
     """Each row's value at its session `last[i]` (None where -1 or not finite): one gather for
-    an in-memory array, `pick` for an array that offers it (an incremental build's tail array),
-    else one read per row."""
+    an in-memory array, `Spliced.pick` for an incremental build's field (new sessions spliced
+    onto the previous version's), else one read per row."""
     rows = np.flatnonzero(last >= 0)
     out: list[float | None] = [None] * len(last)
     if isinstance(arr, np.ndarray):
         values = arr[rows, last[rows]]
-    elif hasattr(arr, "pick"):
+    elif isinstance(arr, Spliced):
         values = arr.pick(rows, last[rows])
     else:
         values = [arr[int(i), int(last[i])] for i in rows]
