@@ -76,7 +76,7 @@ def pg_database_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home with the demo market ingested and built once (the README's path, in-process)."""
-    from eqrisk.snapshot.demo_build import build_demo
+    from eqrisk.build.demo import build_demo
 
     home = tmp_path_factory.mktemp("demo-home")
     build_demo(home)

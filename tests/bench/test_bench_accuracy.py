@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.bench.accuracy import ROWS, Prepared, measure, table, variants
+from eqrisk.build.risk_evaluation import style_inputs
 from eqrisk.data.panel import Panel
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import VOL_SHORT_MIN_OBS, VOL_SHORT_WINDOW
-from eqrisk.snapshot.risk_evaluation import style_inputs
 from model.risk_case import make_case
 
 

@@ -95,7 +95,7 @@ def test_an_update_passes_each_stage_once_in_order(demo_home: Path, tmp_path: Pa
     # build; the build decides where to start after planning and before running.
     assert first[STAGES["merge"]] < first["eqrisk.data.return_cleaning.clean_returns"]
     assert first["eqrisk.data.ingested.write_ingested"] < first[STAGES["plan"]]
-    decide = first["eqrisk.snapshot.incremental.decide"]
+    decide = first["eqrisk.build.incremental.decide"]
     assert first[STAGES["plan"]] < decide < first[STAGES["run"]]
     assert "incremental build" in proc.stdout + proc.stderr
     # The master: asked for by the ingest (its levels report) and by the build, classified once.

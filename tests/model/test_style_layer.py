@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
+from eqrisk.build.risk_evaluation import style_inputs
 from eqrisk.data.panel import Panel
 from eqrisk.model.covariance import CovarianceParams, CovarianceState, factor_covariance
 from eqrisk.model.regime import RegimeParams, RegimeState, bias_squared, regime_multipliers
@@ -26,7 +27,6 @@ from eqrisk.model.risk_model import (
 from eqrisk.model.specific import SpecificState
 from eqrisk.model.style_regression import estimation_noise, style_returns, wls
 from eqrisk.model.styles import StyleParams, descriptors, standardise, style_exposures
-from eqrisk.snapshot.risk_evaluation import style_inputs
 from helpers import shared_file
 from model.risk_case import Case
 

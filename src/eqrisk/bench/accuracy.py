@@ -138,9 +138,9 @@ def _gics_master(path: Path, home: Path) -> Path:
 
 def prepare(home: Path, name: str, say: Callable[[str], None]) -> Prepared:
     """The ingested set of `home`, its cascade (window 252, 126 observations: the defaults)."""
+    from eqrisk.build.evaluate import load_universe
+    from eqrisk.build.risk_evaluation import style_inputs
     from eqrisk.model.run import plan_model, run_model
-    from eqrisk.snapshot.evaluate import load_universe
-    from eqrisk.snapshot.risk_evaluation import style_inputs
 
     panel, master, breaks, _ = load_universe(home, "SPY")
     params = ModelParams(252, 126, None)

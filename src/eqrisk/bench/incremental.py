@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.distributed import dask_client
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import PANEL_FIELDS, Panel
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.build import publish_panel
-from eqrisk.snapshot.distributed import dask_client
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 SECTORS = {
@@ -201,16 +201,16 @@ def _dask_full_build(
     }
 
 
-_STEP = "chunk_step"  # the accuracy record's step, as `risk_store` calls it
+_STEP = "chunk_step"  # the accuracy record's step, as `build.risk_run` calls it
 
 
 class _AccuracyClock:
     """The seconds (wall and CPU) a build spends in the accuracy record's steps: the build's
-    `chunk_step` timed where `risk_store` calls it, for the block only (what the record costs
+    `chunk_step` timed where `build.risk_run` calls it, for the block only (what the record costs
     inside the very build the bench times, not a separate run)."""
 
     def __enter__(self) -> _AccuracyClock:
-        from eqrisk.snapshot import risk_store
+        from eqrisk.build import risk_run as risk_store
 
         self.wall = self.cpu = 0.0
         self._module, self._step = risk_store, getattr(risk_store, _STEP)

@@ -54,12 +54,12 @@ def evaluate(
     """Out-of-sample accuracy of the risk forecast and the hedges. On the ingested data: the
     risk forecast's bias statistics (next to the weighted-average-volatility baseline) and the
     next-day hedge quality per level and estimator (equal weights, EWMA half-lives)."""
+    from eqrisk.build.evaluate import DEFAULT_HALFLIVES
+    from eqrisk.build.evaluate import evaluate as run_evaluate
     from eqrisk.model.regime import RegimeParams
     from eqrisk.model.risk_model import RiskParams
     from eqrisk.model.run import ModelParams
     from eqrisk.model.styles import StyleParams
-    from eqrisk.snapshot.evaluate import DEFAULT_HALFLIVES
-    from eqrisk.snapshot.evaluate import evaluate as run_evaluate
 
     if not (risk or hedges):
         raise fail("nothing to measure: drop --no-risk or --no-hedges", 2)

@@ -1,6 +1,6 @@
 """The accuracy record kept as a running state: every build adds the outcomes of its new
 sessions to the sums the previous build left, so the record never recomputes the history.
-Pure: arrays in, arrays out (the snapshot stores the state, `snapshot.risk_store`).
+Pure: arrays in, arrays out (the build stores the state, `build.risk_run`).
 
 The measure is `accuracy`'s (bias statistic b = std(R_t / s_t), the same families of
 portfolios, the weighted-volatility baseline), arranged so that it can run forward:

@@ -1,7 +1,7 @@
 """The served risk model, read once: a session's `RiskModelDay` (F, the exposures H at a hedge
 level, D, the factor keys) is built from a version's files on first use and kept in a bounded
 LRU cache that every request of the process shares, keyed by (version folder, session, level);
-what all sessions of a version share (`risk_store.RiskRows`: the symbols, the factor slots) is
+what all sessions of a version share (`risk_arrays.RiskRows`: the symbols, the factor slots) is
 read once per version. A version is immutable, so a cached day never goes stale; a new version
 is a new key, and the old one's days fall out of the LRU.
 
@@ -20,7 +20,7 @@ import numpy as np
 from cachetools import LRUCache
 
 from eqrisk.model.risk_model import RiskModelDay, served_factors
-from eqrisk.snapshot.risk_store import (
+from eqrisk.snapshot.risk_arrays import (
     HEDGE_FIELDS,
     FactorCovarianceDay,
     RiskRows,

@@ -22,8 +22,8 @@ from eqrisk.api.risk_answers import (
     session_date,
 )
 from eqrisk.api.sizes import Size, approx_bytes
+from eqrisk.snapshot.risk_arrays import FactorCovarianceDay
 from eqrisk.snapshot.risk_days import served_covariance
-from eqrisk.snapshot.risk_store import FactorCovarianceDay
 from eqrisk.snapshot.versions import Snapshot
 
 

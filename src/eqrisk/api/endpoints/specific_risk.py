@@ -23,8 +23,8 @@ from eqrisk.api.risk_answers import (
     session_date,
 )
 from eqrisk.api.sizes import Size, approx_bytes
+from eqrisk.snapshot.risk_arrays import predicted_of
 from eqrisk.snapshot.risk_days import risk_day
-from eqrisk.snapshot.risk_store import predicted_of
 from eqrisk.snapshot.versions import Snapshot
 
 SLOTS = ("market", "sector", "subsector")

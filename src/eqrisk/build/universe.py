@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.block_inputs import stream_plan
 from eqrisk.data.corporate_actions import break_cells
 from eqrisk.data.ingested import Stored, read_master, read_panel, read_rows, stored
 from eqrisk.data.master import Mappings, classify, priced_master
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel, shrink_reason
 from eqrisk.model.plan_slices import plan_shape
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.block_inputs import stream_plan
 from eqrisk.snapshot.store import Previous, VersionStore
 
 

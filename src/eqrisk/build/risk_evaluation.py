@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.accuracy_store import figures
 from eqrisk.data.panel import Panel
 from eqrisk.model.accuracy import FAMILIES, HEDGED_SIZES, previous
 from eqrisk.model.accuracy_state import record_of
 from eqrisk.model.risk_model import RiskParams, StyleInputs, risk_model
 from eqrisk.model.run import ModelParams, ModelResult, plan_model, run_model
-from eqrisk.snapshot.accuracy_store import figures
 
 DAILY = np.sqrt(252.0)
 MEASURE = (
