@@ -16,6 +16,29 @@ from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, to_panel
 from helpers import TEST_KEY, gics_master, register_key, shared_file
 
+TESTS = Path(__file__).parent
+
+
+def _group(path: Path) -> str:
+    """The worker group of a test module (pyproject runs the suite on two pytest-xdist workers,
+    `--dist loadgroup`): its folder under tests/, so each folder runs in one process as a
+    developer runs it; the modules that talk to the machine's one Redis share a group, since
+    the counts they read (a key's or an address's limit) are shared state across processes."""
+    text = path.read_text(encoding="utf-8")
+    if "REDIS_URL" in text or "127.0.0.1:6379" in text:
+        return "redis"
+    rel = path.relative_to(TESTS)
+    return rel.parts[0] if len(rel.parts) > 1 else "top"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups: dict[Path, str] = {}
+    for item in items:
+        path = Path(item.path)
+        if path not in groups:
+            groups[path] = _group(path)
+        item.add_marker(pytest.mark.xdist_group(groups[path]))
+
 
 @pytest.fixture(scope="session")
 def real_universe() -> tuple[Panel, pd.DataFrame]:
@@ -53,7 +76,7 @@ def pg_database_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home with the demo market ingested and built once (the README's path, in-process)."""
-    from eqrisk.snapshot.demo_build import build_demo
+    from eqrisk.build.demo import build_demo
 
     home = tmp_path_factory.mktemp("demo-home")
     build_demo(home)

@@ -21,13 +21,7 @@ KERNEL_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "intrinsic", "ov
 # Functions over the bound still waiting for their split (the file, the function and its
 # complexity when it was listed): the list only shrinks. A listed function that grows fails,
 # and one split under the bound must leave the list.
-PENDING = {
-    ("model/risk_model.py", "risk_model"): 30,  # grew with the style shrink (issue 34): to split
-    ("snapshot/build.py", "publish_panel"): 24,
-    ("snapshot/build.py", "_incremental"): 23,
-    ("snapshot/tables.py", "write_content"): 24,  # grew with the accuracy record (issue 34): to split
-    ("snapshot/chunks/indexing.py", "ChunkedArray.__getitem__"): 23,
-}
+PENDING: dict[tuple[str, str], int] = {}
 
 
 def _decorator_name(node: ast.expr) -> str:

@@ -227,8 +227,9 @@ def test_the_readme_portfolio_risk_examples_run_with_either_key(
     assert risk.used_share == 1.0 and not risk.partial  # type: ignore[attr-defined]
     matrix = np.asarray(cov, dtype=float)
     assert matrix.shape[0] == matrix.shape[1] > 1
-    # a style factor with no forecast that session (signal share below 1%) is a row of nulls
+    # exactly symmetric; a style factor with no forecast that session is not listed (no nulls)
     known = ~np.isnan(np.diag(matrix))
-    # symmetric to rounding: the style block is scaled by its signal share row- and column-wise
-    assert np.allclose(matrix, matrix.T, rtol=1e-12, atol=0, equal_nan=True) and known.sum() > 1
+    assert np.array_equal(matrix, matrix.T, equal_nan=True) and known.sum() > 1
     assert (np.diag(matrix)[known] > 0).all() and not np.isnan(matrix[np.ix_(known, known)]).any()
+    styles = [k for k, lv in cov.attrs["levels"].items() if lv == "style"]  # type: ignore[attr-defined]
+    assert styles and np.isfinite(np.asarray(cov.loc[styles, styles], dtype=float)).all()  # type: ignore[attr-defined]

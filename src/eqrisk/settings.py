@@ -18,6 +18,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+# The default rate of unknown or revoked keys per client address (a `limits` spec).
+INVALID_KEY_LIMIT = "20/minute"
+
 
 class SettingsError(ValueError):
     """A setting's value is not usable: one line naming each bad setting, its variable and why
@@ -357,7 +360,7 @@ class Settings(BaseSettings):
         "limit); past it the longest-waiting idle or unfinished request is closed.",
     )
     invalid_key_limit: str = Field(
-        default="20/minute",
+        default=INVALID_KEY_LIMIT,
         description="Unknown or revoked keys one client address may present (a `limits` spec "
         "such as 20/minute); past it, 429 without looking the key up.",
     )
@@ -463,7 +466,11 @@ class Settings(BaseSettings):
     @field_validator("invalid_key_limit")
     @classmethod
     def _rate_spec(cls, value: str) -> str:
-        """A rate the `limits` library reads ("20/minute", "100 per hour")."""
+        """A rate the `limits` library reads ("20/minute", "100 per hour"). The default is
+        one: the library (and asyncio under it) loads only to read another, so that a
+        command that serves nothing starts without it."""
+        if value == INVALID_KEY_LIMIT:
+            return value
         from limits import parse
 
         try:

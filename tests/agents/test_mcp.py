@@ -72,7 +72,13 @@ async def session(transport: str, base: str, key: str) -> AsyncIterator[McpClien
         http = httpx2.AsyncClient(headers=bearer(key), timeout=60)
         target: Any = streamable_http_client(f"{base}/mcp", http_client=http)
     else:
-        env = {"EQRISK_URL": base, "EQRISK_API_KEY": key, "PATH": "/usr/bin:/bin"}
+        # An assistant's `eqrisk mcp` is a client of `base`: it has no home of its own.
+        env = {
+            "EQRISK_URL": base,
+            "EQRISK_API_KEY": key,
+            "EQRISK_HOME": "/nonexistent/eqrisk-home",
+            "PATH": "/usr/bin:/bin",
+        }
         target = StdioServerParameters(
             command=sys.executable, args=["-m", "eqrisk.cli", "mcp"], env=env, cwd=str(REPO_ROOT)
         )

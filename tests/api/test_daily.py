@@ -719,10 +719,10 @@ def real_client(tmp_path_factory):
     prices, master = data / "ohlcv_long_2010_2020.csv.gz", data / "gics_constituents.csv"
     if not prices.exists() or not master.exists():
         pytest.skip(f"real data files are not available under {data}")
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.data.ingest import ingest
     from eqrisk.model.run import ModelParams
     from eqrisk.settings import Settings
-    from eqrisk.snapshot.build import build_snapshot
 
     home = tmp_path_factory.mktemp("ohlcv-home")
     ingest([prices], master, home=home)

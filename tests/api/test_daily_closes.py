@@ -23,9 +23,9 @@ def test_raw_closes_with_factors_serve_both_closes_under_their_names(tmp_path: P
     """Raw closes with the vendor's split and dividend columns, `--prices raw`, the adjusted
     column removed: `close_raw` is the file's close, `close` moves as the vendor's adjusted
     close (AAPL's 4:1 split of 2020-08-31 is no return), and neither is null."""
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.data.ingest import ingest
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
 
     full = pd.read_csv(SHARED_DATA / "ohlcv_long_2010_2020.csv.gz")
     full = full[full["symbol"].isin(SYMBOLS) & (full["date"] >= "2018-01-01")]

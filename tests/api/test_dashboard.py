@@ -42,10 +42,10 @@ def stale_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     and that stock."""
     import pandas as pd
 
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.data.demo import DATA_SOURCE, generate_demo, write_demo_files
     from eqrisk.data.ingest import ingest
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
 
     home = tmp_path_factory.mktemp("dashboard-home")
     files = write_demo_files(generate_demo(seed=7), home / "demo")

@@ -99,8 +99,8 @@ def test_errors_are_never_replayed_and_stay_free(home: Path) -> None:
 def test_a_new_snapshot_version_is_never_answered_from_the_old_ones_replays(
     demo_home: Path, tmp_path: Path
 ) -> None:
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
 
     home = tmp_path / "home"
     shutil.copytree(demo_home / "ingested", home / "ingested")

@@ -22,9 +22,9 @@ NOTE = "QQQ: an ETF that is not a factor of the model, modelled on the market fa
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.data.ingest import ingest
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
 
     home = tmp_path_factory.mktemp("market-only-home")
     wide = pd.read_csv(SHARED_DATA / "adjclose_wide_2010_2026.csv.gz", usecols=["date", *SLICE])

@@ -18,7 +18,7 @@ from eqrisk.api.app import create_app
 from eqrisk.model.portfolio_risk import portfolio_risk
 from eqrisk.settings import Settings
 from eqrisk.snapshot import risk_days
-from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskRows, model_day
+from eqrisk.snapshot.risk_arrays import HEDGE_FIELDS, RiskRows, model_day
 from eqrisk.snapshot.versions import Snapshot
 from helpers import TEST_KEY
 

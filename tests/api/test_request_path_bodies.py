@@ -120,9 +120,9 @@ def goog_home(demo_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     the real client sends for GOOGL), built."""
     import pandas as pd
 
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.data.ingest import ingest
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
 
     tmp = tmp_path_factory.mktemp("goog")
     prices = pd.read_csv(demo_home / "demo" / "demo_prices.csv.gz")

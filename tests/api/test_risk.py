@@ -838,8 +838,8 @@ def test_no_snapshot_is_503_not_500(tmp_path):
 
 
 def test_a_new_snapshot_is_served_without_restart(demo_home, tmp_path):
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
 
     home = tmp_path / "home"
     shutil.copytree(demo_home / "ingested", home / "ingested")

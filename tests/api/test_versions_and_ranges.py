@@ -55,8 +55,8 @@ def _priced_between(snap: Snapshot, ticker: str, start: str, end: str) -> list[s
 def test_a_kept_version_answers_its_own_bytes_after_a_newer_build(
     demo_home: Path, tmp_path: Path
 ) -> None:
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
 
     home = tmp_path / "home"
     shutil.copytree(demo_home / "ingested", home / "ingested")

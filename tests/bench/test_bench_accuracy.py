@@ -1,5 +1,6 @@
 """The accuracy bench (`python -m eqrisk.bench.accuracy`) on the real-data slice of the model
-tests: each variant's figures are `evaluate_forecasts` of its model, and the table prints them."""
+tests: each variant's figures are the build's running record of its model (`record_of`), and the
+table prints them."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.bench.accuracy import ROWS, Prepared, measure, table, variants
+from eqrisk.build.risk_evaluation import style_inputs
 from eqrisk.data.panel import Panel
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import VOL_SHORT_MIN_OBS, VOL_SHORT_WINDOW
-from eqrisk.snapshot.risk_evaluation import style_inputs
 from model.risk_case import make_case
 
 

@@ -48,6 +48,10 @@ def test_bench_build_figures_are_consistent(tmp_path: Path) -> None:
     assert result["incremental_equals_full"] is True
     assert 0 < result["incremental_added_mb"] < result["model_version_mb"]
     assert result["full_build_s"] > 0 and result["incremental_build_s"] > 0
+    # The accuracy record's steps, timed inside each build: part of it, never all of it.
+    for build_kind in ("full_build", "incremental_build"):
+        assert 0 < result[f"{build_kind}_accuracy_s"] < result[f"{build_kind}_s"]
+        assert 0 < result[f"{build_kind}_accuracy_share"] < 1
     # The same full build on a Dask LocalCluster: the very same version.
     assert result["dask_equals_local"] is True
     assert result["dask_workers"] == (os.cpu_count() or 1) and result["dask_full_build_s"] > 0

@@ -110,6 +110,21 @@ def _pgbouncer(doc: dict[str, Any]) -> None:
     assert doc["p99_ratio_pgbouncer_to_direct"] > 0 and isinstance(doc["p99_within_2x"], bool)
 
 
+def _imports(doc: dict[str, Any]) -> None:
+    assert doc["repeats"] == 1
+    for key in ("help", "update_help", "update", "whole_package"):
+        assert doc[f"{key}_import_ms"] > 0 and doc[f"{key}_wall_s"] > 0, key
+        assert doc[f"{key}_import_ms_runs"] == [doc[f"{key}_import_ms"]], key
+        assert doc[f"{key}_largest_packages"], key
+    # The command's start loads a part of what the daily job loads, which loads a part of
+    # the package and its libraries.
+    modules = [doc[f"{k}_modules"] for k in ("help", "update_help", "update", "whole_package")]
+    assert modules == sorted(modules) and len(set(modules)) == 4
+    assert "numba" in doc["update_largest_packages"] or "pandas" in doc["update_largest_packages"]
+    for key in ("help_target", "update_help_target"):
+        assert doc[key].endswith(("pass", "fail")), key
+
+
 # name: (arguments at a tiny size, the check of its JSON). `{home}` is a copy of the demo home.
 TINY: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
     "model": (["--quick"], _model),
@@ -138,6 +153,7 @@ TINY: dict[str, tuple[list[str], Callable[[dict[str, Any]], None]]] = {
         _daily,
     ),
     "cost": (["--repeats", "1", "--seconds", "0.3"], _cost),
+    "imports": (["--repeats", "1", "--symbols", "20", "--sessions", "200"], _imports),
     "serve": (
         ["--quick", "--seconds", "0.3", "--connections", "2", "--generator", "httpx"],
         _serve,

@@ -20,8 +20,11 @@ def test_the_synthetic_day_is_the_model_its_returns_come_from() -> None:
     day, returns = risk.synthetic_day(400, seed=3)
     assert returns.shape == (400, risk.HISTORY)
     assert day.usable.all()
+    assert day.style is not None and day.style.shape == (400, len(risk.STYLES))
+    np.testing.assert_array_equal(day.cov, day.cov.T)  # both layers
     sigma = risk.dense_sigma(day, np.arange(400))
-    np.testing.assert_allclose(sigma, sigma.T, rtol=1e-14)
+    # H F H' in BLAS is symmetric to rounding, of the largest entries' size
+    np.testing.assert_allclose(sigma, sigma.T, rtol=1e-14, atol=1e-15 * np.abs(sigma).max())
     assert np.linalg.eigvalsh(sigma)[0] > 0
     w = np.full(400, 1 / 400)
     vol, contrib = risk.dense_risk(sigma, w)
@@ -47,7 +50,8 @@ def test_bench_risk_quick_json_compares_every_way() -> None:
         assert r[f"{n}_vol_rel_diff_dense"] < 1e-12
         assert r[f"{n}_contribution_max_diff_dense"] < 1e-15
         assert r[f"{n}_vol_rel_diff_sample_cov"] < 0.15
-        for way in ("eqrisk", "dense", "dense_given", "sample_cov"):
+        assert r[f"{n}_route_contribution_max_diff"] == 0.0
+        for way in ("eqrisk", "route", "dense", "dense_given", "sample_cov"):
             assert r[f"{n}_{way}_ms"] > 0
         ratio = r[f"{n}_dense_ms"] / r[f"{n}_eqrisk_ms"]
         assert r[f"{n}_dense_over_eqrisk"] == pytest.approx(ratio, rel=0.05, abs=0.06)

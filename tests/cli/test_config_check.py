@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from eqrisk.accounts.db import make_engine
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import current_version
 from helpers import REDIS_URL, free_port
 

@@ -23,14 +23,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from eqrisk.api.app import create_app
+from eqrisk.build.pipeline import build_snapshot
+from eqrisk.build.universe import UniverseShrank
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingest_report import IngestRefused
 from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
-from eqrisk.snapshot.build import build_snapshot
-from eqrisk.snapshot.universe import UniverseShrank
 from eqrisk.snapshot.versions import (
     CURRENT,
     Snapshot,

@@ -16,6 +16,8 @@ import pandas as pd
 
 from eqrisk.data.calendar import sessions_between
 
+from .test_cli_imports import NOT_FOR_UPDATE, not_for
+
 # Each stage, the function that marks it (module, qualified name).
 STAGES = {
     "read": "eqrisk.data.ingest_read.read_inputs",
@@ -50,7 +52,8 @@ try:
 except SystemExit as exc:
     status = exc.code
 sys.setprofile(None)
-out.write_text(json.dumps({"status": status, "calls": calls, "first": first}))
+out.write_text(json.dumps({"status": status, "calls": calls, "first": first,
+                           "modules": sorted(sys.modules)}))
 """
 
 
@@ -92,6 +95,10 @@ def test_an_update_passes_each_stage_once_in_order(demo_home: Path, tmp_path: Pa
     # build; the build decides where to start after planning and before running.
     assert first[STAGES["merge"]] < first["eqrisk.data.return_cleaning.clean_returns"]
     assert first["eqrisk.data.ingested.write_ingested"] < first[STAGES["plan"]]
-    decide = first["eqrisk.snapshot.incremental.decide"]
+    decide = first["eqrisk.build.incremental.decide"]
     assert first[STAGES["plan"]] < decide < first[STAGES["run"]]
     assert "incremental build" in proc.stdout + proc.stderr
+    # The master: asked for by the ingest (its levels report) and by the build, classified once.
+    assert calls["eqrisk.data.master.classify"] == 2
+    assert calls["eqrisk.data.master._classified"] == 1
+    assert not_for(set(doc["modules"]), NOT_FOR_UPDATE) == []

@@ -68,9 +68,14 @@ def test_style_exposures_frame_holds_the_routes_numbers_in_json_and_parquet(
     assert s.attrs["date"] <= "2024-03-01" and len(s) == s.attrs["regression_stocks"] > 0
     factors = s.attrs["factors"]
     assert "size" in factors.index and list(s.columns) == list(factors.index)
-    # the exposures are those /api/specific-risk serves as its style_<factor> columns
+    # the exposures are those /api/specific-risk serves as its style_<factor> columns, for the
+    # factors with a forecast that session; one without is left out there (its exposures 0)
     d = client.specific_risk("2024-03-01")
-    for name in factors.index:
+    assert 0 < factors["forecast"].sum() < len(factors)  # the demo has both kinds that day
+    for name, has in factors["forecast"].items():
+        if not has:
+            assert f"style_{name}" not in d.columns and (s[name] == 0.0).all()
+            continue
         np.testing.assert_array_equal(
             s[name].to_numpy(float), d.loc[s.index, f"style_{name}"].to_numpy(float)
         )

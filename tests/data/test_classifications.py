@@ -3,6 +3,7 @@ the ingest report with why."""
 
 from __future__ import annotations
 
+from io import StringIO
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +168,25 @@ def test_two_names_that_map_to_one_etf_share_one_group() -> None:
     assert np.isfinite(group).all()
     # The sector level is the XLK ETF itself.
     assert [layout.keys[j] for j in layout.fidx[stocks, 1]] == ["XLK"] * 3
+
+
+def test_the_kept_classification_follows_the_master_and_the_mappings() -> None:
+    """`classify` keeps its last answer (the daily job's ingest and build ask for the same one):
+    another master, other mappings or another market ETF are classified anew, and a caller's
+    change to an answer does not reach the next one."""
+    master = pd.read_csv(StringIO(OLD_MASTER), dtype=str)
+    first = classify(master, Mappings.load())
+    first.loc[0, "sector_etf"] = "CHANGED"
+    again = classify(master, Mappings.load())
+    assert again.loc[0, "sector_etf"] != "CHANGED"
+    assert again.set_index("symbol").loc["GOOGL", "sector_etf"] == "XLK"
+    other = Mappings(
+        sector_etf={**Mappings.load().sector_etf, "Information Technology": "VGT"},
+        subsector_etf=Mappings.load().subsector_etf,
+    )
+    assert classify(master, other).set_index("symbol").loc["GOOGL", "sector_etf"] == "VGT"
+    renamed = master.assign(gics_sector=master["gics_sector"].replace("Energy", "Utilities"))
+    assert classify(renamed, Mappings.load()).set_index("symbol").loc["XOM", "sector_etf"] == "XLU"
+    by_qqq = classify(master, Mappings.load(), market_etf="QQQ")
+    assert set(by_qqq["market_etf"]) == {"QQQ"}
+    assert set(classify(master, Mappings.load())["market_etf"]) == {"SPY"}

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.corporate_actions import parse_split_ratio
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingested import read_ingested
 from eqrisk.data.return_cleaning import PriceRows, detect_events
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 from helpers import shared_file
 

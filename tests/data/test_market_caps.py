@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.api.app import create_app
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.ingest import ingest
 from eqrisk.data.master_files import read_shares
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import Snapshot, SnapshotStore
 from helpers import TEST_KEY, register_key, shared_file
 

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from data.measured import doc_table
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.data.ingest_report import IngestError
@@ -24,7 +25,6 @@ from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.data.return_cleaning import PriceRows, detect_events
 from eqrisk.data.return_decisions import read_decisions
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 from helpers import shared_file
 

@@ -28,7 +28,7 @@ from eqrisk.model.accuracy_state import (
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.risk_model import RiskModel, RiskParams, RiskState, risk_model
 from eqrisk.snapshot.chunks import same_bits
-from eqrisk.snapshot.risk_store import HEDGE_FIELDS
+from eqrisk.snapshot.risk_arrays import HEDGE_FIELDS
 from model.risk_case import STOCKS, Case
 
 DAILY = np.sqrt(252.0)

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import Snapshot, SnapshotStore
 from helpers import REPO_ROOT
 

@@ -281,8 +281,8 @@ def test_partly_capped_universe_weights_every_stock_and_says_how_many(real_unive
 
 
 def test_ingest_and_build_say_how_many_stocks_the_caps_rule_touched(tmp_path) -> None:
+    from eqrisk.build.pipeline import build_snapshot
     from eqrisk.data.ingest import ingest
-    from eqrisk.snapshot.build import build_snapshot
 
     universe = pd.read_csv(shared_file("small_universe.csv"))
     stocks = universe[universe["kind"] == "stock"].copy()

@@ -12,8 +12,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from eqrisk.bench.risk import synthetic_day
 from eqrisk.model.portfolio_risk import portfolio_risk
-from eqrisk.model.risk_model import RiskModelDay, RiskParams, risk_model, specific_returns
+from eqrisk.model.risk_model import (
+    RiskModelDay,
+    RiskParams,
+    risk_model,
+    served_factors,
+    specific_returns,
+)
 from model.risk_case import ENERGY, STOCKS, Case
 
 
@@ -273,3 +280,38 @@ def test_params_are_checked() -> None:
     with pytest.raises(ValueError, match="level"):
         RiskParams(level=4)
     assert replace(RiskParams(), level=2).describe()["exposures"].startswith("L2")
+
+
+def test_a_style_factor_without_a_forecast_is_left_out_of_the_answer() -> None:
+    """A second-layer factor with no forecast that session (a NaN row and column of F, its
+    exposures 0) is not among the factors served nor the portfolio's factors, and the answer is
+    the dense w' Sigma w over the others; an ETF factor with too few returns stays served (the
+    stocks it hedges have no forecast)."""
+    day, _ = synthetic_day(60, seed=4)
+    assert day.style is not None
+    k0 = day.n_etf
+    gone = day.factor_keys.index("momentum")
+    cov = day.cov.copy()
+    cov[gone, :] = cov[:, gone] = np.nan
+    style = day.style.copy()
+    style[:, gone - k0] = 0.0
+    without = replace(day, cov=cov, style=style)
+    assert without.served.tolist() == [k != gone for k in range(len(day.factor_keys))]
+    assert day.served.all()
+    rng = np.random.default_rng(5)
+    w = rng.normal(0.0, 1.0, 60) / 60
+    positions = dict(zip(day.symbols.tolist(), w.tolist(), strict=True))
+    risk = portfolio_risk(without, positions).portfolio
+    assert "momentum" not in risk.factors.keys and len(risk.factors.keys) == len(day.factor_keys) - 1
+    assert "size" in risk.factors.keys
+    keep = np.flatnonzero(without.served)
+    h = np.zeros((60, len(day.factor_keys)))
+    for j in range(3):
+        h[np.arange(60), day.index[:, j]] += day.values[:, j]
+    h[:, k0:] = style
+    sigma = h[:, keep] @ cov[np.ix_(keep, keep)] @ h[:, keep].T + np.diag(day.specific_var)
+    assert risk.vol == pytest.approx(float(np.sqrt(w @ sigma @ w)), rel=1e-12)
+    assert risk.vol != portfolio_risk(day, positions).portfolio.vol
+    etf = day.cov.copy()
+    etf[5, :] = etf[:, 5] = np.nan
+    assert served_factors(etf, k0)[5] and served_factors(etf, k0).all()

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
+from eqrisk.build.risk_evaluation import style_inputs
 from eqrisk.data.panel import Panel
 from eqrisk.model.covariance import CovarianceParams, CovarianceState, factor_covariance
 from eqrisk.model.regime import RegimeParams, RegimeState, bias_squared, regime_multipliers
@@ -24,9 +25,8 @@ from eqrisk.model.risk_model import (
     risk_model,
 )
 from eqrisk.model.specific import SpecificState
-from eqrisk.model.style_regression import style_returns, wls
+from eqrisk.model.style_regression import estimation_noise, style_returns, wls
 from eqrisk.model.styles import StyleParams, descriptors, standardise, style_exposures
-from eqrisk.snapshot.risk_evaluation import style_inputs
 from helpers import shared_file
 from model.risk_case import Case
 
@@ -220,6 +220,7 @@ def test_both_layers_give_a_positive_definite_f_and_the_dense_variance(
     for t in range(600, len(model.factor_cov.cov), 97):
         day = model.day(t)
         cov = day.cov
+        np.testing.assert_array_equal(cov, cov.T)  # exactly symmetric (NaN rows alike)
         keep = np.isfinite(np.diag(cov))
         # Positive definite: positive variances and a positive definite correlation matrix
         # (scale-free: a shrunk factor's variance is far below the market's, so the smallest
@@ -368,3 +369,26 @@ def test_the_style_inputs_of_a_panel_are_its_caps_and_turnover() -> None:
     np.testing.assert_array_equal(got.cap[0], cap[1])
     no_volume = Panel(**{**panel.__dict__, "volume": np.full((3, 3), nan)})
     assert style_inputs(no_volume, panel.symbols, stocks).turnover is None
+
+
+def test_the_estimation_noise_is_exactly_symmetric_and_so_is_f() -> None:
+    """(X'WX)^-1 X'W Omega W X (X'WX)^-1 of each session, against a dense computation, with its
+    upper triangle mirrored: F, whose sums it is taken out of, is symmetric bit for bit."""
+    rng = np.random.default_rng(11)
+    n, n_t = 80, 40
+    exposures = rng.normal(0.0, 1.0, (3, n, n_t))
+    cap = rng.lognormal(20.0, 1.0, (n, n_t))
+    g = rng.normal(0.0, 0.004, (4, n_t))
+    resid = g[0] + np.einsum("snt,st->nt", exposures, g[1:]) + rng.normal(0.0, 0.01, (n, n_t))
+    reg = style_returns(resid, exposures, cap, intercept=True, min_stocks=10)
+    omega = rng.uniform(1e-4, 4e-4, (n, n_t))
+    noise = estimation_noise(exposures, cap, reg, omega)
+    np.testing.assert_array_equal(noise, noise.transpose(0, 2, 1))
+    t = 17
+    x = np.column_stack([np.ones(n), exposures[:, :, t].T])
+    w = np.sqrt(cap[:, t])
+    a = np.linalg.inv(x.T @ (w[:, None] * x)) @ (x.T * w)
+    np.testing.assert_allclose(noise[t], a @ np.diag(omega[:, t]) @ a.T, rtol=1e-10)
+    f = factor_covariance(reg.returns, CovarianceParams(min_obs=5), noise=noise)
+    assert np.isfinite(f.cov[-1]).all()
+    np.testing.assert_array_equal(f.cov, f.cov.transpose(0, 2, 1))

@@ -24,11 +24,11 @@ import pandas as pd
 import pytest
 
 from eqrisk.bench.s3 import LocalS3, local_s3
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot.bucket import Bucket, BucketError, manifest_files
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.cache import Follower, pull
 from eqrisk.snapshot.store import VersionStore
 from helpers import TEST_KEY, Server, bearer, register_key

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.ingest import ingest
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import chunks, tables
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import (
     Snapshot,
     SnapshotError,

@@ -104,3 +104,23 @@ def test_same_bits_tells_nan_payloads_and_signed_zeros_apart() -> None:
     narrow = np.array([[1, 2]], dtype=np.uint8)
     assert same_bits(narrow, narrow.copy()) is True
     assert same_bits(narrow, narrow.astype(np.uint16)) is False
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([[0.0 + 1j, _nan(1 << 51) - 0.0j], [-0.0 + 0j, 2.0 + 0j]]),
+        np.array([(1.0, 2), (-0.0, 3)], dtype=[("x", "f8"), ("n", "i2")]),
+    ],
+)
+def test_same_bits_of_other_widths_is_the_byte_copy_definition(values: np.ndarray) -> None:
+    """Complex and record elements (no unsigned integer of their width) compare bytes too,
+    strided views included."""
+    assert same_bits(values, values.copy()) is True
+    flipped = values.copy()
+    flipped.view(np.uint8).flat[0] ^= np.uint8(1)
+    assert same_bits(values, flipped) is _bytes_equal(values, flipped) is False
+    assert same_bits(values[::-1], values.copy()[::-1]) is True
+    zero = values.copy()
+    zero.view(np.uint8)[...] = 0
+    assert same_bits(values, zero) is _bytes_equal(values, zero) is False

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from eqrisk.bench.incremental import _cut, synthetic_market
+from eqrisk.build.distributed import DaskUnavailable
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import publish_panel
-from eqrisk.snapshot.distributed import DaskUnavailable
 from eqrisk.snapshot.store import VersionStore
 from eqrisk.snapshot.versions import store_of
 

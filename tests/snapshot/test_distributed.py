@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from eqrisk.build.distributed import run_model_dask
 from eqrisk.data.ingested import ingested_dir, read_ingested
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import Panel, to_panel
@@ -27,8 +28,7 @@ from eqrisk.model.run import (
     run_block,
     run_model,
 )
-from eqrisk.snapshot.distributed import run_model_dask
-from eqrisk.snapshot.risk_store import RISK_FIELDS, factor_covariance_of
+from eqrisk.snapshot.risk_arrays import RISK_FIELDS, factor_covariance_of
 from eqrisk.snapshot.versions import Snapshot, current_version, snapshots_dir
 from helpers import nan_equal, without_progress
 

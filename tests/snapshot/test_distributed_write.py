@@ -18,12 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from eqrisk.bench.incremental import _cut, synthetic_market
+from eqrisk.build import distributed
+from eqrisk.build.block_inputs import InMemory
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.data.panel import Panel
 from eqrisk.model import run as model_run
 from eqrisk.model.run import ModelParams, plan_model
-from eqrisk.snapshot import chunks, distributed
-from eqrisk.snapshot.block_inputs import InMemory
-from eqrisk.snapshot.build import publish_panel
+from eqrisk.snapshot import chunks
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 from helpers import nan_equal
 
@@ -218,7 +219,7 @@ def test_a_field_one_block_cannot_derive_is_stored_by_every_block(
     it, as the local build (which checks the whole array) stores it."""
     from distributed import Client, LocalCluster
 
-    from eqrisk.snapshot import build
+    from eqrisk.build import pipeline as build
 
     panel, master = market
     row = chunks.BLOCK_SYMBOLS + 7

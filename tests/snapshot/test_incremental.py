@@ -15,14 +15,14 @@ import pandas as pd
 import pytest
 from tests.helpers import shared_file
 
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.ingest import ingest
+from eqrisk.model.resume import anchors, run_from
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.build import build_snapshot
-from eqrisk.snapshot.incremental import run_tail, tail_offsets
+from eqrisk.snapshot.risk_arrays import RISK_FIELDS, factor_covariance_of, predicted_of
 from eqrisk.snapshot.risk_layer import LAYER_PREFIXES as LAYER
 from eqrisk.snapshot.risk_layer import NEXT_PREFIXES, read_style
-from eqrisk.snapshot.risk_store import RISK_FIELDS, factor_covariance_of, predicted_of
 from eqrisk.snapshot.versions import Snapshot, list_versions, snapshots_dir
 
 TAIL_DAYS = 6  # sessions held back from the first build
@@ -132,7 +132,7 @@ def assert_same_risk_files(a: Path, b: Path) -> None:
 
 
 def test_a_tail_run_equals_the_full_run_bitwise(real: dict[str, Any]) -> None:
-    """run_tail from any session (chunk boundary or not) gives the full run's values."""
+    """run_from from any session (chunk boundary or not) gives the full run's values."""
     from eqrisk.data.master import Mappings, classify
     from eqrisk.data.panel import to_panel
     from eqrisk.model.run import plan_model, run_model
@@ -148,8 +148,8 @@ def test_a_tail_run_equals_the_full_run_bitwise(real: dict[str, Any]) -> None:
     plan = plan_model(panel, master, params)
     n_t = len(panel.sessions)
     for start in (n_t - 1, 29 * chunks.CHUNK_SESSIONS, 600, 300):
-        assert tail_offsets(start, params.window)[0] <= max(0, start - 2 * params.window)
-        tail = run_tail(plan, start)
+        assert anchors(start, params.window)[0] <= max(0, start - 2 * params.window)
+        tail = run_from(plan, start)
         assert sorted(tail) == sorted(full)
         for name, arr in tail.items():
             assert arr.tobytes() == np.ascontiguousarray(full[name][:, start:]).tobytes(), name

@@ -1,6 +1,6 @@
 """The pieces that make a one-session build cheap give the very values of the slow paths: the
 price metrics (cap rank included) computed on the tail only, the latest values gathered at once
-from an in-memory array or a tail array, and the XXH3 input digests (same data, same digest;
+from an in-memory array or a spliced one, and the XXH3 input digests (same data, same digest;
 one changed value, another digest)."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from eqrisk.bench.incremental import _cut, synthetic_market
+from eqrisk.build.incremental import digest
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelParams, cap_rank, plan_model
-from eqrisk.snapshot.build import publish_panel
-from eqrisk.snapshot.incremental import TailArray, digest
+from eqrisk.snapshot.spliced import Spliced
 from eqrisk.snapshot.tables import _clean, latest_values
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
@@ -77,14 +78,14 @@ def test_latest_values_gather_what_one_read_per_row_gives() -> None:
     last[5:8] = -1
     start = 250
     assert ((last >= 0) & (last < start)).sum() > 5  # rows read from before the tail
-    tail = TailArray(whole[:, start:].copy(), start, whole)  # type: ignore[arg-type]
+    tail = Spliced(whole[:, start:].copy(), start, whole)  # type: ignore[arg-type]
     want = [_clean(whole[i, t]) if t >= 0 else None for i, t in enumerate(last.tolist())]
     assert want.count(None) >= 3
     assert latest_values(whole, last) == want
     assert latest_values(tail, last) == want
 
     class Slow:
-        """An array read one element at a time (neither an ndarray nor a tail array)."""
+        """An array read one element at a time (neither an ndarray nor a spliced one)."""
 
         def __getitem__(self, key: tuple[int, int]) -> float:
             return float(whole[key])
@@ -127,7 +128,7 @@ def test_a_one_session_build_with_caps_and_volume_equals_a_full_rebuild(tmp_path
 def test_a_block_run_from_start_equals_the_whole_run(halflife: float | None) -> None:
     """`run_block(..., start=s)` on a block whose column 0 is a re-anchoring point gives the
     whole run's values at t >= s bit for bit (each series computed from the point it needs),
-    every field but the 23-session volatility (computed by run_tail on its own anchor)."""
+    every field but the 23-session volatility (computed by run_from on its own anchor)."""
     from eqrisk.model.run import BlockInput, SharedFactors, run_block
 
     panel, master = _capped(60, 700)
@@ -176,7 +177,7 @@ def test_a_tail_array_reads_a_chunked_version_chunk_by_chunk(tmp_path: Path) -> 
     arrays, _stats = chunks.write_arrays(tmp_path, {"x": whole}, grid)
     assert set(arrays["chunks"]["x"][1]) == {"d", ".", "B"}
     stored = chunks.open_arrays(tmp_path, arrays)["x"]
-    tail = TailArray(whole[:, start:].copy(), start, stored)
+    tail = Spliced(whole[:, start:].copy(), start, stored)
     for rows, lo, hi in [
         (slice(None, n), 0, t),
         (slice(0, n), 40, 190),

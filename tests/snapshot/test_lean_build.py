@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 
 from eqrisk.bench.daily import ingest_meta, synthetic_prices
+from eqrisk.build.incremental import RowDigests, input_digests
+from eqrisk.build.pipeline import build_snapshot, publish_panel
+from eqrisk.build.universe import open_universe
 from eqrisk.data.corporate_actions import return_breaks
 from eqrisk.data.ingested import ingested_dir, read_panel, read_rows, stored, write_ingested
 from eqrisk.data.master import Mappings
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.run import ModelParams, plan_model
-from eqrisk.snapshot.build import build_snapshot, publish_panel
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS
-from eqrisk.snapshot.incremental import RowDigests, input_digests
 from eqrisk.snapshot.tables import PANEL_ARRAYS
-from eqrisk.snapshot.universe import open_universe
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 N, T = 130, 700

@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from eqrisk.api.app import create_app
+from eqrisk.build.demo import build_demo
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.model.accuracy_state import ROW_FAMILIES
 from eqrisk.model.run import ModelParams
 from eqrisk.settings import Settings
-from eqrisk.snapshot.build import build_snapshot
-from eqrisk.snapshot.demo_build import build_demo
 from eqrisk.snapshot.versions import snapshots_dir
 
 

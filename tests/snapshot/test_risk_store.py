@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from eqrisk.snapshot.chunks import ChunkGrid
-from eqrisk.snapshot.risk_store import MissingArray, RiskArray, _rel
+from eqrisk.snapshot.risk_arrays import MissingArray, RiskArray
+from eqrisk.snapshot.risk_arrays import risk_rel as _rel
 
 
 @pytest.fixture()

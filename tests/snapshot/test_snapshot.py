@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import tables
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.versions import (
     Snapshot,
     SnapshotStore,

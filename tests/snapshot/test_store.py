@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from eqrisk.bench.incremental import _cut, synthetic_market
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import publish_panel
 from eqrisk.snapshot.store import VersionStore
 
 PARAMS = ModelParams(window=60, min_obs=30)

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from eqrisk.bench.incremental import synthetic_market
+from eqrisk.build.block_inputs import InMemory, StreamedPlan, stream_plan
+from eqrisk.build.incremental import input_digests
 from eqrisk.data.panel import MODEL_FIELDS, Panel
 from eqrisk.model.plan_slices import plan_shape
 from eqrisk.model.run import ModelParams, plan_model
-from eqrisk.snapshot.block_inputs import InMemory, StreamedPlan, stream_plan
-from eqrisk.snapshot.incremental import input_digests
 
 PARAMS = ModelParams(window=126, min_obs=60)
 BLOCK = 32

@@ -15,6 +15,10 @@ import pandas as pd
 import pytest
 from tests.helpers import gics_master, shared_file
 
+from eqrisk.build import tail
+from eqrisk.build.incremental import input_digests
+from eqrisk.build.pipeline import build_snapshot
+from eqrisk.build.universe import open_universe
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.corporate_actions import return_breaks
 from eqrisk.data.ingest import ingest
@@ -30,11 +34,8 @@ from eqrisk.data.master import Mappings
 from eqrisk.data.share_classes import read_share_classes
 from eqrisk.model.returns import MEMBER_VOL_WINDOW
 from eqrisk.model.run import ModelParams, plan_model
-from eqrisk.snapshot import chunks, tail
-from eqrisk.snapshot.build import build_snapshot
-from eqrisk.snapshot.incremental import input_digests
-from eqrisk.snapshot.risk_store import RISK_FIELDS
-from eqrisk.snapshot.universe import open_universe
+from eqrisk.snapshot import chunks
+from eqrisk.snapshot.risk_arrays import RISK_FIELDS
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 HELD_BACK = 2  # sessions left out of the first build

@@ -97,6 +97,27 @@ class HedgeLeg(BaseModel):
     exposure_after: float = Field(description="Factor exposure left after the tradable legs.")
 
 
+class StyleLeg(BaseModel):
+    etf: str
+    notional: float = Field(description="To buy (negative: sell), units of the positions.")
+    loadings: dict[str, float] = Field(
+        description="The ETF's style loadings: slopes of its specific return on the style "
+        "factors' returns over the 252 sessions before the date."
+    )
+
+
+class StyleNeutralHedge(BaseModel):
+    legs: list[StyleLeg] = Field(description="Factor-ETF legs (empty: none in the data).")
+    etf_legs: list[HedgeLeg] = Field(description="The ETF hedge of the book with those legs.")
+    style_exposure_before: dict[str, float]
+    style_exposure_after: dict[str, float] = Field(
+        description="The style exposure the book keeps with both kinds of legs."
+    )
+    vol_after_daily: float
+    vol_after_annual: float
+    after: dict[str, float] = Field(description="vol_after_daily split by level.")
+
+
 class PortfolioHedge(BaseModel):
     level: str
     legs: list[HedgeLeg]
@@ -108,6 +129,9 @@ class PortfolioHedge(BaseModel):
     after: dict[str, float] = Field(
         description="vol_after_daily split by level (Euler contributions that add up to it): "
         "market, sector, subsector, style, specific."
+    )
+    style_neutral: StyleNeutralHedge | None = Field(
+        None, description="With `style_neutral: true`: the style-neutral hedge (absent else)."
     )
 
 
@@ -146,7 +170,8 @@ class FactorCovarianceResponse(Enveloped):
     factors: list[str]
     levels: list[str | None]
     matrix: list[list[float | None]] = Field(
-        description="F (K x K), daily; null for a factor with too few returns yet."
+        description="F (K x K), daily; null for an ETF factor with too few returns yet "
+        "(a style factor without a forecast that session is not listed)."
     )
 
 

@@ -11,7 +11,8 @@ adjusted closes of `adjclose_wide_2010_2026.csv.gz`, the GICS master, and the sh
 volume, so no liquidity factor), the demo market as `eqrisk demo` writes it (caps and volume,
 specific returns independent by construction: no style in it, so a right second layer leaves
 hedged books' b where the ETF layer alone has it). The cascade runs once; each variant is a
-`RiskParams` over the same hedge ratios, measured with `model.accuracy.evaluate_forecasts`.
+`RiskParams` over the same hedge ratios, measured with the record every build stores
+(`model.accuracy_state.record_of`: the same code, in one step), which is timed beside the model.
 Figures: per family the median b, the median 12-month MAD and the worst 12-month window.
 """
 
@@ -31,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.data.panel import Panel
-from eqrisk.model.accuracy import YEAR, evaluate_forecasts
+from eqrisk.model.accuracy import previous
+from eqrisk.model.accuracy_state import figures_of, record_of
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.layout import FactorLayout
 from eqrisk.model.regime import RegimeParams
@@ -136,9 +138,9 @@ def _gics_master(path: Path, home: Path) -> Path:
 
 def prepare(home: Path, name: str, say: Callable[[str], None]) -> Prepared:
     """The ingested set of `home`, its cascade (window 252, 126 observations: the defaults)."""
+    from eqrisk.build.evaluate import load_universe
+    from eqrisk.build.risk_evaluation import style_inputs
     from eqrisk.model.run import plan_model, run_model
-    from eqrisk.snapshot.evaluate import load_universe
-    from eqrisk.snapshot.risk_evaluation import style_inputs
 
     panel, master, breaks, _ = load_universe(home, "SPY")
     params = ModelParams(252, 126, None)
@@ -162,18 +164,16 @@ def measure(prep: Prepared, params: RiskParams, horizons: tuple[int, ...]) -> di
         style_inputs=prep.inputs if params.styles is not None else None,
     )  # fmt: skip
     seconds = time.perf_counter() - began
-    figures = evaluate_forecasts(
-        model,
-        m["return"],
-        lay.factors,
-        m["vol_23d"] / DAILY,
-        prep.factor_vol23,
-        prep.stocks,
-        np.where(prep.stocks, lay.fidx[:, 1], -1),
-        horizons=horizons,
-        burn_in=YEAR,
-    )
-    return {"model_seconds": round(seconds, 2), "horizons": figures}
+    began = time.perf_counter()
+    state = record_of(model, m["return"], lay.factors, previous(m["vol_23d"] / DAILY),
+                      prep.stocks, np.where(prep.stocks, lay.fidx[:, 1], -1))  # fmt: skip
+    record = time.perf_counter() - began
+    figures = figures_of(state)
+    return {
+        "model_seconds": round(seconds, 2),
+        "record_seconds": round(record, 2),
+        "horizons": {f"{h}d": figures[f"{h}d"] for h in horizons},
+    }
 
 
 def table(results: dict[str, dict[str, Any]], horizon: str) -> str:
@@ -205,7 +205,7 @@ def _line(result: dict[str, Any], horizon: str) -> str:
             for key, label in ROWS
             if (f := figures.get(key)) is not None
         )
-        + f"; model {result['model_seconds']} s"
+        + f"; model {result['model_seconds']} s, record {result['record_seconds']} s"
     )
 
 

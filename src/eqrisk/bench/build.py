@@ -214,7 +214,7 @@ def _reads_vs_dense(
         return [np.asarray(version[f][r, 0:t]) for f in names]
 
     identical = all(
-        a.tobytes() == b.tobytes()
+        chunks.same_bits(a, b)
         for r in rows[:checked]
         for a, b in zip(read_mono(int(r)), read_version(int(r)), strict=True)
     )
@@ -371,7 +371,7 @@ def _zarr_reads(
             return [np.asarray(arrays[f][r, 0:t]) for f in names]
 
         identical = all(
-            got.tobytes() == np.array(mono[f][int(r), 0:t]).tobytes()
+            chunks.same_bits(got, np.asarray(mono[f][int(r), 0:t]))
             for r in rows[:5]
             for f, got in zip(names, read(int(r)), strict=True)
         )

@@ -309,7 +309,7 @@ class _Runner:
 def _dask_build(runner: _Runner, home: Path, workers: int) -> dict[str, Any]:
     """`eqrisk build --full --dask ADDRESS` on a LocalCluster this process starts: the
     driver's figures (the child) and the largest worker's peak, asked of the workers."""
-    from eqrisk.snapshot.distributed import dask_client
+    from eqrisk.build.distributed import dask_client
 
     with dask_client("local", workers=workers) as client:
         address = client.scheduler_info()["address"]

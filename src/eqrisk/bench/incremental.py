@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.distributed import dask_client
+from eqrisk.build.pipeline import publish_panel
 from eqrisk.data.master import Mappings, classify
 from eqrisk.data.panel import PANEL_FIELDS, Panel
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import publish_panel
-from eqrisk.snapshot.distributed import dask_client
+from eqrisk.snapshot import chunks
 from eqrisk.snapshot.versions import Snapshot, snapshots_dir
 
 SECTORS = {
@@ -200,6 +201,43 @@ def _dask_full_build(
     }
 
 
+_STEP = "chunk_step"  # the accuracy record's step, as `build.risk_run` calls it
+
+
+class _AccuracyClock:
+    """The seconds (wall and CPU) a build spends in the accuracy record's steps: the build's
+    `chunk_step` timed where `build.risk_run` calls it, for the block only (what the record costs
+    inside the very build the bench times, not a separate run)."""
+
+    def __enter__(self) -> _AccuracyClock:
+        from eqrisk.build import risk_run as risk_store
+
+        self.wall = self.cpu = 0.0
+        self._module, self._step = risk_store, getattr(risk_store, _STEP)
+
+        def timed(*args: Any, **kw: Any) -> Any:
+            w0, c0 = time.perf_counter(), time.process_time()
+            try:
+                return self._step(*args, **kw)
+            finally:
+                self.wall += time.perf_counter() - w0
+                self.cpu += time.process_time() - c0
+
+        setattr(risk_store, _STEP, timed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self._module, _STEP, self._step)
+
+    def figures(self, prefix: str, wall: float, cpu: float) -> dict[str, Any]:
+        return {
+            f"{prefix}_accuracy_s": round(self.wall, 2),
+            f"{prefix}_accuracy_share": round(self.wall / wall, 3) if wall else None,
+            f"{prefix}_accuracy_cpu_s": round(self.cpu, 2),
+            f"{prefix}_accuracy_cpu_share": round(self.cpu / cpu, 3) if cpu else None,
+        }
+
+
 def run_model_builds(
     n: int,
     t: int,
@@ -220,17 +258,17 @@ def run_model_builds(
         say(f"full build of {n} x {t} (the model and every file)")
         held = _status_mb("VmRSS")  # the synthetic panel, before any build
         resets = _reset_peak()
-        start = time.perf_counter()
-        with _AnonPeak() as full_anon:
+        start, cpu = time.perf_counter(), time.process_time()
+        with _AnonPeak() as full_anon, _AccuracyClock() as full_acc:
             first = publish_panel(home, _cut(panel, t), master, params, keep=5, full=True)
-        full_s = time.perf_counter() - start
+        full_s, full_cpu = time.perf_counter() - start, time.process_time() - cpu
         full_peak = _peak_mb() if resets else None
         say("one-session incremental build")
         resets = _reset_peak()
-        start = time.perf_counter()
-        with _AnonPeak() as incremental_anon:
+        start, cpu = time.perf_counter(), time.process_time()
+        with _AnonPeak() as incremental_anon, _AccuracyClock() as incremental_acc:
             second = publish_panel(home, panel, master, params, keep=5)
-        incremental_s = time.perf_counter() - start
+        incremental_s, incremental_cpu = time.perf_counter() - start, time.process_time() - cpu
         incremental_peak = _peak_mb() if resets else None
         root = snapshots_dir(home)
         whole = _bytes(root / first["model_version"])
@@ -254,6 +292,9 @@ def run_model_builds(
             "full_build_rss_before_mb": held,
             "incremental_build_peak_rss_mb": incremental_peak,
             "incremental_build_peak_anon_mb": incremental_anon.mb,
+            # The accuracy record's steps inside each build (wall and CPU of this process).
+            **full_acc.figures("full_build", full_s, full_cpu),
+            **incremental_acc.figures("incremental_build", incremental_s, incremental_cpu),
         }
         dask = _dask_full_build(work / "dask-home", _cut(panel, t), master, params, say)
         dask_version = dask.pop("dask_version")
@@ -262,7 +303,7 @@ def run_model_builds(
             a = Snapshot.open(root / first["model_version"])
             b = Snapshot.open(snapshots_dir(work / "dask-home") / dask_version)
             out["dask_equals_local"] = all(
-                np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes()
+                chunks.same_bits(np.asarray(a.array(f)), np.asarray(b.array(f)))
                 for f in first["fields"]
             ) and a.security_history().equals(b.security_history())
             say("full rebuild of the same data, compared bitwise")
@@ -270,7 +311,7 @@ def run_model_builds(
             a = Snapshot.open(root / second["model_version"])
             b = Snapshot.open(root / again["model_version"])
             out["incremental_equals_full"] = all(
-                np.asarray(a.array(f)).tobytes() == np.asarray(b.array(f)).tobytes()
+                chunks.same_bits(np.asarray(a.array(f)), np.asarray(b.array(f)))
                 for f in again["fields"]
             ) and a.security_history().equals(b.security_history())
         return out

@@ -321,7 +321,7 @@ def _ledger_check(
 
 
 def run(bench: PgBouncerBench, say: Callable[[str], None]) -> dict[str, Any]:
-    from eqrisk.snapshot.demo_build import build_demo
+    from eqrisk.build.demo import build_demo
 
     if not available():
         raise RuntimeError("pgbouncer is not installed (Debian package `pgbouncer`)")

@@ -9,10 +9,20 @@ compared:
 - `sample`: np.cov of the positions' last 252 daily returns, then the same products: the
   covariance a user computes from returns alone (its answer differs by its estimation error).
 
-The universe is synthetic (11 sectors, 20 subsectors over one market, like the ETF hierarchy of
-the real data): factor returns give F (`covariance.factor_covariance`), each stock has hedge
-ratios on its three factors and a specific variance, and its returns are drawn from that model.
-Each way is timed as the fastest of its repeats, the ways taking turns (`render.best_of`).
+and `route`: what `POST /api/portfolio/risk` computes on a cached model day
+(`snapshot.portfolio.risk_and_hedge`: the risk, the ETF hedge and the hedged book's risk).
+
+The universe is synthetic, with both layers of the served model: 11 sectors, 20 subsectors over
+one market (like the ETF hierarchy of the real data) and the second layer's style factors (the
+residual market, exposure 1, and six standardised styles); factor returns give F
+(`covariance.factor_covariance`), each stock has hedge ratios on its three ETF factors, style
+exposures and a specific variance, and its returns are drawn from that model. Each way is timed
+as the fastest of its repeats, the ways taking turns (`render.best_of`).
+
+`http` (not with --quick): the route over HTTP, one `eqrisk serve` over the 16-year demo market
+(both layers, as every build): books of the demo's usable stocks padded with unknown tickers to
+each size; per call the server's CPU (/proc, every thread: parsing, pricing, the answer) and
+the wall time of the call from a client on the same machine.
 """
 
 from __future__ import annotations
@@ -27,10 +37,13 @@ import numpy as np
 from eqrisk.bench.render import best_of
 from eqrisk.model.covariance import CovarianceParams, factor_covariance
 from eqrisk.model.portfolio_risk import portfolio_risk
-from eqrisk.model.risk_model import RiskModelDay
+from eqrisk.model.risk_model import STYLE_LEVEL, RiskModelDay
+from eqrisk.model.styles import StyleParams
+from eqrisk.snapshot.portfolio import risk_and_hedge
 
 SECTORS, SUBSECTORS = 11, 20
 HISTORY = 252
+STYLES = StyleParams().factor_names  # the residual market and six styles
 
 
 @dataclass(frozen=True)
@@ -38,9 +51,10 @@ class RiskBench:
     sizes: tuple[int, ...] = (500, 5000)
     repeats: int = 30
     seed: int = 0
+    http: bool = True  # the route over HTTP too (a demo market is built: minutes)
 
 
-QUICK = RiskBench(sizes=(50, 300), repeats=3)
+QUICK = RiskBench(sizes=(50, 300), repeats=3, http=False)
 
 
 def synthetic_day(n: int, seed: int = 0) -> tuple[RiskModelDay, np.ndarray]:
@@ -52,10 +66,12 @@ def synthetic_day(n: int, seed: int = 0) -> tuple[RiskModelDay, np.ndarray]:
     sub = (
         0.5 * m + 0.6 * sec[np.arange(SUBSECTORS) % SECTORS] + rng.normal(0, 0.008, (SUBSECTORS, t))
     )
-    factors = np.vstack([m, sec, sub])
+    styles = rng.normal(0, 0.002, (len(STYLES), t))
+    factors = np.vstack([m, sec, sub, styles])
     cov = factor_covariance(factors, CovarianceParams()).cov[-1]
     keys = ["SPY"] + [f"SEC{j}" for j in range(SECTORS)] + [f"SUB{j}" for j in range(SUBSECTORS)]
-    level = np.array([1] + [2] * SECTORS + [3] * SUBSECTORS)
+    keys += STYLES
+    level = np.array([1] + [2] * SECTORS + [3] * SUBSECTORS + [STYLE_LEVEL] * len(STYLES))
     sub_of = rng.integers(0, SUBSECTORS, n)
     index = np.column_stack(
         [np.zeros(n, dtype=np.int64), 1 + sub_of % SECTORS, 1 + SECTORS + sub_of]
@@ -64,6 +80,7 @@ def synthetic_day(n: int, seed: int = 0) -> tuple[RiskModelDay, np.ndarray]:
         [rng.uniform(-0.2, 0.6, n), rng.uniform(0.2, 1.0, n), rng.uniform(0.0, 0.8, n)]
     )
     specific = rng.uniform(0.01, 0.03, n) ** 2
+    style = np.column_stack([np.ones(n), rng.normal(0.0, 1.0, (n, len(STYLES) - 1))])
     day = RiskModelDay(
         session=0,
         symbols=np.array([f"S{i:05d}" for i in range(n)]),
@@ -74,10 +91,12 @@ def synthetic_day(n: int, seed: int = 0) -> tuple[RiskModelDay, np.ndarray]:
         values=values,
         level=np.full(n, 3),
         specific_var=specific,
+        style=style,
     )
     exposure = np.zeros((n, len(keys)))
     for j in range(3):
         exposure[np.arange(n), index[:, j]] += values[:, j]
+    exposure[:, day.n_etf :] = style
     recent = factors[:, -HISTORY:]
     returns = exposure @ recent + rng.normal(0, 1, (n, HISTORY)) * np.sqrt(specific)[:, None]
     return day, returns
@@ -88,6 +107,8 @@ def dense_sigma(day: RiskModelDay, rows: np.ndarray) -> np.ndarray:
     h = np.zeros((len(rows), len(day.factor_keys)))
     for j in range(3):
         h[np.arange(len(rows)), day.index[rows, j]] += day.values[rows, j]
+    if day.style is not None:
+        h[:, day.n_etf :] = day.style[rows]
     sigma: np.ndarray = h @ day.cov @ h.T
     sigma[np.diag_indices_from(sigma)] += day.specific_var[rows]
     return sigma
@@ -113,6 +134,10 @@ def measure(n: int, b: RiskBench) -> dict[str, Any]:
         risk = portfolio_risk(day, positions).portfolio
         return risk.vol, risk.positions.contribution
 
+    def route() -> tuple[float, np.ndarray]:
+        risk, hedge = risk_and_hedge(day, day, positions, None, 3)
+        return hedge.vol_after, risk.portfolio.positions.contribution
+
     def dense() -> tuple[float, np.ndarray]:
         return dense_risk(dense_sigma(day, rows), w)
 
@@ -121,6 +146,7 @@ def measure(n: int, b: RiskBench) -> dict[str, Any]:
 
     ways = {
         "eqrisk": ours,
+        "route": route,
         "dense": dense,
         "dense_given": lambda: dense_risk(kept, w),
         "sample": sample,
@@ -134,6 +160,7 @@ def measure(n: int, b: RiskBench) -> dict[str, Any]:
     return {
         "positions": n,
         "eqrisk_ms": round(ms["eqrisk"], 3),
+        "route_ms": round(ms["route"], 3),
         "dense_ms": round(ms["dense"], 3),
         "dense_given_ms": round(ms["dense_given"], 3),
         "sample_cov_ms": round(ms["sample"], 3),
@@ -142,6 +169,7 @@ def measure(n: int, b: RiskBench) -> dict[str, Any]:
         "sample_cov_over_eqrisk": round(ms["sample"] / ms["eqrisk"], 1),
         "vol_rel_diff_dense": float(abs(vol - d_vol) / d_vol),
         "contribution_max_diff_dense": float(np.max(np.abs(contrib - d_contrib))),
+        "route_contribution_max_diff": float(np.max(np.abs(best["route"][1][1] - contrib))),
         "vol_rel_diff_sample_cov": round(float(abs(vol - s_vol) / vol), 4),
         "load_average_1m": round(load, 2),
     }
@@ -152,7 +180,54 @@ def run(b: RiskBench, say: Callable[[str], Any] = print) -> dict[str, Any]:
     synthetic_day(10)  # warm what a first call compiles or caches
     result: dict[str, Any] = {"cpus": os.cpu_count()}
     for n in b.sizes:
-        say(f"portfolio risk of {n} positions: eqrisk, dense, sample covariance ...")
+        say(f"portfolio risk of {n} positions: eqrisk, route, dense, sample covariance ...")
         for key, value in measure(n, b).items():
             result[f"{n}_{key}"] = value
+    if b.http:
+        for key, value in over_http(b.sizes, max(3, b.repeats // 3), say).items():
+            result[f"http_{key}"] = value
     return result
+
+
+def over_http(
+    sizes: tuple[int, ...], repeats: int, say: Callable[[str], Any] = print
+) -> dict[str, Any]:
+    """`POST /api/portfolio/risk` on one `eqrisk serve` over the demo market: per size, the
+    server's CPU and the wall time per call (the mean CPU and the fastest wall of `repeats`
+    calls after one to warm), and how many of the positions the model knew."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import httpx
+    import orjson
+
+    from eqrisk.bench.serve import _bench_server, _server_cpu_s, prepare_home
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="eqrisk-bench-risk-") as tmp:
+        key = prepare_home(Path(tmp), say)
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        with _bench_server(Path(tmp)) as (base, pid), httpx.Client(timeout=120) as client:
+            rows = client.get(f"{base}/api/specific-risk", headers=headers).json()["data"]
+            known = [r["ticker"] for r in rows if r["risk_total_vol"] is not None]
+            rng = np.random.default_rng(1)
+            for n in sizes:
+                say(f"POST /api/portfolio/risk, {n} positions, over HTTP")
+                tickers = known[:n] + [f"ZZ{i:05d}" for i in range(max(0, n - len(known)))]
+                w = rng.normal(0.0, 1.0, n) / n
+                body = orjson.dumps({"positions": dict(zip(tickers, w.tolist(), strict=True))})
+                post = f"{base}/api/portfolio/risk"
+                answer = client.post(post, content=body, headers=headers)
+                answer.raise_for_status()
+                cpu0, walls = _server_cpu_s(pid), []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    client.post(post, content=body, headers=headers).raise_for_status()
+                    walls.append(time.perf_counter() - t0)
+                cpu = (_server_cpu_s(pid) - cpu0) / repeats
+                out[f"{n}_known"] = n - len(answer.json()["unused"])
+                out[f"{n}_server_cpu_ms"] = round(cpu * 1e3, 2)
+                out[f"{n}_wall_ms"] = round(min(walls) * 1e3, 2)
+    out["load_average_1m"] = round(os.getloadavg()[0], 2)
+    return out

@@ -49,7 +49,7 @@ def prepare_home(home: Path, say: Callable[[str], None]) -> str:
     limit high enough not to interfere. Returns the key."""
     from eqrisk.accounts.book import Accounts
     from eqrisk.accounts.db import make_engine
-    from eqrisk.snapshot.demo_build import build_demo
+    from eqrisk.build.demo import build_demo
 
     say("generating, ingesting and building a 16-year demo market")
     build_demo(home, start=BENCH_START)

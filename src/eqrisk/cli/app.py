@@ -196,9 +196,10 @@ app = typer.Typer(
 
 
 # Commands that work on an existing home: a missing one is a typo or a lost mount, never a
-# new home to create (only `ingest` and `demo` create one).
+# new home to create (only `ingest` and `demo` create one). `mcp` is a client of a server (its
+# URL), so it reads no home.
 NEEDS_HOME = frozenset(
-    {"build", "update", "serve", "snapshots", "export", "evaluate", "mcp", "fetch", "model-quality"}
+    {"build", "update", "serve", "snapshots", "export", "evaluate", "fetch", "model-quality"}
 )
 
 

@@ -48,15 +48,18 @@ def bench_risk(
     quick: Annotated[
         bool, _quick("Small portfolios (50, 300): checks the bench.", "--quick/--no-quick")
     ] = False,
+    http: Annotated[
+        bool, typer.Option(help="The route over HTTP too (builds a demo market; not --quick).")
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """A portfolio's risk against the dense covariance. Volatility, Euler contributions and
-    hedge of 500 and 5,000 positions through the factor structure, next to a dense N x N
+    hedge of 500 and 5,000 positions through both factor layers, next to a dense N x N
     covariance in numpy (the model's Sigma, and np.cov of returns) on the same data: times,
-    ratios and the answers compared."""
+    ratios and the answers compared; then the route over HTTP."""
     from eqrisk.bench.risk import QUICK, RiskBench, run
 
-    bench = QUICK if quick else RiskBench(repeats=repeats)
+    bench = QUICK if quick else RiskBench(repeats=repeats, http=http)
     print_mapping(run(bench, say=err.print), as_json, "measure")
 
 
@@ -319,6 +322,23 @@ def bench_daily(
         dask_workers=dask_workers,
         reference_full_s=reference_full_s,
     )
+    print_mapping(run(bench, say=err.print), as_json, "measure")
+
+
+@bench_app.command("imports")
+def bench_imports(
+    repeats: Annotated[int, typer.Option(min=1, help="Fresh interpreters per command.")] = 5,
+    symbols: Annotated[int, typer.Option(help="Symbols of the daily job's data set.")] = 40,
+    sessions: Annotated[int, typer.Option(help="Sessions of the daily job's data set.")] = 300,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the CLI imports: `eqrisk --help`, `eqrisk update --help` and the daily job
+    (`eqrisk update FILE` on a small synthetic data set), each in fresh interpreters under
+    `python -X importtime`, beside the whole package imported at once. Median import time, wall
+    time and modules of each, and the daily job's largest packages."""
+    from eqrisk.bench.imports import ImportsBench, run
+
+    bench = ImportsBench(repeats=repeats, symbols=symbols, sessions=sessions)
     print_mapping(run(bench, say=err.print), as_json, "measure")
 
 

@@ -111,7 +111,7 @@ def check_dask(settings: Settings) -> str:
 
     address = settings.dask if "://" in settings.dask else f"tcp://{settings.dask}"
     try:
-        # distributed leaves Client unannotated (as in eqrisk.snapshot.distributed).
+        # distributed leaves Client unannotated (as in eqrisk.build.distributed).
         with Client(address, timeout=DASK_TIMEOUT_S) as client:  # type: ignore[no-untyped-call]
             workers = client.scheduler_info(n_workers=-1)["workers"]
     except Exception as exc:

@@ -324,11 +324,11 @@ def _build(
     as_json: bool,
 ) -> None:
     """`eqrisk build` (and the build half of `eqrisk update`)."""
+    from eqrisk.build.distributed import DaskUnavailable
+    from eqrisk.build.pipeline import build_snapshot
+    from eqrisk.build.unchanged import NothingNew
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.build import build_snapshot
-    from eqrisk.snapshot.distributed import DaskUnavailable
     from eqrisk.snapshot.store import VersionStore
-    from eqrisk.snapshot.unchanged import NothingNew
 
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)

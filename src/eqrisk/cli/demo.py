@@ -143,9 +143,9 @@ def demo(
     if export is not None:
         _export(export, seed, as_json)
         return
+    from eqrisk.build.demo import DemoDataInvalid, build_demo
     from eqrisk.data.demo import DATA_SOURCE
     from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.demo_build import DemoDataInvalid, build_demo
     from eqrisk.snapshot.store import VersionStore
 
     settings = get_settings()

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from eqrisk.cli.app import JsonOpt, app, effective_settings, fail, out, print_json, stages
 
@@ -55,12 +54,12 @@ def evaluate(
     """Out-of-sample accuracy of the risk forecast and the hedges. On the ingested data: the
     risk forecast's bias statistics (next to the weighted-average-volatility baseline) and the
     next-day hedge quality per level and estimator (equal weights, EWMA half-lives)."""
+    from eqrisk.build.evaluate import DEFAULT_HALFLIVES
+    from eqrisk.build.evaluate import evaluate as run_evaluate
     from eqrisk.model.regime import RegimeParams
     from eqrisk.model.risk_model import RiskParams
     from eqrisk.model.run import ModelParams
     from eqrisk.model.styles import StyleParams
-    from eqrisk.snapshot.evaluate import DEFAULT_HALFLIVES
-    from eqrisk.snapshot.evaluate import evaluate as run_evaluate
 
     if not (risk or hedges):
         raise fail("nothing to measure: drop --no-risk or --no-hedges", 2)
@@ -122,6 +121,8 @@ def _print_risk(rec: dict[str, Any]) -> None:
         "Baseline = a portfolio's volatility as the weighted average of its positions' "
         "23-session volatilities (what a service without a covariance reports)."
     )
+    from rich.table import Table
+
     table = Table(
         "horizon",
         "portfolios",
@@ -165,6 +166,8 @@ def _print_hedges(estimators: list[dict[str, Any]]) -> None:
         "(1 = the hedge removed nothing; 0.46 = 54% of the variance removed). Median over "
         "stocks, pooled (sum of hedged over sum of unhedged variances) in brackets."
     )
+    from rich.table import Table
+
     table = Table("estimator", "stocks", "n", "L1", "L2", "L3", box=None, padding=(0, 1))
     for item in estimators:
         for universe, levels in item["levels"].items():

@@ -19,11 +19,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+if TYPE_CHECKING:  # rich's console and tables load on first use: `eqrisk --help` needs neither
+    from rich.console import Console
 
 # The width of a console that is not a terminal: wide enough that rich never cuts a cell.
 UNBOUNDED = 1_000_000
@@ -32,13 +31,35 @@ PROGRESS_EVERY = 10.0
 
 
 def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else UNBOUNDED
     return Console(stderr=stderr, width=width, soft_wrap=True, highlight=False)
 
 
-out = _console(stderr=False)  # results
-err = _console(stderr=True)  # progress, notes, errors
+def escape(text: str) -> str:
+    """`text` shown as written, never read as rich markup (rich.markup's escape)."""
+    from rich.markup import escape as escape_markup
+
+    return escape_markup(text)
+
+
+class _FirstUse:
+    """A console made when a command first writes with it."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            self._console = _console(self._stderr)
+        return getattr(self._console, name)
+
+
+out = cast("Console", _FirstUse(stderr=False))  # results
+err = cast("Console", _FirstUse(stderr=True))  # progress, notes, errors
 
 
 def result(line: str) -> None:
@@ -68,6 +89,8 @@ def result_table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None
 ) -> None:
     """Rows as a table on stdout; a cell is never cut (see the module docstring)."""
+    from rich.table import Table
+
     table = Table(*headers, title=title)
     for column in table.columns:
         column.overflow = "fold"

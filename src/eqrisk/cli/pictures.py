@@ -162,9 +162,9 @@ def pictures(
     """Make the README's screenshots of the page. As a newcomer sees it: the demo market is built in a temporary home
     with its local evaluation key (20 USD of credit), served, and its market, stock and
     portfolio pages photographed at a desktop's and a phone's width into --out."""
+    from eqrisk.build.demo import build_demo
     from eqrisk.cli.demo import evaluation_key
     from eqrisk.settings import Settings
-    from eqrisk.snapshot.demo_build import build_demo
 
     missing = [str(p) for p in (chromium_path, chromedriver) if not p.exists()]
     if missing:

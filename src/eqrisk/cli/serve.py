@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from eqrisk.cli.app import (
     EnvironmentProblem,
@@ -24,7 +23,7 @@ from eqrisk.cli.app import (
     reload_settings,
 )
 from eqrisk.cli.mcp import mcp_line
-from eqrisk.cli.output import note
+from eqrisk.cli.output import escape, note
 
 if TYPE_CHECKING:
     from eqrisk.settings import Settings

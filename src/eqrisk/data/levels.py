@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eqrisk.data.master import Mappings, classify, etf_registry, group_keys
+from eqrisk.data.master import Mappings, classify, etf_registry, group_keys, priced_master
 
 LEVEL_COLUMNS = ["symbol", "level", "gics_sector", "gics_sub_industry", "why"]
 MIN_SECTOR_GROUP, MIN_SUBSECTOR_GROUP = 2, 3
@@ -33,8 +33,9 @@ def missing_levels(
          "why": NO_MASTER_ROW}
         for s in sorted(price_symbols - set(master["symbol"]) - registry)
     ]  # fmt: skip
-    info = classify(master, mappings)
-    info = info[(info["asset_type"] == "stock") & info["symbol"].isin(price_symbols)]
+    # The build's classification (`priced_master`): the daily job classifies the master once.
+    info = classify(priced_master(master, price_symbols), mappings)
+    info = info[(info["asset_type"] == "stock") & info["symbol"].isin(set(master["symbol"]))]
     info = info.reset_index(drop=True)
     sector_key, sub_key = group_keys(info)
     sector_size = Counter(k for k in sector_key if k is not None)

@@ -10,6 +10,7 @@ their current names, so that an older master keeps its sector and subsector leve
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -132,51 +133,90 @@ def _read_override(path: Path, key: str) -> dict[str, str]:
     return dict(zip(table[key].str.strip(), table["etf"].str.strip().str.upper(), strict=True))
 
 
+def priced_master(master: pd.DataFrame, symbols: Iterable[str]) -> pd.DataFrame:
+    """The raw master of the symbols that have prices: their rows, then a stock row for each
+    priced symbol the master lacks (a registry ETF among them classifies itself; the others
+    are unclassified stocks, market level only)."""
+    present = pd.Index(sorted(set(symbols)))
+    missing = present.difference(pd.Index(master["symbol"].astype(str)))
+    if len(missing):
+        extra = pd.DataFrame({"symbol": missing, "asset_type": "stock"})
+        master = pd.concat([master, extra], ignore_index=True)
+    return master[master["symbol"].isin(present)]
+
+
 def classify(master: pd.DataFrame, mappings: Mappings, *, market_etf: str = "SPY") -> pd.DataFrame:
     """Complete a raw master (symbol, name, asset_type, gics_sector, gics_sub_industry, [shares])
     with sector code, factor name and the market/sector/subsector ETF of each symbol.
 
-    Symbols of the ETF registry classify themselves, whatever the raw master says.
+    Symbols of the ETF registry classify themselves, whatever the raw master says. The
+    classification of the last master and mappings is kept: the daily job's ingest (its
+    levels report) and its build ask for the same one, computed once (`_classified`).
     """
+    rows = [_row_inputs(rec) for rec in master.to_dict("records")]
+    key = (tuple(rows), tuple(sorted(mappings.sector_etf.items())),
+           tuple(sorted(mappings.subsector_etf.items())))  # fmt: skip
+    if _LAST.get("key") != key:
+        _LAST.clear()
+        _LAST.update(key=key, table=_classified(rows, mappings))
+    out = cast(pd.DataFrame, _LAST["table"]).copy()
+    etf = [market_etf if s != market_etf else None for s in out["symbol"]]
+    out["market_etf"] = pd.Series(etf, index=out.index, dtype=object)
+    return out
+
+
+# The last classification: {"key": (the master's rows as read, the mappings), "table": ...}.
+_LAST: dict[str, object] = {}
+
+# What a master row says, as classification reads it.
+_Row = tuple[str, str, str, str, str, float | None]
+
+
+def _row_inputs(rec: dict[Hashable, object]) -> _Row:
+    return (
+        _text(rec.get("symbol")).upper(),
+        _text(rec.get("name")),
+        _text(rec.get("asset_type")).lower() or "stock",
+        current_gics("sector", _text(rec.get("gics_sector"))),
+        current_gics("sub_industry", _text(rec.get("gics_sub_industry"))),
+        _float_or_none(rec.get("shares")),
+    )
+
+
+def _classified(rows: list[_Row], mappings: Mappings) -> pd.DataFrame:
+    """The classified master of `rows` (MASTER_COLUMNS; market_etf left to `classify`)."""
     # Plain dicts: a pandas lookup per row costs 5,000 symbols 0.4 s.
     registry = etf_registry().set_index("symbol")[["name", "gics_sector", "gics_sub_industry"]]
     etfs = {str(k): v for k, v in registry.to_dict("index").items()}
     table = sector_table()
     code_of = dict(zip(table["gics_sector"], table["sector_code"], strict=True))
     factor_of = dict(zip(table["gics_sector"], table["factor_name"], strict=True))
-    rows = []
-    for rec in master.to_dict("records"):
-        symbol = _text(rec.get("symbol")).upper()
-        name = _text(rec.get("name"))
-        asset_type = _text(rec.get("asset_type")).lower() or "stock"
-        sector = current_gics("sector", _text(rec.get("gics_sector")))
-        sub = current_gics("sub_industry", _text(rec.get("gics_sub_industry")))
+    out_rows = []
+    for symbol, name, asset_type, sector, sub, shares in rows:
         if symbol in etfs:
             reg = etfs[symbol]
             asset_type = "etf"
             name = name or cast(str, reg["name"])
             sector = cast(str, reg["gics_sector"])
             sub = cast(str, reg["gics_sub_industry"])
-        sector_code = code_of.get(sector)
-        factor_name = factor_of.get(sector)
         is_stock = asset_type == "stock"
-        rows.append(
+        out_rows.append(
             {
                 "symbol": symbol,
                 "name": name or symbol,
                 "asset_type": asset_type,
                 "gics_sector": sector or None,
                 "gics_sub_industry": sub or None,
-                "sector_code": sector_code,
-                "factor_name": factor_name,
-                "market_etf": market_etf if symbol != market_etf else None,
+                "sector_code": code_of.get(sector),
+                "factor_name": factor_of.get(sector),
+                "market_etf": None,
                 "sector_etf": mappings.sector_etf.get(sector) if is_stock else None,
                 "subsector_etf": mappings.subsector_etf.get(sub) if is_stock else None,
-                "shares": _float_or_none(rec.get("shares")),
+                "shares": shares,
             }
         )
     # Object columns keep None as None (the string dtype would turn it into NaN).
-    out = pd.DataFrame(rows, columns=MASTER_COLUMNS, dtype=object)
+    out = pd.DataFrame(out_rows, columns=MASTER_COLUMNS, dtype=object)
     out["shares"] = out["shares"].astype(float)
     return out.drop_duplicates("symbol", keep="first").sort_values("symbol", ignore_index=True)
 

@@ -15,13 +15,15 @@ shorts to -1), and the random long-only ones hedged each session with their L3 E
 notionals `portfolio_risk` gives), whose forecast is their specific risk alone. The baseline is
 what a user without a covariance gets: the weighted average of the positions' 23-session
 volatilities, sum |w_i| s_i (the hedge's ETF legs are positions too).
+
+The figures the build stores, `eqrisk evaluate` reports and the accuracy bench prints are all
+`accuracy_state`'s running record (`record_of` in one step): one code path. The functions here
+are the portfolios and the direct, whole-history computation that record is tested against.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -273,97 +275,3 @@ def permutation_floor(
     summed[~np.isfinite(shuffled)] = np.nan
     ones = np.where(np.isfinite(summed), np.sqrt(horizon), np.nan)
     return mad_from_one(rolling_bias(summed, ones))
-
-
-def _figures(outcomes: Outcomes, daily: Outcomes, rows: np.ndarray, horizon: int) -> dict[str, Any]:
-    """The figures of a set of rows: the median over them of the whole-period bias and of the
-    rolling 12-month mean absolute deviation from 1, model and baseline, the band of the
-    whole-period bias and the deviation a right forecast would show (`permutation_floor`)."""
-    real = outcomes.realised[rows]
-    entry: dict[str, Any] = {}
-    kept = np.ones(len(rows), dtype=bool)
-    for name in ("model", "baseline"):
-        forecast = getattr(outcomes, name)[rows]
-        whole = bias(real, forecast, min_obs=YEAR)
-        if name == "model":
-            kept = np.isfinite(whole)
-            obs = np.isfinite(real[kept] / forecast[kept]).sum(axis=1)
-            entry["members"] = int(kept.sum())
-            entry["observations"] = int(np.median(obs)) if len(obs) else 0
-        windows = rolling_bias(real[kept], forecast[kept])
-        entry[name] = {
-            "bias": _median(whole[kept]),
-            "mad_12m": _median(mad_from_one(windows)),
-            "worst_12m": _worst(windows),
-        }
-    independent = max(entry["observations"] / horizon, 1.0)
-    half = float(np.sqrt(2.0 / independent))
-    entry["band"] = [round(1.0 - half, 4), round(1.0 + half, 4)]
-    floor = permutation_floor(daily.realised[rows][kept], daily.model[rows][kept], horizon)
-    entry["mad_12m_floor"] = _median(floor)
-    return entry
-
-
-def _worst(windows: np.ndarray) -> float | None:
-    """The highest median b (over the family's rows) of a 12-month window: the year the risk
-    was most under-stated."""
-    if not windows.size:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a window no row reaches
-        med = np.nanmedian(windows, axis=0)
-    med = med[np.isfinite(med)]
-    return round(float(med.max()), 4) if len(med) else None
-
-
-def _median(x: np.ndarray) -> float | None:
-    x = x[np.isfinite(x)]
-    return round(float(np.median(x)), 4) if len(x) else None
-
-
-def _after(o: Outcomes, first: int) -> Outcomes:
-    return Outcomes(o.realised[:, first:], o.model[:, first:], o.baseline[:, first:])
-
-
-def evaluate_forecasts(
-    model: RiskModel,
-    returns: np.ndarray,
-    factor_returns: np.ndarray,
-    vol23: np.ndarray,
-    factor_vol23: np.ndarray,
-    stocks: np.ndarray,
-    sectors: np.ndarray,
-    *,
-    horizons: tuple[int, ...] = (1, 21),
-    burn_in: int = YEAR,
-    portfolios: Portfolios | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Per horizon (sessions) and family (single stocks, then FAMILIES), the figures of the
-    forecasts of sessions model.start + burn_in on (see the module docstring and `_figures`).
-    `vol23`, `factor_vol23`: daily 23-session volatilities; `stocks` (n,) bool; `sectors` (n,)
-    int group of each stock (-1 = none)."""
-    ports = portfolios or make_portfolios(stocks, sectors, hedged_sizes=HEDGED_SIZES)
-    fam = np.array(ports.family)
-    stock_rows = np.flatnonzero(stocks)
-    out: dict[str, dict[str, Any]] = {}
-    daily: tuple[Outcomes, Outcomes] | None = None
-    for h in horizons:
-        s_out = _after(stock_outcomes(model, returns, vol23, h), burn_in)
-        p_out = _after(
-            portfolio_outcomes(model, ports, returns, factor_returns, vol23, factor_vol23, h),
-            burn_in,
-        )
-        if daily is None:
-            daily = (s_out, p_out) if h == 1 else (
-                _after(stock_outcomes(model, returns, vol23, 1), burn_in),
-                _after(portfolio_outcomes(
-                    model, ports, returns, factor_returns, vol23, factor_vol23, 1
-                ), burn_in),
-            )  # fmt: skip
-        figures = {"single_stocks": _figures(s_out, daily[0], stock_rows, h)}
-        for name in FAMILIES:
-            rows = np.flatnonzero(fam == name)
-            if len(rows):
-                figures[name] = _figures(p_out, daily[1], rows, h)
-        out[f"{h}d"] = figures
-    return out

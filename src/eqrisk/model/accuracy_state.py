@@ -1,6 +1,6 @@
 """The accuracy record kept as a running state: every build adds the outcomes of its new
 sessions to the sums the previous build left, so the record never recomputes the history.
-Pure: arrays in, arrays out (the snapshot stores the state, `snapshot.risk_store`).
+Pure: arrays in, arrays out (the build stores the state, `build.risk_run`).
 
 The measure is `accuracy`'s (bias statistic b = std(R_t / s_t), the same families of
 portfolios, the weighted-volatility baseline), arranged so that it can run forward:
@@ -70,13 +70,14 @@ class Running:
         """Add the outcomes of consecutive sessions (R x S, NaN = none for that row), one
         session after the other."""
         c, n_s = 0, z.shape[1]
+        by_session = np.ascontiguousarray(z.T)  # `accumulate` reads a session's rows together
         while c < n_s:
             j, pos = divmod(self.outcomes, MONTH)
             ring = self.blocks[j % BLOCKS]
             if pos == 0:
                 ring[:] = 0.0
             take = min(MONTH - pos, n_s - c)  # up to the end of the block
-            accumulate(z[:, c : c + take], self.count, self.s1, self.s2, self.s4, ring)
+            accumulate(by_session[c : c + take], self.count, self.s1, self.s2, self.s4, ring)
             self.outcomes += take
             c += take
             if pos + take == MONTH and j >= BLOCKS - 1:
@@ -303,6 +304,28 @@ def accuracy_step(
     state.tail = {k: np.ascontiguousarray(v[..., -TAIL:]) for k, v in ext.items()}
     state.session = t0 + s_count
     return state
+
+
+def record_of(
+    model: RiskModel,
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    vol_before: np.ndarray,
+    stocks: np.ndarray,
+    sectors: np.ndarray,
+    *,
+    burn_in: int = YEAR,
+) -> AccuracyState:
+    """The record of every forecast of `model` after its first `burn_in` sessions, in one
+    step (a build's chunked steps give the same bits): `returns` (n x T), `factor_returns`
+    (K_etf x T) and `vol_before` (n x T, each stock's daily 23-session volatility of the
+    session before) of the sessions of the data, the model's forecasts from `model.start`;
+    `stocks`, `sectors` as `new_state`. What the build stores, `eqrisk evaluate` reports and
+    `bench.accuracy` measures: one measure."""
+    s = model.start
+    state = new_state(stocks, sectors, factor_returns.shape[0], first=burn_in)
+    return accuracy_step(state, model, np.ascontiguousarray(returns[:, s:]),
+                         np.ascontiguousarray(factor_returns[:, s:]), vol_before[:, s:])  # fmt: skip
 
 
 def _add(state: AccuracyState, h: int, kind: str, real: np.ndarray, fc: np.ndarray) -> None:

@@ -190,6 +190,8 @@ def resolve(day: RiskModelDay, positions: Mapping[str, float]) -> Positions:
                 reason = problems[row] or "no forecast"
             reasons.append(reason)
     unusable = Unusables(names, reasons)
+    if not len(bad):  # every position used (the usual book): no copies
+        return Positions(tickers, rows, weights, unusable)
     keep = np.flatnonzero(ok)
     return Positions([tickers[i] for i in keep.tolist()], rows[keep], weights[keep], unusable)
 
@@ -199,8 +201,7 @@ def _style_factors(day: RiskModelDay) -> np.ndarray:
     if day.style is None:
         return np.zeros(0, dtype=np.int64)
     k0 = day.n_etf
-    ready = np.isfinite(np.diag(day.cov)[k0:])
-    return np.flatnonzero(ready) + k0
+    return np.flatnonzero(day.served[k0:]) + k0
 
 
 def attribution(day: RiskModelDay, pos: Positions) -> Attribution:

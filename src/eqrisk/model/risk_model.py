@@ -40,8 +40,17 @@ from eqrisk.model.regime import (
 from eqrisk.model.run import LEVEL_HR
 from eqrisk.model.specific import SpecificParams, SpecificState, SpecificVariance
 from eqrisk.model.specific import specific_variance as estimate_specific_variance
-from eqrisk.model.style_regression import StyleReturns, estimation_noise, style_returns
-from eqrisk.model.styles import STYLE_TEXT, StyleParams, descriptors, style_exposures
+from eqrisk.model.style_regression import (
+    StyleInputs as StyleInputs,  # re-exported: the callers of risk_model import it here
+)
+from eqrisk.model.style_regression import (
+    StyleReturns,
+    cap_before,
+    estimation_noise,
+    leverage_adjusted,
+    second_layer,
+)
+from eqrisk.model.styles import STYLE_TEXT, StyleParams
 
 ANNUALIZATION = np.sqrt(252.0)
 LEVEL_NAMES = ("market", "sector", "subsector")
@@ -210,6 +219,17 @@ def specific_returns(
     return out
 
 
+def served_factors(cov: np.ndarray, n_etf: int) -> np.ndarray:
+    """(K,) bool: the factors of a session's F (K x K) its answers carry: every first-layer
+    factor (an ETF with too few returns yet has a row of NaN, and the stocks it hedges no
+    forecast) and the second-layer factors with a forecast that session. A style factor without
+    one weighs nothing (its exposures are 0): it is left out of F, H and the portfolio's factors
+    that session (docs/decisions/risk-forecast.md)."""
+    out: np.ndarray = np.isfinite(np.diag(cov))
+    out[:n_etf] = True
+    return out
+
+
 @dataclass(frozen=True)
 class RiskModelDay:
     """The model of one forecast session: what a portfolio's risk needs."""
@@ -234,6 +254,11 @@ class RiskModelDay:
     @cached_property
     def row_of(self) -> dict[str, int]:
         return {str(s): i for i, s in enumerate(self.symbols.tolist())}
+
+    @cached_property
+    def served(self) -> np.ndarray:
+        """(K,) bool: the factors this session's answers carry (`served_factors`)."""
+        return served_factors(self.cov, self.n_etf)
 
     @cached_property
     def usable(self) -> np.ndarray:
@@ -363,78 +388,6 @@ class RiskModel:
         }
 
 
-@dataclass(frozen=True)
-class StyleInputs:
-    """What the second layer reads besides returns: caps (n x T, at each close), turnover
-    (n x T, volume / shares; None where the data has no volume) and which rows are stocks."""
-
-    cap: np.ndarray
-    turnover: np.ndarray | None
-    stocks: np.ndarray
-
-
-def cap_before(cap: np.ndarray, start: int) -> np.ndarray:
-    """(n, T - start): the cap at the close before each session start..T-1 (NaN for 0)."""
-    out = np.full((cap.shape[0], cap.shape[1] - start), np.nan)
-    first = max(start - 1, 0)
-    width = cap.shape[1] - 1 - first
-    if width > 0:
-        out[:, out.shape[1] - width :] = cap[:, first : cap.shape[1] - 1]
-    return out
-
-
-def _second_layer(
-    returns: np.ndarray,
-    factor_returns: np.ndarray,
-    factor_index: np.ndarray,
-    resid: np.ndarray,
-    params: StyleParams,
-    inputs: StyleInputs,
-    start: int,
-) -> tuple[np.ndarray, StyleReturns]:
-    """Exposures (S, n, T - start) of sessions start..T-1 (descriptors of the close before)
-    and the regression of those sessions' L3 residuals on them."""
-    n, n_t = returns.shape
-    market_row = np.where(factor_index[:, 0] >= 0, factor_index[:, 0], 0)
-    market = np.where((factor_index[:, 0] >= 0)[:, None], factor_returns[market_row], np.nan)
-    first = max(start - 1, 0)
-    raw = descriptors(
-        returns, market, inputs.cap, inputs.turnover, params.names,
-        columns=slice(first, max(n_t - 1, first)),
-    )  # fmt: skip
-    prev = range(first, max(n_t - 1, first))  # the close before each forecast session t >= 1
-    exposures = np.full((len(raw), n, n_t - start), np.nan)
-    if len(prev):
-        exposures[:, :, n_t - start - len(prev) :] = style_exposures(
-            raw, inputs.cap, inputs.stocks, prev
-        )
-    cap_prev = cap_before(inputs.cap, start)
-    if params.intercept:
-        in_layer = inputs.stocks[:, None] & np.isfinite(cap_prev) & (cap_prev > 0)
-        exposures = np.concatenate([np.where(in_layer, 1.0, np.nan)[None], exposures])
-    regression = style_returns(
-        resid,
-        exposures[1:] if params.intercept else exposures,
-        cap_prev,
-        intercept=params.intercept,
-        min_stocks=params.min_stocks,
-        power=params.weight_power,
-    )
-    return exposures, regression
-
-
-def leverage_adjusted(resid: np.ndarray, regression: StyleReturns) -> np.ndarray:
-    """The residuals after both layers over sqrt(1 - h), h each stock's leverage in its
-    session's regression: a weighted least-squares residual's variance is about (1 - h) times
-    the specific return's (exactly where the weights are the inverse variances), so D
-    estimated from the plain residuals is low by the leverage the regression gives each stock."""
-    h = regression.leverage
-    if h is None:
-        return resid
-    out: np.ndarray = resid / np.sqrt(1.0 - np.clip(h, 0.0, 0.5))
-    return out
-
-
 def shrink_styles(cov: FactorCovariance, k0: int, power: float = 1.0) -> None:
     """Scale, in place, the rows and columns of the second-layer factors (k0 on) of every
     session's F by sqrt(kappa), kappa the factor's signal share (`FactorCovariance.signal`): its
@@ -454,6 +407,111 @@ def shrink_styles(cov: FactorCovariance, k0: int, power: float = 1.0) -> None:
     a[:, k0:][cov.signal[:, k0:] < MIN_SIGNAL] = np.nan
     cov.cov[:] *= a[:, :, None] * a[:, None, :]
     cov.vol[:] *= a
+
+
+def _check(params: RiskParams, state: RiskState | None, style_inputs: StyleInputs | None) -> int:
+    """The first session to run (`state.session`, 0 without a state), once the state and the
+    settings agree."""
+    start = 0 if state is None else state.session
+    if state is not None and state.specific.session != start:
+        raise ValueError("the state's factor and specific parts stop at different sessions")
+    if params.styles is not None and style_inputs is None:
+        raise ValueError("a model with style factors needs the caps (style_inputs)")
+    if state is not None and (params.regime is None) != (state.regime is None):
+        raise ValueError("the state and the settings disagree on the regime adjustment")
+    return start
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """The factors of both layers: keys, levels, returns (K + S, T), the second layer's
+    exposures and regression (None without it) and the specific returns after both."""
+
+    keys: list[str]
+    levels: np.ndarray
+    returns: np.ndarray
+    resid: np.ndarray
+    style: np.ndarray | None = None
+    regression: StyleReturns | None = None
+
+
+def _layers(
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    factor_index: np.ndarray,
+    factor_keys: list[str],
+    resid: np.ndarray,
+    params: RiskParams,
+    style_inputs: StyleInputs | None,
+    start: int,
+) -> _Layers:
+    levels = factor_levels(factor_index, len(factor_keys))
+    if params.styles is None or style_inputs is None:
+        return _Layers(list(factor_keys), levels, factor_returns, resid)
+    style, regression = second_layer(
+        returns, factor_returns, factor_index, resid, params.styles, style_inputs, start
+    )
+    names = params.styles.factor_names
+    g = np.full((len(names), returns.shape[1]), np.nan)
+    g[:, start:] = regression.returns
+    return _Layers(
+        [*factor_keys, *names],
+        np.concatenate([levels, np.full(len(names), STYLE_LEVEL)]),
+        np.vstack([factor_returns, g]),
+        regression.residuals,
+        style,
+        regression,
+    )
+
+
+def _noise(
+    layers: _Layers,
+    k0: int,
+    params: StyleParams,
+    inputs: StyleInputs,
+    specific_var: np.ndarray,
+    start: int,
+) -> np.ndarray | None:
+    """(T - start, K + S, K + S): each session's estimation noise of the second layer's factor
+    returns (0 in the ETF rows), to take out of F's sums; None where not asked for."""
+    if layers.style is None or layers.regression is None or not params.noise:
+        return None
+    k_all = len(layers.keys)
+    noise = np.zeros((layers.returns.shape[1] - start, k_all, k_all))
+    noise[:, k0:, k0:] = estimation_noise(
+        layers.style,
+        cap_before(inputs.cap, start),
+        layers.regression,
+        specific_var,
+        params.weight_power,
+    )
+    return noise
+
+
+def _adjust_regime(
+    cov: FactorCovariance,
+    spec: SpecificVariance,
+    factor_returns: np.ndarray,
+    spec_resid: np.ndarray,
+    params: RegimeParams,
+    state: RegimeState | None,
+    start: int,
+) -> Regime:
+    """Scale, in place, F and D by the regime multipliers of their recent bias. The factor
+    regime is read from the first layer's factors, whose returns are observed (a second-layer
+    return is an estimate; a weak one's tiny variance would dominate)."""
+    k0 = len(factor_returns)
+    diag = np.diagonal(cov.cov, axis1=1, axis2=2).T[:k0]
+    regime = regime_multipliers(
+        bias_squared(factor_returns[:, start:], diag, params.limit),
+        bias_squared(spec_resid, spec.var, params.limit),
+        params,
+        state=state,
+    )
+    cov.cov[:] *= regime.factor[:, None, None]
+    cov.vol[:] *= np.sqrt(regime.factor)[:, None]
+    spec.var[:] *= regime.specific[None, :]
+    return regime
 
 
 def risk_model(
@@ -477,37 +535,19 @@ def risk_model(
     `params.styles`, `style_inputs` (caps, turnover) and the sessions' history before `start`
     (StyleParams.history) in the arrays: the second layer's factors follow the K ETF-layer ones.
     """
-    start = 0 if state is None else state.session
-    if state is not None and state.specific.session != start:
-        raise ValueError("the state's factor and specific parts stop at different sessions")
-    if params.styles is not None and style_inputs is None:
-        raise ValueError("a model with style factors needs the caps (style_inputs)")
-    if state is not None and (params.regime is None) != (state.regime is None):
-        raise ValueError("the state and the settings disagree on the regime adjustment")
+    start = _check(params, state, style_inputs)
     own = np.array([factor_keys.index(s) if s in factor_keys else -1 for s in symbols.tolist()])
     exposures = hedge_exposures(hedge_ratios, factor_index, own, params.level, start)
     resid = specific_returns(returns, factor_returns, exposures, start)
     resid[own >= 0] = np.nan  # a factor's own row has no specific risk, and joins no group
-    keys = list(factor_keys)
-    levels = factor_levels(factor_index, len(factor_keys))
-    all_factors = factor_returns
-    regression: StyleReturns | None = None
-    if params.styles is not None and style_inputs is not None:
-        style, regression = _second_layer(
-            returns, factor_returns, factor_index, resid, params.styles, style_inputs, start
-        )
-        resid = regression.residuals
-        names = params.styles.factor_names
-        keys += names
-        levels = np.concatenate([levels, np.full(len(names), STYLE_LEVEL)])
-        g = np.full((len(names), returns.shape[1]), np.nan)
-        g[:, start:] = regression.returns
-        all_factors = np.vstack([factor_returns, g])
+    layers = _layers(
+        returns, factor_returns, factor_index, factor_keys, resid, params, style_inputs, start
+    )
     if groups is None:
         groups = factor_index[:, 1]
-    spec_resid = resid
-    if regression is not None and params.styles is not None and params.styles.leverage:
-        spec_resid = leverage_adjusted(resid, regression)
+    spec_resid = layers.resid
+    if layers.regression is not None and params.styles is not None and params.styles.leverage:
+        spec_resid = leverage_adjusted(layers.resid, layers.regression)
     spec = estimate_specific_variance(
         spec_resid,
         groups if groups.ndim == 1 else groups[:, start:],
@@ -516,57 +556,38 @@ def risk_model(
         first_column=start,
     )
     spec.var[own >= 0] = 0.0
+    k0 = len(factor_keys)
     noise = None
-    corrected = params.styles is not None and params.styles.noise
-    if regression is not None and style_inputs is not None and corrected:
-        k_all = len(keys)
-        noise = np.zeros((returns.shape[1] - start, k_all, k_all))
-        k0 = len(factor_keys)
-        assert params.styles is not None
-        noise[:, k0:, k0:] = estimation_noise(
-            style,
-            cap_before(style_inputs.cap, start),
-            regression,
-            spec.var,
-            params.styles.weight_power,
-        )
+    if params.styles is not None and style_inputs is not None:
+        noise = _noise(layers, k0, params.styles, style_inputs, spec.var, start)
     cov = estimate_factor_covariance(
-        all_factors,
+        layers.returns,
         params.covariance,
         state=None if state is None else state.covariance,
         noise=noise,
     )
-    if regression is not None and params.styles is not None and params.styles.shrink:
-        shrink_styles(cov, len(factor_keys), params.styles.shrink_power)
-    if regression is not None:
+    if layers.style is not None and params.styles is not None and params.styles.shrink:
+        shrink_styles(cov, k0, params.styles.shrink_power)
+    if layers.style is not None:
         # A second-layer factor weighs nothing in a session before it has a covariance.
-        ready = np.isfinite(np.diagonal(cov.cov, axis1=1, axis2=2)[:, len(factor_keys) :])
-        style = np.where(ready.T[:, None, :], np.nan_to_num(style), 0.0)
+        ready = np.isfinite(np.diagonal(cov.cov, axis1=1, axis2=2)[:, k0:])
+        style = np.where(ready.T[:, None, :], np.nan_to_num(layers.style), 0.0)
         exposures = Exposures(exposures.index, exposures.values, exposures.level, style)
     regime: Regime | None = None
     if params.regime is not None:
-        # The factor regime is read from the first layer's factors, whose returns are observed
-        # (a second-layer return is an estimate; a weak one's tiny variance would dominate).
-        k0 = len(factor_keys)
-        diag = np.diagonal(cov.cov, axis1=1, axis2=2).T[:k0]
-        regime = regime_multipliers(
-            bias_squared(factor_returns[:, start:], diag, params.regime.limit),
-            bias_squared(spec_resid, spec.var, params.regime.limit),
-            params.regime,
-            state=None if state is None else state.regime,
-        )
-        cov.cov[:] *= regime.factor[:, None, None]
-        cov.vol[:] *= np.sqrt(regime.factor)[:, None]
-        spec.var[:] *= regime.specific[None, :]
+        regime = _adjust_regime(
+            cov, spec, factor_returns, spec_resid, params.regime,
+            None if state is None else state.regime, start,
+        )  # fmt: skip
     return RiskModel(
         start=start,
         symbols=symbols,
-        factor_keys=keys,
-        factor_level=levels,
+        factor_keys=layers.keys,
+        factor_level=layers.levels,
         exposures=exposures,
         factor_cov=cov,
         specific=spec,
         params=params,
-        style=regression,
+        style=layers.regression,
         regime=regime,
     )

@@ -5,7 +5,7 @@ arrays out, no I/O.
 A run has two halves: `plan_model` does what needs the whole universe (returns, the factor
 layout, the flat model's factors: small series every row is hedged with), and `run_block` does
 the per-symbol work on a block of rows, given those series. The local build runs the blocks in
-this process; the Dask build (eqrisk.snapshot.distributed) runs the same function on workers.
+this process; the Dask build (eqrisk.build.distributed) runs the same function on workers.
 A full build computes the plan one slice of sessions at a time instead (`plan_slices`: the
 same numbers, bit for bit, without a universe-sized array).
 """
@@ -314,7 +314,7 @@ def run_block(shared: SharedFactors, block: BlockInput, *, start: int = 0) -> di
     over the whole calendar, and each series is computed from the point it needs (the cascade
     one window before the hedge quality's first window, the flat model one session before
     `start`), not from column 0. `vol_23d` is left out then: its 23-session anchors are not the
-    window's, so the caller computes it on its own slice (`incremental.run_tail`)."""
+    window's, so the caller computes it on its own slice (`resume.run_from`)."""
     params = shared.params
     w = params.window
     r = block.returns

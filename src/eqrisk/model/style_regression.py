@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eqrisk.model.styles import StyleParams, descriptors, style_exposures
+
 
 @dataclass(frozen=True)
 class StyleReturns:
@@ -152,5 +154,80 @@ def estimation_noise(
         omega = np.where(known, omega, np.median(omega[known]))
         xw = x * w[:, None]
         a = np.linalg.solve(xw.T @ x, xw.T)  # (X'WX)^-1 X'W
-        out[t][np.ix_(est, est)] = (a * omega) @ a.T
+        cov = (a * omega) @ a.T
+        # The upper triangle mirrored: the product is symmetric only to rounding, and the
+        # noise taken out of F's sums would leave F asymmetric by as much.
+        out[t][np.ix_(est, est)] = np.triu(cov) + np.triu(cov, 1).T
+    return out
+
+
+@dataclass(frozen=True)
+class StyleInputs:
+    """What the second layer reads besides returns: caps (n x T, at each close), turnover
+    (n x T, volume / shares; None where the data has no volume) and which rows are stocks."""
+
+    cap: np.ndarray
+    turnover: np.ndarray | None
+    stocks: np.ndarray
+
+
+def cap_before(cap: np.ndarray, start: int) -> np.ndarray:
+    """(n, T - start): the cap at the close before each session start..T-1 (NaN for 0)."""
+    out = np.full((cap.shape[0], cap.shape[1] - start), np.nan)
+    first = max(start - 1, 0)
+    width = cap.shape[1] - 1 - first
+    if width > 0:
+        out[:, out.shape[1] - width :] = cap[:, first : cap.shape[1] - 1]
+    return out
+
+
+def second_layer(
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    factor_index: np.ndarray,
+    resid: np.ndarray,
+    params: StyleParams,
+    inputs: StyleInputs,
+    start: int,
+) -> tuple[np.ndarray, StyleReturns]:
+    """Exposures (S, n, T - start) of sessions start..T-1 (descriptors of the close before)
+    and the regression of those sessions' L3 residuals on them."""
+    n, n_t = returns.shape
+    market_row = np.where(factor_index[:, 0] >= 0, factor_index[:, 0], 0)
+    market = np.where((factor_index[:, 0] >= 0)[:, None], factor_returns[market_row], np.nan)
+    first = max(start - 1, 0)
+    raw = descriptors(
+        returns, market, inputs.cap, inputs.turnover, params.names,
+        columns=slice(first, max(n_t - 1, first)),
+    )  # fmt: skip
+    prev = range(first, max(n_t - 1, first))  # the close before each forecast session t >= 1
+    exposures = np.full((len(raw), n, n_t - start), np.nan)
+    if len(prev):
+        exposures[:, :, n_t - start - len(prev) :] = style_exposures(
+            raw, inputs.cap, inputs.stocks, prev
+        )
+    cap_prev = cap_before(inputs.cap, start)
+    if params.intercept:
+        in_layer = inputs.stocks[:, None] & np.isfinite(cap_prev) & (cap_prev > 0)
+        exposures = np.concatenate([np.where(in_layer, 1.0, np.nan)[None], exposures])
+    regression = style_returns(
+        resid,
+        exposures[1:] if params.intercept else exposures,
+        cap_prev,
+        intercept=params.intercept,
+        min_stocks=params.min_stocks,
+        power=params.weight_power,
+    )
+    return exposures, regression
+
+
+def leverage_adjusted(resid: np.ndarray, regression: StyleReturns) -> np.ndarray:
+    """The residuals after both layers over sqrt(1 - h), h each stock's leverage in its
+    session's regression: a weighted least-squares residual's variance is about (1 - h) times
+    the specific return's (exactly where the weights are the inverse variances), so D
+    estimated from the plain residuals is low by the leverage the regression gives each stock."""
+    h = regression.leverage
+    if h is None:
+        return resid
+    out: np.ndarray = resid / np.sqrt(1.0 - np.clip(h, 0.0, 0.5))
     return out

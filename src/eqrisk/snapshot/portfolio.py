@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = [
     "market_only",
     "model_levels",
     "portfolio_answer",
+    "risk_and_hedge",
     "risk_day",
 ]
 
@@ -74,9 +76,9 @@ class PortfolioAnswer:
 def _exposure(day: RiskModelDay, positions: Mapping[str, float], keys: list[str]) -> list[float]:
     """The factor exposure x = H'w of usable positions, per factor key (summed position by
     position, slot by slot)."""
-    row_of = day.row_of
-    rows = np.array([row_of.get(t, -1) for t in positions], dtype=np.int64)
-    w = np.fromiter(positions.values(), dtype=np.float64, count=len(rows))
+    n = len(positions)
+    rows = np.fromiter(map(day.row_of.get, positions, repeat(-1, n)), dtype=np.int64, count=n)
+    w = np.fromiter(positions.values(), dtype=np.float64, count=n)
     ok = (rows >= 0) & np.isfinite(w)
     ok[ok] = day.usable[rows[ok]]
     idx = day.index[rows[ok]]
@@ -141,11 +143,8 @@ def portfolio_answer(
     etf or index; default the snapshot's). The day's model is the cached one (`risk_days`):
     O(positions x factors) arithmetic here."""
     day = risk_day(snap, t)
-    if isinstance(benchmark, str):
-        benchmark = {benchmark: float(resolve(day, positions).weights.sum())}
-    risk = portfolio_risk(day, positions, benchmark=benchmark)
     at = day if hedge_level == day_level(snap) else risk_day(snap, t, level=hedge_level)
-    hedge = _hedge(day, at, risk, positions, hedge_level)
+    risk, hedge = risk_and_hedge(day, at, positions, benchmark, hedge_level)
     gross = float(np.abs(np.fromiter(positions.values(), dtype=np.float64)).sum())
     used_gross = float(np.abs(risk.portfolio.positions.weights).sum())
     rows_used = list(risk.portfolio.positions.tickers)
@@ -167,6 +166,22 @@ def portfolio_answer(
     )
 
 
+def risk_and_hedge(
+    day: RiskModelDay,
+    at: RiskModelDay,
+    positions: Mapping[str, float],
+    benchmark: str | Mapping[str, float] | None,
+    hedge_level: int,
+) -> tuple[PortfolioRisk, HedgeLegs]:
+    """The route's arithmetic on a session's model `day`: the risk of `positions` (with the
+    tracking error against `benchmark`) and the ETF hedge at `hedge_level` from the model `at`
+    of that level (`day` itself at the model's level)."""
+    if isinstance(benchmark, str):
+        benchmark = {benchmark: float(resolve(day, positions).weights.sum())}
+    risk = portfolio_risk(day, positions, benchmark=benchmark)
+    return risk, _hedge(day, at, risk, positions, hedge_level)
+
+
 def _hedge(
     day: RiskModelDay,
     at: RiskModelDay,
@@ -183,12 +198,17 @@ def _hedge(
         if ok and key in universe:
             hedged[key] = hedged.get(key, 0.0) + notional
     unusable = set(risk.unusable.tickers)
-    used = {k: v for k, v in hedged.items() if k not in unusable}
+    used = {k: v for k, v in hedged.items() if k not in unusable} if unusable else hedged
     hedged_risk = portfolio_risk(day, used).portfolio if used else None
     after = hedged_risk.vol if hedged_risk is not None else 0.0
     split = dict(hedged_risk.by_level) if hedged_risk is not None else {}
     tradable = [ok and key in universe for key, ok in zip(legs.keys, legs.tradable, strict=True)]
-    exposure_after = _exposure(at, used, legs.keys)
+    if at is day and hedged_risk is not None:  # the hedged book's own x = H'w, same sums
+        f = hedged_risk.factors
+        x = dict(zip(f.keys, f.exposure.tolist(), strict=True))
+        exposure_after = [x.get(key, 0.0) for key in legs.keys]
+    else:
+        exposure_after = _exposure(at, used, legs.keys)
     return HedgeLegs(
         level=level,
         keys=legs.keys,

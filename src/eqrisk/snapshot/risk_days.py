@@ -1,7 +1,7 @@
 """The served risk model, read once: a session's `RiskModelDay` (F, the exposures H at a hedge
 level, D, the factor keys) is built from a version's files on first use and kept in a bounded
 LRU cache that every request of the process shares, keyed by (version folder, session, level);
-what all sessions of a version share (`risk_store.RiskRows`: the symbols, the factor slots) is
+what all sessions of a version share (`risk_arrays.RiskRows`: the symbols, the factor slots) is
 read once per version. A version is immutable, so a cached day never goes stale; a new version
 is a new key, and the old one's days fall out of the LRU.
 
@@ -16,10 +16,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+import numpy as np
 from cachetools import LRUCache
 
-from eqrisk.model.risk_model import RiskModelDay
-from eqrisk.snapshot.risk_store import HEDGE_FIELDS, RiskRows, model_day
+from eqrisk.model.risk_model import RiskModelDay, served_factors
+from eqrisk.snapshot.risk_arrays import (
+    HEDGE_FIELDS,
+    FactorCovarianceDay,
+    RiskRows,
+    factor_covariance_of,
+    model_day,
+    n_etf,
+)
 from eqrisk.snapshot.version import Snapshot
 
 __all__ = [
@@ -31,6 +39,7 @@ __all__ = [
     "implied_etfs",
     "risk_day",
     "risk_rows",
+    "served_covariance",
 ]
 
 MAX_DAYS = 16  # (version, session, level) days kept: the served version's recent sessions
@@ -94,6 +103,19 @@ def risk_day(snap: Snapshot, t: int, level: int | None = None) -> RiskModelDay:
                 _days[key] = found
                 _building.pop(key, None)
     return found
+
+
+def served_covariance(snap: Snapshot, t: int) -> FactorCovarianceDay:
+    """F of session t as served (`/api/factor-covariance`): the factors its answers carry
+    (`served_factors`: a style factor without a forecast that session is left out)."""
+    f = factor_covariance_of(snap.path, snap.manifest, t)
+    keep = np.flatnonzero(served_factors(f.cov, n_etf(snap.manifest)))
+    if len(keep) == len(f.keys):
+        return f
+    pick = keep.tolist()
+    return FactorCovarianceDay(
+        t, [f.keys[k] for k in pick], [f.levels[k] for k in pick], f.cov[np.ix_(keep, keep)]
+    )
 
 
 def implied_etfs(snap: Snapshot, tickers: Iterable[str]) -> list[str]:

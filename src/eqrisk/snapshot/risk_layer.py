@@ -1,4 +1,4 @@
-"""The risk model's second layer and its next-session forecast in a snapshot (`risk_store`
+"""The risk model's second layer and its next-session forecast in a snapshot (`risk_arrays`
 writes them beside F and D; docs/decisions/risk-forecast.md).
 
 Per time chunk c, under `<version>/risk/`, when the served model has the second layer:

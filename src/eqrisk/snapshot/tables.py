@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ import eqrisk
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelResult
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.spliced import Spliced
 
 # The spec's metric keys (security_history.metric_key) and the arrays behind them.
 HISTORY_KEYS: dict[str, str] = {
@@ -107,8 +108,18 @@ class SnapshotContent:
     build: dict[str, Any] | None = None  # how it was built and why (full / incremental)
     staged: Staged | None = None  # arrays the workers of a Dask build wrote already
     block: int = chunks.BLOCK_SYMBOLS  # symbols per block of the chunk grid (S)
-    risk: Any = None  # `risk_store.RiskInputs`: the risk model is computed and stored
-    risk_accuracy: dict[str, Any] | None = None  # `risk_evaluation.accuracy_record`
+    more: MoreFiles | None = None  # what the build writes besides (the risk model)
+
+
+class MoreFiles(Protocol):
+    """Files a build writes into a version besides its arrays and tables (the risk model,
+    `eqrisk.build.risk_run.risk_files`), once the arrays are written: given the version
+    folder, its fields as written and the chunk grid, it writes them and returns the
+    manifest's entries that describe them."""
+
+    def __call__(
+        self, folder: Path, fields: Mapping[str, Any], grid: chunks.ChunkGrid
+    ) -> dict[str, Any]: ...
 
 
 def write_content(
@@ -124,37 +135,11 @@ def write_content(
     Arrays and the long table go in chunks along time (`chunks`); a chunk equal to the one of
     the `previous` version folder is a hard link to it."""
     say = progress or (lambda _msg: None)
-    result, panel = content.result, content.panel
+    result, panel, reuse = content.result, content.panel, content.reuse
     folder.mkdir(parents=True, exist_ok=True)
-    fields: dict[str, Any] = dict(result.metrics)
-    for name in PANEL_ARRAYS:
-        fields[name] = getattr(panel, name)
-    block = content.block
-    reuse = content.reuse
-    if reuse is not None:
-        block = int(reuse.manifest["arrays"]["grid"]["block"])
-    if content.staged is not None:
-        block = int(content.staged.arrays["grid"]["block"])
-    grid = chunks.ChunkGrid(len(result.symbols), len(panel.sessions), block)
     if reuse is not None:
         previous = reuse.previous
-    if content.staged is not None:
-        say("taking the arrays the workers wrote")
-        arrays, stats = content.staged.adopt(folder)
-        fields = dict(chunks.open_arrays(folder, arrays))  # read back chunk by chunk below
-    else:
-        panel.require(*PANEL_ARRAYS)  # written from the panel here, not by the blocks
-        (folder / "arrays").mkdir()
-        say("writing arrays")
-        arrays, stats = chunks.write_arrays(
-            folder,
-            fields,
-            grid,
-            previous=previous,
-            progress=say,
-            reuse=reuse.chunks if reuse is not None else 0,
-            previous_arrays=reuse.manifest["arrays"] if reuse is not None else None,
-        )
+    fields, grid, arrays, stats = _write_arrays(folder, content, previous, say)
     np.save(folder / "sessions.npy", panel.sessions.astype("datetime64[D]"))
     np.save(folder / "factors.npy", np.ascontiguousarray(result.flat.returns, dtype=np.float64))
 
@@ -175,38 +160,12 @@ def write_content(
         reuse=reuse.chunks if reuse is not None else 0,
         previous_files=reuse.manifest["security_history"] if reuse is not None else None,
     )
-
-    risk = None
-    if content.risk is not None:
-        from eqrisk.snapshot.risk_store import write_risk
-
+    more: dict[str, Any] = {}
+    if content.more is not None:
         say("writing the risk model (F, D, predicted volatility)")
-        risk = write_risk(
-            folder,
-            result,
-            fields,
-            content.risk,
-            grid,
-            previous=reuse.previous if reuse is not None else None,
-            previous_manifest=reuse.manifest if reuse is not None else None,
-            reuse=reuse.chunks if reuse is not None else 0,
-            sessions=panel.sessions,
-        )
-
-    sessions = panel.sessions
-    stocks = int((symbols["asset_type"] == "stock").sum())
+        more = content.more(folder, fields, grid)
     manifest = {
-        "model_version": version,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "eqrisk_version": eqrisk.__version__,
-        "data_as_of": str(sessions[-1]) if len(sessions) else None,
-        "first_session": str(sessions[0]) if len(sessions) else None,
-        "data_source": content.data_source,
-        "method": result.params.describe(),
-        "universe_size": len(symbols),
-        "stocks": stocks,
-        "etfs": len(symbols) - stocks,
-        "sessions": len(sessions),
+        **_manifest_head(content, version, symbols),
         "fields": sorted(fields),
         "factors": {
             "names": result.flat.names,
@@ -223,18 +182,65 @@ def write_content(
         "model": result.notes,
         "inputs": content.inputs,
         "build": content.build or {"mode": "full"},
+        **more,
     }
-    if risk is not None:
-        from eqrisk.snapshot.risk_evaluation import stored_record
-
-        running = risk.pop("accuracy_record", None)
-        manifest["risk"] = risk
-        if running is not None:
-            manifest["risk_accuracy"] = stored_record(running, sessions, content.risk.params)
-    if content.risk_accuracy is not None:
-        manifest["risk_accuracy"] = content.risk_accuracy
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return manifest
+
+
+def _write_arrays(
+    folder: Path, content: SnapshotContent, previous: Path | None, say: Callable[[str], None]
+) -> tuple[dict[str, Any], chunks.ChunkGrid, dict[str, Any], chunks.WriteStats]:
+    """The version's arrays: taken over from the Dask workers' staging folder, or written here
+    from the result and the panel (chunks before `reuse.chunks` linked from `previous`); the
+    fields as the rest of the version reads them, the grid, the manifest's `arrays` block and
+    the write stats."""
+    result, panel, reuse, staged = content.result, content.panel, content.reuse, content.staged
+    fields: dict[str, Any] = dict(result.metrics)
+    for name in PANEL_ARRAYS:
+        fields[name] = getattr(panel, name)
+    block = content.block
+    if reuse is not None:
+        block = int(reuse.manifest["arrays"]["grid"]["block"])
+    if staged is not None:
+        block = int(staged.arrays["grid"]["block"])
+    grid = chunks.ChunkGrid(len(result.symbols), len(panel.sessions), block)
+    if staged is not None:
+        say("taking the arrays the workers wrote")
+        arrays, stats = staged.adopt(folder)
+        return dict(chunks.open_arrays(folder, arrays)), grid, arrays, stats  # read chunk by chunk
+    panel.require(*PANEL_ARRAYS)  # written from the panel here, not by the blocks
+    (folder / "arrays").mkdir()
+    say("writing arrays")
+    arrays, stats = chunks.write_arrays(
+        folder,
+        fields,
+        grid,
+        previous=previous,
+        progress=say,
+        reuse=reuse.chunks if reuse is not None else 0,
+        previous_arrays=reuse.manifest["arrays"] if reuse is not None else None,
+    )
+    return fields, grid, arrays, stats
+
+
+def _manifest_head(content: SnapshotContent, version: str, symbols: pd.DataFrame) -> dict[str, Any]:
+    """The manifest's first entries: the version, when and from what, the universe's size."""
+    sessions = content.panel.sessions
+    stocks = int((symbols["asset_type"] == "stock").sum())
+    return {
+        "model_version": version,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "eqrisk_version": eqrisk.__version__,
+        "data_as_of": str(sessions[-1]) if len(sessions) else None,
+        "first_session": str(sessions[0]) if len(sessions) else None,
+        "data_source": content.data_source,
+        "method": content.result.params.describe(),
+        "universe_size": len(symbols),
+        "stocks": stocks,
+        "etfs": len(symbols) - stocks,
+        "sessions": len(sessions),
+    }
 
 
 def _latest_index(price: np.ndarray) -> np.ndarray:
@@ -250,13 +256,13 @@ def _clean(value: float) -> float | None:
 
 def latest_values(arr: Any, last: np.ndarray) -> list[float | None]:
     """Each row's value at its session `last[i]` (None where -1 or not finite): one gather for
-    an in-memory array, `pick` for an array that offers it (an incremental build's tail array),
-    else one read per row."""
+    an in-memory array, `Spliced.pick` for an incremental build's field (new sessions spliced
+    onto the previous version's), else one read per row."""
     rows = np.flatnonzero(last >= 0)
     out: list[float | None] = [None] * len(last)
     if isinstance(arr, np.ndarray):
         values = arr[rows, last[rows]]
-    elif hasattr(arr, "pick"):
+    elif isinstance(arr, Spliced):
         values = arr.pick(rows, last[rows])
     else:
         values = [arr[int(i), int(last[i])] for i in rows]

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from eqrisk.snapshot import chunks, history
 from eqrisk.snapshot.index import SymbolIndex
-from eqrisk.snapshot.risk_store import open_risk_arrays
+from eqrisk.snapshot.risk_arrays import open_risk_arrays
 
 
 class SnapshotError(RuntimeError):

@@ -22,7 +22,8 @@ from eqrisk.api.risk_answers import (
     session_date,
 )
 from eqrisk.api.sizes import Size, approx_bytes
-from eqrisk.snapshot.risk_store import FactorCovarianceDay, factor_covariance_of
+from eqrisk.snapshot.risk_arrays import FactorCovarianceDay
+from eqrisk.snapshot.risk_days import served_covariance
 from eqrisk.snapshot.versions import Snapshot
 
 
@@ -39,7 +40,7 @@ class CovariancePlan:
 
 def plan_cov(snap: Snapshot, p: FactorCovarianceParams) -> CovariancePlan:
     t = risk_session(snap, p.date)
-    return CovariancePlan(factor_covariance_of(snap.path, snap.manifest, t), session_date(snap, t))
+    return CovariancePlan(served_covariance(snap, t), session_date(snap, t))
 
 
 def size(plan: CovariancePlan, p: FactorCovarianceParams) -> Size:
@@ -92,9 +93,11 @@ ENDPOINT = Endpoint(
         description=(
             "F (K x K, daily) of the session's forecast: EWMA volatilities and correlations of "
             "the factor returns (the ETFs the cascade hedges with, or group portfolios) up to "
-            "the session before, positive semi-definite. JSON `{date, factors, levels, "
-            "matrix}`; CSV or Parquet: a row per factor. With /api/specific-risk (H and D) it "
-            "gives Sigma = H F H' + D."
+            "the session before, positive semi-definite, and of the style factors of the "
+            "second layer that have a forecast that session (one without is left out that "
+            "session: its exposures weigh nothing). JSON `{date, factors, levels, matrix}`; "
+            "CSV or Parquet: a row per factor. With /api/specific-risk (H and D) it gives "
+            "Sigma = H F H' + D."
         ),
         response_model=FactorCovarianceResponse,
         responses=SERIES_RESPONSES,

@@ -32,6 +32,7 @@ from eqrisk.snapshot.portfolio import (
     portfolio_answer,
 )
 from eqrisk.snapshot.risk_days import implied_etfs
+from eqrisk.snapshot.style_hedge import StyleNeutral, style_dict, style_neutral
 from eqrisk.snapshot.versions import Snapshot
 
 MAX_POSITIONS = 5000
@@ -72,6 +73,15 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
     date: IsoDate | None = Field(None, description=DATE_DESCRIPTION)
     level: Literal["L1", "L2", "L3"] = Field(
         "L3", description="Level of the ETF hedge: L1 market, L2 + sector, L3 + subsector."
+    )
+    style_neutral: bool = Field(
+        False,
+        description=(
+            "Also a style-neutral hedge (`hedge.style_neutral`): legs in the factor ETFs of the "
+            "data (MTUM, USMV, QUAL, VLUE, SIZE, IWM, IWD, IWF) that take the book's style "
+            "exposure down as far as they allow, the ETF hedge of the book with those legs, "
+            "the style exposure left and the volatility after. Same price."
+        ),
     )
 
     @field_validator("positions")
@@ -123,6 +133,7 @@ class PortfolioPlan:
     date: str
     used: int  # positions used (charged)
     sent: int  # positions given, the benchmark's included (a benchmark ticker: one)
+    style: StyleNeutral | None = None  # the style-neutral hedge, when asked
 
 
 def asked_tickers(p: PortfolioRiskParams) -> list[str]:
@@ -145,7 +156,14 @@ def plan_portfolio(snap: Snapshot, p: PortfolioRiskParams) -> PortfolioPlan:
             f"no position has a risk forecast on {session_date(snap, t)} ({why})",
             unused=list(risk.unusable.tickers),
         )
+    style = (
+        style_neutral(snap, t, p.positions, hedge_level=LEVELS[p.level])
+        if p.style_neutral
+        else None
+    )
     figures = [risk.portfolio.vol, answer.hedge.vol_after, *answer.hedge.notional]
+    if style is not None:
+        figures += [style.hedge.vol_after, *style.notional, *style.hedge.notional]
     if risk.active is not None:
         figures.append(risk.active.vol)
     if not all(math.isfinite(x) for x in figures):
@@ -155,7 +173,7 @@ def plan_portfolio(snap: Snapshot, p: PortfolioRiskParams) -> PortfolioPlan:
             "dollars in millions)",
             parameter="positions",
         )
-    return PortfolioPlan(answer, session_date(snap, t), len(used.tickers), positions_sent(p))
+    return PortfolioPlan(answer, session_date(snap, t), len(used.tickers), positions_sent(p), style)
 
 
 def positions_sent(p: PortfolioRiskParams) -> int:
@@ -186,7 +204,8 @@ def size(plan: PortfolioPlan, p: PortfolioRiskParams) -> Size:
 
 def served(plan: PortfolioPlan) -> list[str]:
     risk = plan.answer.risk
-    return [*risk.portfolio.positions.tickers, *plan.answer.hedge.keys]
+    style = [] if plan.style is None else [*plan.style.keys, *plan.style.hedge.keys]
+    return [*risk.portfolio.positions.tickers, *plan.answer.hedge.keys, *style]
 
 
 def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
@@ -212,6 +231,7 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
             "vol_after_daily": hedge.vol_after,
             "vol_after_annual": hedge.vol_after * ANNUAL,
             "after": hedge.after,
+            **({} if call.plan.style is None else {"style_neutral": style_dict(call.plan.style)}),
         },
         "unused": risk.unusable.as_json(),
         "benchmark_unused": risk.benchmark_unusable.as_json(),

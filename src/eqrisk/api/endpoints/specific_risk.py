@@ -23,8 +23,8 @@ from eqrisk.api.risk_answers import (
     session_date,
 )
 from eqrisk.api.sizes import Size, approx_bytes
+from eqrisk.snapshot.risk_arrays import predicted_of
 from eqrisk.snapshot.risk_days import risk_day
-from eqrisk.snapshot.risk_store import predicted_of
 from eqrisk.snapshot.versions import Snapshot
 
 SLOTS = ("market", "sector", "subsector")
@@ -68,10 +68,11 @@ def columns_of(snap: Snapshot, t: int) -> dict[str, Any]:
     stored = predicted_of(snap.path, snap.manifest, {n: snap.array(n) for n in names}, t)
     for name in names:
         cols[name] = stored[name]
-    if day.style is not None:  # the second layer: each style factor's exposure (0 = none)
-        k0 = day.n_etf
+    if day.style is not None:  # the second layer: the exposure to each style factor served
+        k0 = day.n_etf  # (one without a forecast that session is left out, as from F)
         for j, key in enumerate(day.factor_keys[k0:]):
-            cols[f"style_{key}"] = np.ascontiguousarray(day.style[:, j])
+            if day.served[k0 + j]:
+                cols[f"style_{key}"] = np.ascontiguousarray(day.style[:, j])
     return cols
 
 
@@ -109,7 +110,8 @@ ENDPOINT = Endpoint(
             "A row per symbol: the hedge level its exposures come from (0: no forecast), its "
             "market, sector and subsector factor with its exposure (the hedge ratios published "
             "the session before), its exposure to each style factor of the second layer "
-            "(`style_<factor>`, where the snapshot has it), its specific variance D (daily, "
+            "with a forecast that session (`style_<factor>`, the factors of "
+            "/api/factor-covariance), its specific variance D (daily, "
             "after both layers) and its predicted total, factor and specific volatility. With "
             "/api/factor-covariance: Sigma = H F H' + D."
         ),

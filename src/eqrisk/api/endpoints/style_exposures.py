@@ -37,6 +37,11 @@ class StyleFactor(BaseModel):
         description="The session's factor return (null: not estimated, or the next session)."
     )
     t_stat: float | None = Field(description="Its t-statistic in the regression.")
+    forecast: bool = Field(
+        description="Whether the factor has a risk forecast this session: false, it is left out "
+        "of /api/factor-covariance, /api/specific-risk and the portfolio's risk that session "
+        "and its exposures here are 0 (its signal share is below 1%, or too few returns yet)."
+    )
 
 
 class StyleExposuresResponse(Enveloped):
@@ -108,12 +113,14 @@ def render_styles(call: Call[StyleExposuresParams, StylePlan]) -> Response:
         ret = read_chunked(snap.path, snap.manifest, "sret", plan.t)
         tstat = read_chunked(snap.path, snap.manifest, "stat", plan.t)
         fit = read_chunked(snap.path, snap.manifest, "sfit", plan.t)
+    served = dict(zip(day.factor_keys, day.served.tolist(), strict=True))
     factors = [
         {
             "factor": name,
             "description": text.get(name, ""),
             "factor_return": _value(float(ret[j])),
             "t_stat": _value(float(tstat[j])),
+            "forecast": served[name],
         }
         for j, name in enumerate(plan.factors)
     ]

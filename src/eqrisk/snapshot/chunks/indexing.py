@@ -161,39 +161,57 @@ class ChunkedArray(FieldIndexing):
         span = _row_span(key, self.grid.n, self.grid.t)  # the per-ticker read, first
         if span is not None:
             return self.row(*span)
+        r, c = self._axes(key)
+        if isinstance(r, int):
+            found = self._from_row(r, c)
+            if found is not None:
+                return found
+        if not isinstance(r, slice) and not isinstance(c, slice):
+            got = self.points(np.asarray(r), np.asarray(c))
+            return got[()] if got.ndim == 0 else got
+        return self._block(r, c)
+
+    def _axes(self, key: Any) -> tuple[int | slice | np.ndarray, int | slice | np.ndarray]:
+        """The (row, session) index of `key`, each checked (`a[r]` reads row r)."""
         if not isinstance(key, tuple):
             key = (key,)
         if len(key) == 1:
             key = (key[0], slice(None))
         if len(key) != 2:
             raise IndexError(f"a {self.name} array takes two indexes (row, session), got {key!r}")
-        r, c = _index(key[0], self.grid.n), _index(key[1], self.grid.t)
-        if isinstance(r, int) and isinstance(c, slice):
+        return _index(key[0], self.grid.n), _index(key[1], self.grid.t)
+
+    def _from_row(self, r: int, c: int | slice | np.ndarray) -> Any:
+        """The reads of one row that need no block: sessions by a step-less slice, one value,
+        or sessions picked by an int array; None for the others."""
+        if isinstance(c, slice):
             lo, hi, step = c.indices(self.grid.t)
-            if step == 1:
-                return self.row(r, lo, hi)
-        if isinstance(r, int) and isinstance(c, int):
+            return self.row(r, lo, hi) if step == 1 else None
+        if isinstance(c, int):
             # One value (a ticker's latest metric): its run, directly.
             b, local = divmod(r, self.grid.block)
             k, at = divmod(c, self.grid.chunk)
             run = self.store.run(self.name, b, k, local) if self._position >= 0 else None
             return np.float64(np.nan) if run is None else np.float64(run[at])
-        if isinstance(r, int) and isinstance(c, np.ndarray) and c.ndim == 1 and c.size:
+        if c.ndim == 1 and c.size:
             # Sessions picked from one row (Service A: the days a price is published): one
             # row read over their span, then a gather, instead of a lookup per chunk.
             lo, hi = int(c.min()), int(c.max()) + 1
             return self.row(r, lo, hi)[c - lo]
-        if not isinstance(r, slice) and not isinstance(c, slice):
-            got = self.points(np.asarray(r), np.asarray(c))
-            return got[()] if got.ndim == 0 else got
+        return None
+
+    def _block(self, r: int | slice | np.ndarray, c: int | slice | np.ndarray) -> np.ndarray:
+        """Every row of `r` at every session of `c` (at least one of them a slice)."""
         rows = np.arange(self.grid.n)[r] if isinstance(r, slice) else np.atleast_1d(r)
         cols = np.arange(self.grid.t)[c] if isinstance(c, slice) else np.atleast_1d(c)
         block = self.outer(rows.ravel(), cols.ravel())
         if isinstance(r, int):
-            return block[0]
-        if isinstance(c, int):
-            return block[:, 0]
-        return block.reshape(*rows.shape, *cols.shape)
+            out: np.ndarray = block[0]
+        elif isinstance(c, int):
+            out = block[:, 0]
+        else:
+            out = block.reshape(*rows.shape, *cols.shape)
+        return out
 
     def _whole(self) -> np.ndarray:
         return self.outer(np.arange(self.grid.n), np.arange(self.grid.t))

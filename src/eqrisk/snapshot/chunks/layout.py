@@ -62,9 +62,12 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     element)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.dtype.hasobject:
+        return a.tobytes() == b.tobytes()  # the references: no bits of their own to compare
     unsigned = _UNSIGNED.get(a.dtype.itemsize)
-    if unsigned is None or a.dtype.hasobject:
-        return a.tobytes() == b.tobytes()
+    if unsigned is None:  # another width (complex, a record): its bytes, copied only if strided
+        a, b = np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)
+        unsigned = np.uint8
     return bool(np.array_equal(a.view(unsigned), b.view(unsigned)))
 
 

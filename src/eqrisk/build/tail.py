@@ -21,22 +21,20 @@ decides as before; so does a tail that turns out not to be incremental.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.incremental import digest
 from eqrisk.data.ingested import Stored
 from eqrisk.data.panel import Panel
-from eqrisk.model.returns import MEMBER_VOL_WINDOW
+from eqrisk.model.resume import warmup
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.incremental import TailArray, digest
+from eqrisk.snapshot.spliced import FieldSource, as_arrays, splice
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 
-# Windows read before the first chunk not proved, besides the winsorisation's look-back: the
-# tail run's two (`incremental.tail_offsets`) and the link betas' one.
-WARMUP_WINDOWS = 3
 PROOF = "data-2"  # bump when what `data_proof` covers changes: older proofs never match
 
 
@@ -57,11 +55,6 @@ def data_proof(
         "breaks": digest(sorted([str(s), str(d)] for s, d in breaks)),
         "share_classes": digest(sorted(share_classes.items())),
     }
-
-
-def warmup(window: int) -> int:
-    """Sessions read before the first chunk a tail build computes (see the module's text)."""
-    return WARMUP_WINDOWS * window + MEMBER_VOL_WINDOW + 2
 
 
 @dataclass(frozen=True)
@@ -118,20 +111,14 @@ def window_of(
     return Window(base, proved, np.asarray(calendar).astype("datetime64[D]")), ""
 
 
-def tail_panel(panel: Panel, start: int, window: Window, previous: Any) -> Panel:
+def tail_panel(panel: Panel, start: int, window: Window, previous: FieldSource) -> Panel:
     """The panel over the whole calendar as the version's writer reads it: sessions >= `start`
     from the tail plan's panel (which begins at `window.base`), earlier ones the previous
     version's stored price fields (read only if asked)."""
     names = {"close": "price_close", "market_cap": "market_cap"}
     names.update({name: name for name in PANEL_ARRAYS})
-    arrays: dict[str, Any] = {}  # Panel's array fields
-    for name, stored in names.items():
-        try:
-            before = cast(chunks.FieldArray, previous.array(stored))
-        except KeyError:
-            before = None
-        part = np.asarray(getattr(panel, name))[:, start - window.base :]
-        arrays[name] = cast(np.ndarray, TailArray(part, start, before))
+    new = {name: np.asarray(getattr(panel, name))[:, start - window.base :] for name in names}
+    arrays: dict[str, Any] = as_arrays(splice(new, start, previous, stored=names))
     return Panel(symbols=panel.symbols, sessions=window.calendar, **arrays)
 
 
@@ -145,7 +132,8 @@ def whole_result(
     s = start - window.base
     old = np.asarray(previous.factor_returns[:, :start], dtype=np.float64)
     returns = np.concatenate([old, np.asarray(flat.returns)[:, s:]], axis=1)
-    link = cast(np.ndarray, TailArray(np.asarray(flat.sector_market_beta)[:, s:], start, None))
+    beta = {"link": np.asarray(flat.sector_market_beta)[:, s:]}  # (none kept before `start`)
+    link = as_arrays(splice(beta, start, None))["link"]
     whole = replace(flat, returns=returns, market=returns[0], sector_market_beta=link)
     notes = {**result.notes, "returns_excluded": returns_excluded}
     return replace(result, sessions=window.calendar, flat=whole, notes=notes)

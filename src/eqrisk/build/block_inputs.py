@@ -24,10 +24,10 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.incremental import DIGESTS, chunk_digests, digest, universe_digests
 from eqrisk.model.plan_slices import LEAD, PlanOutline, PlanShape, plan_outline, slice_rows
 from eqrisk.model.run import BlockInput, ModelPlan, SharedFactors
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.incremental import DIGESTS, chunk_digests, digest, universe_digests
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 
 PRICE_INPUTS = ("close", "market_cap", *PANEL_ARRAYS)

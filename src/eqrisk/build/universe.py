@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.block_inputs import stream_plan
 from eqrisk.data.corporate_actions import break_cells
 from eqrisk.data.ingested import Stored, read_master, read_panel, read_rows, stored
-from eqrisk.data.master import Mappings, classify
+from eqrisk.data.master import Mappings, classify, priced_master
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel, shrink_reason
 from eqrisk.model.plan_slices import plan_shape
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.block_inputs import stream_plan
 from eqrisk.snapshot.store import Previous, VersionStore
 
 
@@ -53,15 +53,7 @@ def open_universe(
             f"no ingested data under {home}: run `eqrisk ingest PRICES --master FILE` or "
             "`eqrisk demo` first"
         )
-    raw_master = read_master(found)
-    present = pd.Index(found.symbols())
-    missing = present.difference(raw_master["symbol"].astype(str))
-    if len(missing):
-        raw_master = pd.concat(
-            [raw_master, pd.DataFrame({"symbol": missing, "asset_type": "stock"})],
-            ignore_index=True,
-        )
-    raw_master = raw_master[raw_master["symbol"].isin(present)]
+    raw_master = priced_master(read_master(found), found.symbols())
     return found, raw_master, classify(raw_master, mappings, market_etf=market_etf)
 
 

@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.block_inputs import PRICE_INPUTS, BlockSource, unless_all_nan
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import (
     BlockInput,
@@ -59,7 +60,6 @@ from eqrisk.model.run import (
     run_block,
 )
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.block_inputs import PRICE_INPUTS, BlockSource, unless_all_nan
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Staged
 
 if TYPE_CHECKING:

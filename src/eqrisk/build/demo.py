@@ -6,11 +6,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from eqrisk.build.pipeline import build_snapshot
 from eqrisk.data.demo import DATA_SOURCE as DEMO_SOURCE
 from eqrisk.data.demo import generate_demo, write_demo_files
 from eqrisk.data.ingest import ingest
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.build import build_snapshot
 from eqrisk.snapshot.store import VersionStore
 
 

@@ -1,5 +1,5 @@
 """The accuracy record's running state in a version (`model.accuracy_state`): one file per
-time chunk, beside the risk model's state (`risk_store`), `risk/accuracy-<c>.npz` = the state
+time chunk, beside the risk model's state (`risk_run`), `risk/accuracy-<c>.npz` = the state
 before chunk c's first session. A build links the files of the chunks it keeps and resumes from
 the state at its first new chunk, so every build stores the record and a daily build adds its
 sessions' outcomes only. The manifest's `risk_accuracy` is the record of the last state."""

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.risk_evaluation import risk_accuracy
+from eqrisk.build.universe import read_universe
 from eqrisk.data.corporate_actions import return_breaks
 from eqrisk.data.master import Mappings
 from eqrisk.data.panel import Panel
 from eqrisk.model.quality import pooled_hedge_quality, vasicek_market_beta
 from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import ModelParams, ModelResult, run_model
-from eqrisk.snapshot.risk_evaluation import risk_accuracy
-from eqrisk.snapshot.universe import read_universe
 
 DEFAULT_HALFLIVES = (63.0, 126.0)
 

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 
 import eqrisk
+from eqrisk.build.incremental import digest
 from eqrisk.model.run import ModelParams
-from eqrisk.snapshot.incremental import digest
 from eqrisk.snapshot.store import Previous
 
 

@@ -9,7 +9,8 @@ factors and their link betas, and the stored price arrays). Every output at sess
 only on inputs at sessions <= t (the kernels are causal; months and chunks are cut at fixed
 session boundaries), so when the universe-wide digests match and the chunk digests match up to
 chunk c0, chunks c < c0 of the previous version are what a full rebuild would write: they are
-hard-linked unread, and only sessions >= c0 * L are computed (`run_tail`) and written.
+hard-linked unread, and only sessions >= c0 * L are computed (`model.resume.run_from`)
+and written.
 Otherwise the build says why and recomputes from the first changed chunk, or fully.
 """
 
@@ -19,7 +20,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,20 +28,14 @@ import xxhash
 
 import eqrisk
 from eqrisk.data.panel import Panel
-from eqrisk.model.cascade import rolling_std
 from eqrisk.model.plan_slices import PlanOutline
 from eqrisk.model.run import (
-    ANNUALIZATION,
-    VOL_SHORT_MIN_OBS,
-    VOL_SHORT_WINDOW,
-    BlockInput,
     ModelPlan,
     ModelResult,
-    SharedFactors,
     result_of,
-    run_block,
 )
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.spliced import FieldSource, as_arrays, splice
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 
 DIGESTS = "inputs-2"  # bump when what the digests cover changes: older manifests never match
@@ -379,180 +374,12 @@ def _revision(
     return f"inputs changed ({', '.join(changed)}) from {_date(sessions, lo)}"
 
 
-def tail_offsets(start: int, window: int) -> tuple[int, int]:
-    """Where a tail run's inputs begin, for the window-long series and the 23-session vol: a
-    multiple of the window (the kernels re-anchor at multiples of it, from scratch), early
-    enough that every series is exact from `start` on: the cascade from one window past it,
-    the residuals one session later, the hedge quality (a rolling series of residuals) from the
-    next anchor, so two windows."""
-    long_from = ((start - 2 * window) // window) * window if start >= 2 * window else 0
-    short_from = (
-        ((start - VOL_SHORT_WINDOW) // VOL_SHORT_WINDOW) * VOL_SHORT_WINDOW
-        if start >= VOL_SHORT_WINDOW
-        else 0
-    )
-    return long_from, short_from
-
-
-def run_tail(
-    plan: ModelPlan, start: int, *, base: int = 0, rows: int = chunks.BLOCK_SYMBOLS
-) -> dict[str, np.ndarray]:
-    """Every metric at sessions t >= `start`, as (n x (T - start)) arrays, bitwise equal to a
-    full run's: the per-symbol work of `run_block` on the inputs from a re-anchoring point two
-    windows earlier (`tail_offsets`), each series computed from the point it needs only (the
-    cascade from one window before `start`, the flat model from `start` - 1, the 23-session
-    volatility from its own anchor), so a one-session update costs about one window.
-
-    `start` counts sessions of the whole calendar; a tail plan's arrays begin at its session
-    `base` (the anchors are the calendar's, so `base` is a multiple of the window). The rows
-    run `rows` at a time, so memory holds one block's series over the window."""
-    params = plan.shared.params
-    o, o_short = (x - base for x in tail_offsets(start, params.window))
-    s = start - base - o
-    if o < 0 or o_short < 0 or (base and base % params.window):
-        raise ValueError(f"a tail plan from session {base} cannot run from session {start}")
-    shared = plan.in_process()
-    sliced = SharedFactors(
-        factors=np.ascontiguousarray(shared.factors[:, o:]),
-        market=shared.market[o:],
-        flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
-        params=params,
-        published=shared.published,
-    )
-    computed: dict[str, np.ndarray] = {}
-    for a, b in plan.blocks(rows):
-        part = plan.block(a, b, own_rows=False)
-        block = BlockInput(
-            start=a,
-            stop=b,
-            returns=np.ascontiguousarray(part.returns[:, o:]),
-            own_factors=np.empty((0, len(plan.sessions) - o)),
-            model_fidx=part.model_fidx,
-            exposure=part.exposure,
-        )
-        if s >= 2 * params.window:  # each series from the point it needs (see run_block)
-            found = run_block(sliced, block, start=s)
-        else:  # the first two windows: the whole run
-            found = {name: arr[:, s:] for name, arr in run_block(sliced, block).items()}
-        for name, arr in found.items():
-            if name not in computed:
-                computed[name] = np.empty((plan.size, arr.shape[1]))
-            computed[name][a:b] = arr
-    short = np.ascontiguousarray(plan.returns[:, o_short:])
-    vol_short = rolling_std(
-        short,
-        window=VOL_SHORT_WINDOW,
-        min_obs=VOL_SHORT_MIN_OBS,
-        out=np.empty(short.shape),
-        start=start - base - o_short,
-    )[:, start - base - o_short :]
-    out: dict[str, np.ndarray] = {}
-    for name, arr in computed.items():  # the order of a full run's metrics
-        if name == "vol_252d_ann":
-            out["vol_23d"] = vol_short * ANNUALIZATION
-        if name != "vol_23d":
-            out[name] = arr
-    out.update(plan.price_metrics_from(start - base))
-    return out
-
-
-class TailArray:
-    """An (n x T) field whose sessions >= `start` are in memory (`tail`) and earlier ones are
-    the previous version's (read only if asked: the monthly file of the year in progress, the
-    latest values of rows not priced since)."""
-
-    ndim = 2
-    dtype = np.dtype(np.float64)
-
-    def __init__(self, tail: np.ndarray, start: int, before: chunks.FieldArray | None) -> None:
-        self.tail, self.start, self.before = tail, start, before
-        self.shape = (tail.shape[0], start + tail.shape[1])
-
-    def __getitem__(self, key: Any) -> Any:
-        rows, cols = key
-        s = self.start
-        if isinstance(cols, (int, np.integer)):
-            t = int(cols) % self.shape[1]
-            if t >= s:
-                return self.tail[rows, t - s]
-            return self._before()[rows, t]
-        lo, hi, step = cols.indices(self.shape[1])
-        if step != 1:
-            raise IndexError("a tail array takes unit-step slices")
-        if lo >= s:
-            return self.tail[rows, lo - s : hi - s]
-        head = self._read_before(rows, lo, min(hi, s))
-        if hi <= s:
-            return head
-        return np.concatenate([head, self.tail[rows, 0 : hi - s]], axis=-1)
-
-    def __len__(self) -> int:
-        return int(self.shape[0])
-
-    def pick(self, rows: np.ndarray, cols: np.ndarray) -> list[float]:
-        """The values at (rows[k], cols[k]): gathered from the tail at once, read one by one
-        from the previous version before it (rows not priced since)."""
-        values = [0.0] * len(rows)
-        new = cols >= self.start
-        picked = self.tail[rows[new], cols[new] - self.start]
-        for k, v in zip(np.flatnonzero(new).tolist(), picked.tolist(), strict=True):
-            values[k] = v
-        for k in np.flatnonzero(~new).tolist():
-            values[k] = float(self._before()[int(rows[k]), int(cols[k])])
-        return values
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        whole = np.asarray(self[:, 0 : self.shape[1]], dtype=np.float64)
-        return whole if dtype is None else whole.astype(dtype)
-
-    def _read_before(self, rows: Any, lo: int, hi: int) -> np.ndarray:
-        """Sessions [lo, hi) of `rows` from the previous version: for a slice of rows of a
-        chunked field, copied chunk by chunk (the long table's monthly file reads a year of
-        every row this way); otherwise through the field's own indexing."""
-        before = self._before()
-        if not isinstance(before, chunks.ChunkedArray) or not isinstance(rows, slice):
-            return np.asarray(before[rows, lo:hi], dtype=np.float64)
-        r0, r1, step = rows.indices(self.shape[0])
-        if step != 1:
-            return np.asarray(before[rows, lo:hi], dtype=np.float64)
-        g = before.grid
-        out = np.empty((max(0, r1 - r0), max(0, hi - lo)))
-        for b in range(r0 // g.block, -(-r1 // g.block)):
-            b0, b1 = g.rows(b)
-            a0, a1 = max(r0, b0), min(r1, b1)
-            for c in range(lo // g.chunk, -(-hi // g.chunk)):
-                c0, c1 = g.cols(c)
-                x0, x1 = max(lo, c0), min(hi, c1)
-                stored = before.chunk(b, c)
-                target = out[a0 - r0 : a1 - r0, x0 - lo : x1 - lo]
-                if stored is None:  # all NaN, not stored
-                    target[...] = np.nan
-                else:
-                    target[...] = stored[a0 - b0 : a1 - b0, x0 - c0 : x1 - c0]
-        return out
-
-    def _before(self) -> chunks.FieldArray:
-        if self.before is None:
-            raise IndexError("sessions before the reused point are not available")
-        return self.before
-
-
 def tail_result(
-    plan: ModelPlan, tail: dict[str, np.ndarray], start: int, previous: Any
+    plan: ModelPlan, tail: dict[str, np.ndarray], start: int, previous: FieldSource
 ) -> ModelResult:
-    """A ModelResult over the whole calendar whose metrics are TailArrays (new sessions in
-    memory, earlier ones read lazily from the previous version, a Snapshot)."""
-
-    def before(name: str) -> chunks.FieldArray | None:
-        try:
-            return cast(chunks.FieldArray, previous.array(name))
-        except KeyError:
-            return None
-
-    metrics = {
-        name: cast(np.ndarray, TailArray(arr, start, before(name))) for name, arr in tail.items()
-    }
-    return result_of(plan, metrics)
+    """A ModelResult over the whole calendar whose metrics are the new sessions spliced onto
+    the previous version's (`spliced.splice`: earlier sessions read lazily from it)."""
+    return result_of(plan, as_arrays(splice(tail, start, previous)))
 
 
 def first_last(

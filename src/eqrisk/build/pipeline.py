@@ -11,11 +11,16 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from eqrisk.build import incremental, tail, unchanged
+from eqrisk.build.block_inputs import BlockSource, InMemory, StreamedPlan
+from eqrisk.build.risk_run import RiskInputs, risk_files, risk_resumes
+from eqrisk.build.universe import check_universe, open_universe, streamed_build
 from eqrisk.data.corporate_actions import break_cells, return_breaks
 from eqrisk.data.ingested import Stored, read_panel, read_rows
 from eqrisk.data.master import Mappings
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel
 from eqrisk.data.share_classes import read_share_classes
+from eqrisk.model.resume import run_from
 from eqrisk.model.run import (
     ModelParams,
     ModelPlan,
@@ -24,18 +29,14 @@ from eqrisk.model.run import (
     result_of,
 )
 from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
-from eqrisk.snapshot import incremental, tail, unchanged
-from eqrisk.snapshot.block_inputs import BlockSource, InMemory, StreamedPlan
 from eqrisk.snapshot.build_times import build_mode, record_build
 from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
-from eqrisk.snapshot.risk_store import RiskInputs, risk_resumes
 from eqrisk.snapshot.store import Previous, VersionStore
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
-from eqrisk.snapshot.universe import check_universe, open_universe, streamed_build
 from eqrisk.snapshot.versions import Snapshot, store_of
 
 if TYPE_CHECKING:
-    from eqrisk.snapshot.distributed import RowReader
+    from eqrisk.build.distributed import RowReader
 
 # An incremental build asked to run on Dask runs in process up to this many cells (symbols x
 # sessions computed): a one-session update of 5,000 symbols computes one chunk, 640,000 cells.
@@ -264,29 +265,14 @@ def publish_panel(
     say = progress or (lambda _msg: None)
     store = store_of(home)
     meta = meta or {}
-    source: BlockSource
-    if streamed is None:
-        plan = plan_model(panel, master, params, exclude=breaks)
-        base, proved, total = 0, None, None
-        if window is not None:
-            if previous is None or previous.snapshot is None:
-                raise WholeHistory("no previous version")
-            plan = tail.with_history(plan, previous.snapshot.manifest)
-            base, total = window.base, len(window.calendar)
-            proved = list(previous.snapshot.manifest["inputs"]["chunks"][: window.proved])
-        digests = incremental.input_digests(
-            plan, panel, master, breaks, base=base, proved=proved, sessions=total
-        )
-        source = InMemory(plan)
-    else:
-        digests, source = dict(streamed.inputs), streamed
+    plan, digests, source = _planned(panel, master, params, breaks, window, previous, streamed)
     if proof is not None:
         digests["data"] = proof
     fed = None  # the digests of the fields the blocks read (`rows`), fed as they read them
     if source.unread and rows is not None:
         fed = incremental.RowDigests(source.unread, *source.shape)
         rows = _feeding(rows, fed)
-    build: dict[str, Any]
+    build: dict[str, Any] = {}
 
     def publish(
         result: ModelResult, *, staged: Staged | None = None, reused: SnapshotContent | None = None
@@ -296,9 +282,11 @@ def publish_panel(
         version's chunks before the first computed one shared by an incremental build
         (`reused`: its panel, reuse and risk inputs)."""
         reuse = reused.reuse if reused is not None else None
+        written = reused.panel if reused is not None else panel
+        more = reused.more if reused is not None else None
         content = SnapshotContent(
             result=result,
-            panel=reused.panel if reused is not None else panel,
+            panel=written,
             master=master,
             data_source=str(meta.get("data_source", "unknown")),
             ingest={k: meta.get(k) for k in ingest_keys},
@@ -307,18 +295,11 @@ def publish_panel(
             build=build,
             staged=staged,
             block=block_symbols,
-            risk=reused.risk
-            if reused is not None and reused.risk is not None
-            else RiskInputs.of(source.plan),
+            more=more or risk_files(result, RiskInputs.of(source.plan), reuse, written.sessions),
         )
         return store.write(content, keep=keep, progress=say)
 
-    if streamed is not None:  # a build that cannot reuse anything (`build_snapshot`)
-        why = "--full" if full else "a Dask build" if dask is not None else _no_previous(previous)
-        build = {"mode": "full", "reasons": [why]}
-        if not full and dask is None:
-            say(why)
-    elif not full:
+    if plan is not None and not full:
         if previous is None:
             previous = store.previous()
         limit = dask_min_cells if dask is not None else None
@@ -339,35 +320,70 @@ def publish_panel(
             return publish(reused.result, reused=reused)
     if window is not None:
         raise WholeHistory("; ".join(build["reasons"]))
-    if dask is not None:  # why not incremental was said above
-        build = {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
-    elif full:
-        build = {"mode": "full", "reasons": ["--full"]}
+    build = _full_build(build, streamed=plan is None, full=full, dask=dask, previous=previous)
+    if plan is None and not full and dask is None:  # a build that cannot reuse anything
+        say(build["reasons"][0])
     say(f"full build: {'; '.join(build['reasons'])}")
-    if dask is not None:
-        return _publish_dask(
-            store,
-            source,
-            publish,
-            address=dask,
-            workers=dask_workers,
-            block_rows=block_rows,
-            block_symbols=block_symbols,
-            say=say,
-            rows=rows,
-        )
-    # In process too, block by block: each block computed, written and dropped (bounded memory).
+    # One path, block by block, whose executor is this process (each block computed, written
+    # and dropped: bounded memory) or the workers of the Dask cluster at `dask`.
+    local = dask is None
     return _publish_dask(
         store,
         source,
         publish,
-        address=None,
-        workers=None,
-        block_rows=block_symbols,
+        address=dask,
+        workers=None if local else dask_workers,
+        block_rows=block_symbols if local else block_rows,
         block_symbols=block_symbols,
         say=say,
         rows=rows,
     )
+
+
+def _planned(
+    panel: Panel,
+    master: pd.DataFrame,
+    params: ModelParams,
+    breaks: np.ndarray | None,
+    window: tail.Window | None,
+    previous: Previous | None,
+    streamed: StreamedPlan | None,
+) -> tuple[ModelPlan | None, dict[str, Any], BlockSource]:
+    """The plan the blocks read (None with `streamed`, a full build's plan in files), the
+    digests of its inputs and the blocks' source."""
+    if streamed is not None:
+        return None, dict(streamed.inputs), streamed
+    plan = plan_model(panel, master, params, exclude=breaks)
+    base, proved, total = 0, None, None
+    if window is not None:
+        if previous is None or previous.snapshot is None:
+            raise WholeHistory("no previous version")
+        plan = tail.with_history(plan, previous.snapshot.manifest)
+        base, total = window.base, len(window.calendar)
+        proved = list(previous.snapshot.manifest["inputs"]["chunks"][: window.proved])
+    digests = incremental.input_digests(
+        plan, panel, master, breaks, base=base, proved=proved, sessions=total
+    )
+    return plan, digests, InMemory(plan)
+
+
+def _full_build(
+    build: dict[str, Any],
+    *,
+    streamed: bool,
+    full: bool,
+    dask: str | None,
+    previous: Previous | None,
+) -> dict[str, Any]:
+    """The manifest's `build` block of a full build: why it is full (`build`: the reasons
+    the incremental decision gave, where it was asked)."""
+    if dask is not None:
+        return {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
+    if full:
+        return {"mode": "full", "reasons": ["--full"]}
+    if streamed:
+        return {"mode": "full", "reasons": [_no_previous(previous)]}
+    return build
 
 
 def _no_previous(previous: Previous | None) -> str:
@@ -413,7 +429,7 @@ def _publish_dask(
     store (every host mounts it), which the new version takes over (`publish`, inside the
     staging folder's lifetime); this process writes the tables from the written chunks and
     never holds an (n x T) output array."""
-    from eqrisk.snapshot.distributed import dask_client, write_model_dask
+    from eqrisk.build.distributed import dask_client, write_model_dask
 
     with store.staging() as staging:
 
@@ -481,26 +497,22 @@ def _incremental(
                 say(why)
         return None, {"mode": "full", "reasons": reasons}
 
-    if decision.chunk == 0 or previous is None or manifest is None:
+    if decision.chunk == 0 or previous is None or manifest is None or folder is None:
         return full_build()
-    block = int(manifest["arrays"]["grid"]["block"])
-    if block != block_symbols:
-        return full_build(f"the chunk grid's block changes ({block} -> {block_symbols} symbols)")
     start = decision.chunk * CHUNK_SESSIONS
     cells = len(plan.symbols) * (len(calendar) - start)
-    if dask_min_cells is not None and cells > dask_min_cells:
-        return full_build(
-            f"{cells:,} cells to compute, more than {dask_min_cells:,} (dask_min_cells)"
-        )
     risk = RiskInputs.of(plan, first=base)
-    if window is not None and not risk_resumes(manifest, risk, decision.chunk):
-        return full_build("the previous version's risk model does not resume there")
+    refused = _not_incremental(
+        manifest, block_symbols, cells, dask_min_cells, window, risk, decision
+    )
+    if refused:
+        return full_build(refused)
     for why in decision.reasons:
         say(why)
     if dask_min_cells is not None:
         say(f"incremental in process: {cells:,} cells, at most {dask_min_cells:,} (dask_min_cells)")
     say(f"incremental: computing sessions from {str(calendar[start])[:10]}")
-    computed = incremental.run_tail(plan, start, base=base)
+    computed = run_from(plan, start, base=base)
     result = incremental.tail_result(plan, computed, start, previous)
     written = panel
     if window is not None:
@@ -515,21 +527,41 @@ def _incremental(
     first, last = incremental.first_last(plan, start, previous.symbols, calendar, base)
     build = {
         "mode": "incremental",
-        "previous": folder.name if folder is not None else None,
+        "previous": folder.name,
         "from_chunk": decision.chunk,
         "from_session": str(calendar[start])[:10],
         "reasons": decision.reasons,
     }
     if window is not None:
         build["read_from"] = str(window.since.date())
-    assert folder is not None
+    reuse = Reuse(decision.chunk, folder, manifest, last, first, build)
     content = SnapshotContent(
         result=result,
         panel=written,
         master=master,
         data_source="",
         ingest={},
-        reuse=Reuse(decision.chunk, folder, manifest, last, first, build),
-        risk=risk,
+        reuse=reuse,
+        more=risk_files(result, risk, reuse, written.sessions),
     )
     return content, build
+
+
+def _not_incremental(
+    manifest: dict[str, Any],
+    block_symbols: int,
+    cells: int,
+    dask_min_cells: int | None,
+    window: tail.Window | None,
+    risk: RiskInputs,
+    decision: incremental.Decision,
+) -> str | None:
+    """Why a build the digests let reuse chunks is full all the same (None: it is not)."""
+    block = int(manifest["arrays"]["grid"]["block"])
+    if block != block_symbols:
+        return f"the chunk grid's block changes ({block} -> {block_symbols} symbols)"
+    if dask_min_cells is not None and cells > dask_min_cells:
+        return f"{cells:,} cells to compute, more than {dask_min_cells:,} (dask_min_cells)"
+    if window is not None and not risk_resumes(manifest, risk, decision.chunk):
+        return "the previous version's risk model does not resume there"
+    return None

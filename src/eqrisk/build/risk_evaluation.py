@@ -15,18 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eqrisk.build.accuracy_store import figures
 from eqrisk.data.panel import Panel
-from eqrisk.model.accuracy import FAMILIES, HEDGED_SIZES, YEAR, evaluate_forecasts
-from eqrisk.model.cascade import rolling_std
+from eqrisk.model.accuracy import FAMILIES, HEDGED_SIZES, previous
+from eqrisk.model.accuracy_state import record_of
 from eqrisk.model.risk_model import RiskParams, StyleInputs, risk_model
-from eqrisk.model.run import (
-    VOL_SHORT_MIN_OBS,
-    VOL_SHORT_WINDOW,
-    ModelParams,
-    ModelResult,
-    plan_model,
-    run_model,
-)
+from eqrisk.model.run import ModelParams, ModelResult, plan_model, run_model
 
 DAILY = np.sqrt(252.0)
 MEASURE = (
@@ -97,21 +91,13 @@ def risk_accuracy(
         style_inputs=inputs,
     )  # fmt: skip
     progress("risk model: out-of-sample figures")
-    factor_vol23 = rolling_std(layout.factors, window=VOL_SHORT_WINDOW, min_obs=VOL_SHORT_MIN_OBS)
-    figures = evaluate_forecasts(
-        model,
-        m["return"],
-        layout.factors,
-        m["vol_23d"] / DAILY,
-        factor_vol23,
-        stocks,
-        np.where(stocks, layout.fidx[:, 1], -1),
-        horizons=horizons,
-        burn_in=YEAR,
-    )
-    sessions = pd.DatetimeIndex(result.sessions)
-    first = min(YEAR, len(sessions) - 1) if len(sessions) else 0
-    return accuracy_record(figures, sessions[first:], risk_params)
+    state = record_of(model, m["return"], layout.factors, previous(m["vol_23d"] / DAILY),
+                      stocks, np.where(stocks, layout.fidx[:, 1], -1))  # fmt: skip
+    running = figures(state)
+    running["horizons"] = {f"{h}d": running["horizons"][f"{h}d"] for h in horizons}
+    sessions = np.asarray(result.sessions)[model.start :]
+    return stored_record(running, sessions, risk_params, computed="by `eqrisk evaluate`: the "
+                         "build's running record of every session, in one step")  # fmt: skip
 
 
 def style_inputs(panel: Panel, symbols: np.ndarray, stocks: np.ndarray) -> StyleInputs:
@@ -128,17 +114,18 @@ def style_inputs(panel: Panel, symbols: np.ndarray, stocks: np.ndarray) -> Style
 
 
 def stored_record(
-    running: dict[str, Any], sessions: np.ndarray | pd.Index, params: RiskParams
+    running: dict[str, Any],
+    sessions: np.ndarray | pd.Index,
+    params: RiskParams,
+    computed: str = "incrementally by every build: each build adds its new sessions' outcomes "
+    "to the running state the previous version stored (docs/decisions/risk-forecast.md)",
 ) -> dict[str, Any]:
     """The record every build stores (`accuracy_store.figures` of the running state: its
     first and last session indexes and the figures), in `accuracy_record`'s form."""
     days = pd.DatetimeIndex(np.asarray(sessions)[int(running["first"]) : int(running["last"]) + 1])
     record = accuracy_record(running["horizons"], days, params)
     record["reading"] = {**record["reading"], **RUNNING_READING}
-    record["computed"] = (
-        "incrementally by every build: each build adds its new sessions' outcomes to the "
-        "running state the previous version stored (docs/decisions/risk-forecast.md)"
-    )
+    record["computed"] = computed
     return record
 
 

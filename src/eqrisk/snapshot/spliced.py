@@ -1,0 +1,129 @@
+"""A field of a version written from its new sessions and the previous version's: an (n x T)
+array whose sessions from `start` on are in memory (the build's new values) and whose earlier
+ones are the previous version's, read only if asked (the monthly file of the year in progress,
+the latest values of rows not priced since). An incremental build's fields, which the writer
+(`tables.write_content`) reads like any other: the chunks before the first new one are linked
+from the previous version unread."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
+
+import numpy as np
+
+from eqrisk.snapshot import chunks
+
+
+class FieldSource(Protocol):
+    """Where the sessions before the new ones are read: a version (`Snapshot.array`)."""
+
+    def array(self, field: str) -> chunks.FieldArray: ...
+
+
+class Spliced:
+    """An (n x T) field whose sessions >= `start` are in memory (`tail`) and earlier ones are
+    the previous version's (read only if asked: the monthly file of the year in progress, the
+    latest values of rows not priced since)."""
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, tail: np.ndarray, start: int, before: chunks.FieldArray | None) -> None:
+        self.tail, self.start, self.before = tail, start, before
+        self.shape = (tail.shape[0], start + tail.shape[1])
+
+    def __getitem__(self, key: Any) -> Any:
+        rows, cols = key
+        s = self.start
+        if isinstance(cols, (int, np.integer)):
+            t = int(cols) % self.shape[1]
+            if t >= s:
+                return self.tail[rows, t - s]
+            return self._before()[rows, t]
+        lo, hi, step = cols.indices(self.shape[1])
+        if step != 1:
+            raise IndexError("a spliced array takes unit-step slices")
+        if lo >= s:
+            return self.tail[rows, lo - s : hi - s]
+        head = self._read_before(rows, lo, min(hi, s))
+        if hi <= s:
+            return head
+        return np.concatenate([head, self.tail[rows, 0 : hi - s]], axis=-1)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def pick(self, rows: np.ndarray, cols: np.ndarray) -> list[float]:
+        """The values at (rows[k], cols[k]): gathered from the tail at once, read one by one
+        from the previous version before it (rows not priced since)."""
+        values = [0.0] * len(rows)
+        new = cols >= self.start
+        picked = self.tail[rows[new], cols[new] - self.start]
+        for k, v in zip(np.flatnonzero(new).tolist(), picked.tolist(), strict=True):
+            values[k] = v
+        for k in np.flatnonzero(~new).tolist():
+            values[k] = float(self._before()[int(rows[k]), int(cols[k])])
+        return values
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.asarray(self[:, 0 : self.shape[1]], dtype=np.float64)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def _read_before(self, rows: Any, lo: int, hi: int) -> np.ndarray:
+        """Sessions [lo, hi) of `rows` from the previous version: for a slice of rows of a
+        chunked field, copied chunk by chunk (the long table's monthly file reads a year of
+        every row this way); otherwise through the field's own indexing."""
+        before = self._before()
+        if not isinstance(before, chunks.ChunkedArray) or not isinstance(rows, slice):
+            return np.asarray(before[rows, lo:hi], dtype=np.float64)
+        r0, r1, step = rows.indices(self.shape[0])
+        if step != 1:
+            return np.asarray(before[rows, lo:hi], dtype=np.float64)
+        g = before.grid
+        out = np.empty((max(0, r1 - r0), max(0, hi - lo)))
+        for b in range(r0 // g.block, -(-r1 // g.block)):
+            b0, b1 = g.rows(b)
+            a0, a1 = max(r0, b0), min(r1, b1)
+            for c in range(lo // g.chunk, -(-hi // g.chunk)):
+                c0, c1 = g.cols(c)
+                x0, x1 = max(lo, c0), min(hi, c1)
+                stored = before.chunk(b, c)
+                target = out[a0 - r0 : a1 - r0, x0 - lo : x1 - lo]
+                if stored is None:  # all NaN, not stored
+                    target[...] = np.nan
+                else:
+                    target[...] = stored[a0 - b0 : a1 - b0, x0 - c0 : x1 - c0]
+        return out
+
+    def _before(self) -> chunks.FieldArray:
+        if self.before is None:
+            raise IndexError("sessions before the reused point are not available")
+        return self.before
+
+
+def splice(
+    new: Mapping[str, np.ndarray],
+    start: int,
+    previous: FieldSource | None,
+    stored: Mapping[str, str] | None = None,
+) -> dict[str, Spliced]:
+    """Each array of `new` (sessions `start`.. of its field) over the previous version's field
+    (named `stored[name]` there, `name` by default; one it lacks, or no `previous`, has no
+    sessions before `start`)."""
+    out: dict[str, Spliced] = {}
+    for name, values in new.items():
+        before: chunks.FieldArray | None = None
+        if previous is not None:
+            try:
+                before = previous.array((stored or {}).get(name, name))
+            except KeyError:
+                before = None
+        out[name] = Spliced(values, start, before)
+    return out
+
+
+def as_arrays(fields: Mapping[str, Spliced]) -> dict[str, np.ndarray]:
+    """The spliced fields where the model's result and the panel take (n x T) arrays: they
+    index, slice and convert (`np.asarray`) as one; the writer reads them so."""
+    return {name: cast(np.ndarray, arr) for name, arr in fields.items()}
