@@ -44,6 +44,16 @@ def test_portfolio_risk_frames_hold_the_routes_numbers(client: Client) -> None:
     assert client.last_call is not None and client.last_call.cost_usd == pytest.approx(0.01)
 
 
+def test_portfolio_risk_asks_for_the_style_neutral_hedge_only_when_told(client: Client) -> None:
+    book = {"NVDA": 0.5, "AAPL": 0.3, "MSFT": -0.2}
+    plain = client.portfolio_risk(book)
+    assert "style_neutral" not in plain.raw["hedge"]
+    asked = client.portfolio_risk(book, style_neutral=True).raw["hedge"]["style_neutral"]
+    # The demo market holds none of the factor ETFs: no legs, and the hedge is the plain one.
+    assert asked["legs"] == []
+    assert asked["vol_after_daily"] == pytest.approx(plain.vol_after_hedge, rel=1e-12)
+
+
 def test_factor_covariance_and_specific_risk_in_json_and_parquet(client: Client) -> None:
     f = client.factor_covariance("2024-03-01")
     assert f.attrs["date"] <= "2024-03-01" and list(f.index) == list(f.columns)

@@ -332,8 +332,8 @@ def bench_imports(
     sessions: Annotated[int, typer.Option(help="Sessions of the daily job's data set.")] = 300,
     as_json: JsonOpt = False,
 ) -> None:
-    """What the CLI imports: `eqrisk --help`, `eqrisk update --help` and the daily job
-    (`eqrisk update FILE` on a small synthetic data set), each in fresh interpreters under
+    """What the CLI's commands import, in fresh interpreters. `eqrisk --help`, `eqrisk update
+    --help` and the daily job (`eqrisk update FILE` on a small synthetic data set), each under
     `python -X importtime`, beside the whole package imported at once. Median import time, wall
     time and modules of each, and the daily job's largest packages."""
     from eqrisk.bench.imports import ImportsBench, run

@@ -104,8 +104,11 @@ def portfolio_risk(
     date: str | None,
     level: str | None,
     units: str | None,
+    style_neutral: bool = False,
 ) -> Call[PortfolioRisk]:
     body: dict[str, Any] = {"positions": {str(k): float(v) for k, v in positions.items()}}
+    if style_neutral:
+        body["style_neutral"] = True
     if isinstance(benchmark, Mapping):
         body["benchmark"] = {str(k): float(v) for k, v in benchmark.items()}
     elif benchmark is not None:

@@ -165,11 +165,14 @@ class ServiceBMethods:
         date: str | None = None,
         level: str | None = None,
         units: str | None = None,
+        style_neutral: bool = False,
         version: str | None = None,
     ) -> Call[PortfolioRisk]:
         """POST /api/portfolio/risk: predicted vol, tracking error against `benchmark`, Euler
-        contributions per level, factor and position, and the ETF hedge, one frame each."""
-        call = risk.portfolio_risk(positions, benchmark, date, level, units)
+        contributions per level, factor and position, and the ETF hedge, one frame each.
+        `style_neutral=True` adds the factor-ETF legs that neutralise the book's style
+        exposures (the answer's `raw["hedge"]["style_neutral"]`)."""
+        call = risk.portfolio_risk(positions, benchmark, date, level, units, style_neutral)
         return calls.extra(call, version=version)
 
     @method
