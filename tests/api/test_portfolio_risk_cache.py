@@ -30,12 +30,6 @@ def client(demo_settings: Settings) -> TestClient:
     return TestClient(create_app(demo_settings))
 
 
-@pytest.fixture(scope="module")
-def snap(client: TestClient) -> Snapshot:
-    from eqrisk.api.deps import snapshot_at
-
-    return snapshot_at(client.app.state, None)  # type: ignore[attr-defined]
-
 
 def _balance(client: TestClient) -> float:
     doc: dict[str, Any] = client.get("/api/balance", headers=AUTH).json()

@@ -32,12 +32,6 @@ def client(demo_settings: Settings) -> TestClient:
     return TestClient(create_app(demo_settings))
 
 
-@pytest.fixture(scope="module")
-def snap(client: TestClient) -> Snapshot:
-    from eqrisk.api.deps import snapshot_at
-
-    return snapshot_at(client.app.state, None)  # type: ignore[attr-defined]
-
 
 def _post(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
     resp = client.post("/api/portfolio/risk", json=body, headers=AUTH)

@@ -129,7 +129,8 @@ def test_a_block_run_from_start_equals_the_whole_run(halflife: float | None) -> 
     """`run_block(..., start=s)` on a block whose column 0 is a re-anchoring point gives the
     whole run's values at t >= s bit for bit (each series computed from the point it needs),
     every field but the 23-session volatility (computed by run_from on its own anchor)."""
-    from eqrisk.model.run import BlockInput, SharedFactors, run_block
+    from eqrisk.model.resume import from_column
+    from eqrisk.model.run import BlockInput, run_block
 
     panel, master = _capped(60, 700)
     params = ModelParams(window=60, min_obs=30, halflife=halflife)
@@ -137,13 +138,7 @@ def test_a_block_run_from_start_equals_the_whole_run(halflife: float | None) -> 
     shared = plan.in_process()
     whole = run_block(shared, plan.block(0, plan.size, own_rows=False))
     for o, s in [(0, 120), (0, 185), (120, 299), (240, 640), (540, 700)]:
-        sliced = SharedFactors(
-            factors=np.ascontiguousarray(shared.factors[:, o:]),
-            market=shared.market[o:],
-            flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
-            params=params,
-            published=shared.published,
-        )
+        sliced = from_column(shared, o)
         block = BlockInput(
             start=0,
             stop=plan.size,

@@ -91,18 +91,22 @@ def run_from(
     return out
 
 
+def from_column(shared: SharedFactors, o: int) -> SharedFactors:
+    """`shared`'s inputs from plan column `o` on (the start of a run from an anchor)."""
+    return SharedFactors(
+        factors=np.ascontiguousarray(shared.factors[:, o:]),
+        market=shared.market[o:],
+        flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
+        params=shared.params,
+        published=shared.published,
+    )
+
+
 def _per_symbol(plan: ModelPlan, o: int, s: int, rows: int) -> dict[str, np.ndarray]:
     """`run_block`'s metrics from plan column `o` + `s` on, block by block, on the inputs
     from plan column `o` (an anchor)."""
     params = plan.shared.params
-    shared = plan.in_process()
-    sliced = SharedFactors(
-        factors=np.ascontiguousarray(shared.factors[:, o:]),
-        market=shared.market[o:],
-        flat_returns=np.ascontiguousarray(shared.flat_returns[:, o:]),
-        params=params,
-        published=shared.published,
-    )
+    sliced = from_column(plan.in_process(), o)
     computed: dict[str, np.ndarray] = {}
     for a, b in plan.blocks(rows):
         part = plan.block(a, b, own_rows=False)
