@@ -335,6 +335,7 @@ def test_the_demo_server_offers_its_key_and_serve_offers_none(
 def _commands() -> list[list[str]]:
     """Every command path of the typer app (`[]` is `eqrisk` itself)."""
     import typer
+    from typer.core import TyperGroup
 
     from eqrisk.cli import app
 
@@ -342,8 +343,9 @@ def _commands() -> list[list[str]]:
 
     def walk(command: object, path: list[str]) -> None:
         paths.append(path)
-        for name, sub in getattr(command, "commands", {}).items():
-            walk(sub, [*path, name])
+        if isinstance(command, TyperGroup):  # each command as the app loads it when asked
+            for name in command.list_commands(None):
+                walk(command.get_command(None, name), [*path, name])
 
     walk(typer.main.get_command(app), [])
     return paths

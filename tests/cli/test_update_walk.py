@@ -101,4 +101,10 @@ def test_an_update_passes_each_stage_once_in_order(demo_home: Path, tmp_path: Pa
     # The master: asked for by the ingest (its levels report) and by the build, classified once.
     assert calls["eqrisk.data.master.classify"] == 2
     assert calls["eqrisk.data.master._classified"] == 1
-    assert not_for(set(doc["modules"]), NOT_FOR_UPDATE) == []
+    modules = set(doc["modules"])
+    assert not_for(modules, NOT_FOR_UPDATE) == []
+    # Of the commands, the data commands' module alone (and the bucket's push, asked after
+    # the build; nothing configured, it pushes nothing).
+    commands = {m for m in modules if m.startswith("eqrisk.cli.")}
+    assert commands <= {"eqrisk.cli.app", "eqrisk.cli.output", "eqrisk.cli.data",
+                        "eqrisk.cli.bucket", "eqrisk.cli.snapshots"}  # fmt: skip

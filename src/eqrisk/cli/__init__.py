@@ -1,25 +1,10 @@
-"""The `eqrisk` command: `app` (in `eqrisk.cli.app`) with the command groups registered on it
-by importing their modules, in the order `eqrisk --help` lists them."""
+"""The `eqrisk` command: `app` (in `eqrisk.cli.app`). Each command group's module registers
+its commands on `app` when the command is first asked for (`eqrisk.cli.app.COMMANDS`), so that
+`eqrisk --help` imports none of them and `eqrisk update` only eqrisk.cli.data."""
 
-from eqrisk.cli import data, demo, feeds, serve, mcp, evaluate, snapshots, bucket, accounts, ledger, bench, pictures  # noqa: I001 (help order)
 from eqrisk.cli.app import app
 
-__all__ = [
-    "accounts",
-    "app",
-    "bench",
-    "bucket",
-    "data",
-    "demo",
-    "evaluate",
-    "feeds",
-    "ledger",
-    "main",
-    "mcp",
-    "pictures",
-    "serve",
-    "snapshots",
-]
+__all__ = ["app", "main"]
 
 
 def main() -> None:  # pragma: no cover - console entry point

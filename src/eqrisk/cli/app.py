@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer._click.utils import make_default_short_help
 from typer.core import TyperArgument, TyperGroup, TyperOption
+from typer.exceptions import TyperException
 
 # Where commands write (results on stdout, the rest on stderr): eqrisk.cli.output. The names
 # are also importable from here, where the command modules have always found them.
@@ -163,19 +165,109 @@ def _name_values(command: Any) -> None:
         _name_values(sub)
 
 
+# Every command of `eqrisk --help`, in its order: the modules of eqrisk.cli that register it
+# (imported when the command is first asked for) and its one-line help (what `eqrisk --help`
+# lists without importing them; tests/cli/test_cli_imports.py holds it to the commands' own).
+COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "config": ((), "Print the effective settings (secrets masked)."),
+    "ingest": (("data",), "Validate and ingest daily prices and a security master."),
+    "build": (("data",), "Build a snapshot from the ingested data; make it current."),
+    "update": (("data",), "The daily job: merge new price files, then build."),
+    "mcp": (("mcp",), "Serve the MCP tools over stdio for a local assistant."),
+    "serve": (("serve",), "Serve Service A and/or Service B over the current snapshot."),
+    "demo": (("demo",), "Build the demo market in its own home, then serve it."),
+    "fetch": (("feeds",), "Fetch new sessions from a price provider."),
+    "evaluate": (("evaluate",), "Out-of-sample accuracy of the risk forecast and the hedges."),
+    "model-quality": (("evaluate",), "Print the current snapshot's accuracy table."),
+    "pictures": (("pictures",), "Make the README's screenshots of the page."),
+    "snapshots": (
+        ("snapshots", "bucket"),
+        "Snapshot versions: list (alone), use one, pin or unpin one.",
+    ),
+    "export": (("snapshots",), "Write a version's tables as files for other tools."),
+    "accounts": (
+        ("accounts", "ledger"),
+        "Accounts: create, verify a card, credit, suspend, list.",
+    ),
+    "keys": (("accounts",), "API keys: create (shown once), list, revoke."),
+    "bench": (("bench",), "Benchmarks, each beside the alternative, in one run."),
+}
+# The key of `ctx.meta` that says the command line only asks for a command's help.
+HELP_ONLY = "eqrisk.help_only"
+
+
+def _register(name: str) -> Any:
+    """The click command `name` of `app`, its modules imported (they register it on `app`)."""
+    from typer.main import get_command_from_info, get_command_name, get_group_from_info
+
+    for module in COMMANDS[name][0]:
+        # The import statement's path (importlib.import_module's is not seen by -X importtime)
+        __import__(f"eqrisk.cli.{module}")
+    for info in app.registered_commands:
+        if (info.name or get_command_name(getattr(info.callback, "__name__", ""))) == name:
+            return get_command_from_info(
+                info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=None
+            )
+    (group,) = (info for info in app.registered_groups if info.name == name)
+    return get_group_from_info(
+        group,
+        pretty_exceptions_short=app.pretty_exceptions_short,
+        suggest_commands=True,
+        rich_markup_mode=None,
+    )
+
+
 class OperatorErrors(TyperGroup):
     """Runs every command; a failure the operator can fix ends in one line and a documented
     exit code instead of a traceback. Every command's values are named in its help
-    (`_name_values`)."""
+    (`_name_values`). A command's modules are imported when it is first asked for
+    (`COMMANDS`): `eqrisk --help` imports none, `eqrisk update` only eqrisk.cli.data."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _name_values(self)
 
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            command = _register(cmd_name)
+            _name_values(command)
+            self.commands[cmd_name] = command
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in COMMANDS:  # a typo: suggest among every command
+            for name in COMMANDS:
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The commands' one-line help from `COMMANDS`, none of their modules imported."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [
+            (name, make_default_short_help(short, limit)) for name, (_, short) in COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        # typer passes a flag's value through pydantic unless it is a bool: the default of
+        # None (no --help for eqrisk itself) would import pydantic before a command's help.
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
     # Typer always passes its own Context (a subclass of the one TyperGroup.invoke declares).
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+        words = ctx.args[: ctx.args.index("--")] if "--" in ctx.args else ctx.args
+        ctx.meta[HELP_ONLY] = not set(words).isdisjoint(ctx.help_option_names)
         try:
             return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, TyperException):  # help, usage, a command's own exit
+            raise
         except Exception as exc:
             found = _operator_error(exc)
             if found is None:
@@ -205,6 +297,8 @@ NEEDS_HOME = frozenset(
 
 @app.callback()
 def _every_command(ctx: typer.Context) -> None:
+    if ctx.meta.get(HELP_ONLY):  # a command's help reads no settings and needs no home
+        return
     # A home that is a file fails every state-reading command in its own way; say it once.
     home = get_settings().home_dir
     if ctx.invoked_subcommand not in ("config", "bench") and home.exists() and not home.is_dir():

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import atexit
 import json
-import logging
 import math
 import os
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -70,6 +68,8 @@ def _check_home(home: Path) -> None:
 
 def _check_port(host: str, port: int) -> None:
     """The port can be bound (with the options uvicorn binds it with)."""
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -109,6 +109,8 @@ def preflight(
             timeout_s=settings.redis_timeout_s,
         )
         # The preflight says it in its own one line: not the backend's "down" warning too.
+        import logging
+
         backends_log = logging.getLogger("eqrisk.backends")
         level = backends_log.level
         backends_log.setLevel(logging.ERROR)

@@ -1,0 +1,5 @@
+"""`python -m eqrisk`: the `eqrisk` command."""
+
+from eqrisk.cli import main
+
+main()
