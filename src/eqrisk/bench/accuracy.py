@@ -156,7 +156,7 @@ def prepare(home: Path, name: str, say: Callable[[str], None]) -> Prepared:
 
 def measure(prep: Prepared, params: RiskParams, horizons: tuple[int, ...]) -> dict[str, Any]:
     """The accuracy figures of one variant (`evaluate_forecasts`), and its run time."""
-    m = prep.result.metrics
+    m = prep.result.arrays()
     lay = prep.layout
     began = time.perf_counter()
     model = risk_model(

@@ -94,7 +94,7 @@ def served_residuals(work: Path, shared: Path, say: Callable[[str], None]) -> Re
     from eqrisk.model.risk_model import hedge_exposures, risk_model, specific_returns
 
     prep = prepare(ingested_home("real", work, shared, say), "real", say)
-    m, lay, symbols = prep.result.metrics, prep.layout, prep.result.symbols
+    m, lay, symbols = prep.result.arrays(), prep.layout, prep.result.symbols
     say("real: the served model (both layers)")
     model = risk_model(
         m["return"], lay.factors, lay.fidx, lay.keys, symbols, m, variants()["served"],

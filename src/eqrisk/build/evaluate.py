@@ -41,7 +41,7 @@ def _vasicek_l1(result: ModelResult, stocks: np.ndarray) -> np.ndarray:
     codes = pd.factorize(pd.Series(sectors).where(pd.Series(sectors).notna()))[0]
     groups = np.full(len(sectors), -1, dtype=np.int64)
     groups[stocks] = codes[stocks]
-    m = result.metrics
+    m = result.arrays()
     beta = vasicek_market_beta(m["l1_mkt_hr"], m["l1_mkt_er"], m["n_obs"], groups)
     market = result.flat.returns[0]
     rr = np.full(beta.shape, np.nan)
@@ -114,15 +114,14 @@ def _hedge_quality(
         stock = (info["asset_type"].fillna("stock") == "stock").to_numpy()
         with_sub = np.flatnonzero(stock & hier["subsector"].notna().to_numpy())
         with_sec = np.flatnonzero(stock & hier["sector"].notna().to_numpy())
-        r = result.metrics["return"]
+        m = result.arrays()
+        r = m["return"]
         levels: dict[str, Any] = {}
         for universe, rows in (("with_subsector", with_sub), ("with_sector", with_sec)):
             # One sample for all levels of a stock: the days its level-3 residual exists.
-            common = np.isfinite(result.metrics["l3_rr"])
+            common = np.isfinite(m["l3_rr"])
             levels[universe] = {
-                f"l{k}": pooled_hedge_quality(
-                    np.where(common, r, np.nan), result.metrics[f"l{k}_rr"], rows
-                )
+                f"l{k}": pooled_hedge_quality(np.where(common, r, np.nan), m[f"l{k}_rr"], rows)
                 for k in (1, 2, 3)
             }
         results.append({"estimator": name, "method": option.describe(), "levels": levels})
@@ -131,7 +130,7 @@ def _hedge_quality(
             levels = {
                 universe: {
                     "l1": pooled_hedge_quality(
-                        np.where(np.isfinite(result.metrics["l3_rr"]), r, np.nan), shrunk, rows
+                        np.where(np.isfinite(m["l3_rr"]), r, np.nan), shrunk, rows
                     )
                 }
                 for universe, rows in (("with_subsector", with_sub), ("with_sector", with_sec))

@@ -81,7 +81,7 @@ def risk_accuracy(
     if result is None:
         progress("risk model: hedge ratios")
         result = run_model(panel, master, model_params, exclude=exclude)
-    m = result.metrics
+    m = result.arrays()
     layout = plan.layout
     progress("risk model: F and D of every session")
     stocks = plan.is_stock & (layout.fidx[:, 1] >= 0)

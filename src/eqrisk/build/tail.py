@@ -32,7 +32,7 @@ from eqrisk.data.panel import Panel
 from eqrisk.model.resume import warmup
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.snapshot import chunks
-from eqrisk.snapshot.spliced import FieldSource, as_arrays, splice
+from eqrisk.snapshot.spliced import FieldSource, splice
 from eqrisk.snapshot.tables import PANEL_ARRAYS
 
 PROOF = "data-2"  # bump when what `data_proof` covers changes: older proofs never match
@@ -118,7 +118,8 @@ def tail_panel(panel: Panel, start: int, window: Window, previous: FieldSource) 
     names = {"close": "price_close", "market_cap": "market_cap"}
     names.update({name: name for name in PANEL_ARRAYS})
     new = {name: np.asarray(getattr(panel, name))[:, start - window.base :] for name in names}
-    arrays: dict[str, Any] = as_arrays(splice(new, start, previous, stored=names))
+    # Panel types its fields as dense arrays; the writer reads these as it reads any field.
+    arrays: dict[str, Any] = dict(splice(new, start, previous, stored=names))
     return Panel(symbols=panel.symbols, sessions=window.calendar, **arrays)
 
 
@@ -132,8 +133,10 @@ def whole_result(
     s = start - window.base
     old = np.asarray(previous.factor_returns[:, :start], dtype=np.float64)
     returns = np.concatenate([old, np.asarray(flat.returns)[:, s:]], axis=1)
-    beta = {"link": np.asarray(flat.sector_market_beta)[:, s:]}  # (none kept before `start`)
-    link = as_arrays(splice(beta, start, None))["link"]
+    # The sectors' market betas are kept from `start` on only (NaN before: no value kept).
+    beta = np.asarray(flat.sector_market_beta)[:, s:]
+    link = np.full((len(beta), returns.shape[1]), np.nan)
+    link[:, start:] = beta
     whole = replace(flat, returns=returns, market=returns[0], sector_market_beta=link)
     notes = {**result.notes, "returns_excluded": returns_excluded}
     return replace(result, sessions=window.calendar, flat=whole, notes=notes)

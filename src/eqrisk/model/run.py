@@ -12,6 +12,7 @@ same numbers, bit for bit, without a universe-sized array).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Protocol
@@ -64,13 +65,26 @@ class ModelParams:
         }
 
 
+class MetricArray(Protocol):
+    """An (n x T) float64 field of a result as the version's writer reads it: a dense array,
+    or one an incremental build splices from its new sessions and the previous version's
+    (`eqrisk.snapshot.spliced.Spliced`). It indexes, slices and converts (`np.asarray`)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def __getitem__(self, key: Any, /) -> Any: ...
+
+    def __array__(self, dtype: Any = None, /, *, copy: Any = None) -> np.ndarray: ...
+
+
 @dataclass
 class ModelResult:
     """Per-symbol metric arrays (n x T) plus the factor series and each symbol's hierarchy."""
 
     symbols: np.ndarray
     sessions: np.ndarray
-    metrics: dict[str, np.ndarray]
+    metrics: dict[str, MetricArray]
     # The series each symbol is hedged with: market/sector/subsector names ("SPY", "XLK", or
     # "group:<level>:<name>" for a cap-weighted group portfolio where the data has no ETF).
     hierarchy: pd.DataFrame
@@ -80,6 +94,11 @@ class ModelResult:
     # What the build did beyond the arithmetic (leave-one-out rows, caps given by the
     # missing-cap rule), for the build's output and the manifest.
     notes: dict[str, Any] = field(default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The metrics as dense arrays, what the risk model and the evaluations compute on (a
+        full build's as they are; a spliced field read whole)."""
+        return {name: np.asarray(values) for name, values in self.metrics.items()}
 
 
 @dataclass(frozen=True)
@@ -420,7 +439,7 @@ class PlanParts(Protocol):
     def returns_excluded(self) -> int: ...
 
 
-def result_of(plan: PlanParts, metrics: dict[str, np.ndarray]) -> ModelResult:
+def result_of(plan: PlanParts, metrics: Mapping[str, MetricArray]) -> ModelResult:
     """The ModelResult of a plan and its metrics (whole arrays, or an incremental build's
     arrays of new sessions over the previous version's): the one place it is assembled."""
     layout = plan.layout
@@ -428,7 +447,7 @@ def result_of(plan: PlanParts, metrics: dict[str, np.ndarray]) -> ModelResult:
     return ModelResult(
         symbols=plan.symbols,
         sessions=plan.sessions,
-        metrics=metrics,
+        metrics=dict(metrics),
         hierarchy=hierarchy(plan.symbols, layout),
         flat=FlatModel(
             **{f.name: getattr(flat, f.name) for f in fields(FlatFactors)},
@@ -521,9 +540,9 @@ class FlatFactors:
 class FlatModel(FlatFactors):
     """Service A's factor model: its factors, and per-stock betas and residuals."""
 
-    beta_mkt: np.ndarray  # (n x T)
-    beta_sec: np.ndarray  # (n x T)
-    resid_return: np.ndarray  # (n x T)
+    beta_mkt: MetricArray  # (n x T)
+    beta_sec: MetricArray  # (n x T)
+    resid_return: MetricArray  # (n x T)
 
 
 def flat_factors(

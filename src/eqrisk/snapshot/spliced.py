@@ -8,11 +8,14 @@ from the previous version unread."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from eqrisk.snapshot import chunks
+
+if TYPE_CHECKING:  # a protocol: the model's kernels are not imported to read a version
+    from eqrisk.model.run import MetricArray
 
 
 class FieldSource(Protocol):
@@ -123,7 +126,7 @@ def splice(
     return out
 
 
-def as_arrays(fields: Mapping[str, Spliced]) -> dict[str, np.ndarray]:
-    """The spliced fields where the model's result and the panel take (n x T) arrays: they
-    index, slice and convert (`np.asarray`) as one; the writer reads them so."""
-    return {name: cast(np.ndarray, arr) for name, arr in fields.items()}
+def as_arrays(fields: Mapping[str, Spliced]) -> Mapping[str, MetricArray]:
+    """The spliced fields as the model's result holds its metrics (`MetricArray`: indexed,
+    sliced and converted by `np.asarray` as one (n x T) array)."""
+    return fields

@@ -282,7 +282,7 @@ def symbols_table(content: SnapshotContent) -> pd.DataFrame:
     elif staged is not None:
         last, first = staged.last, staged.first
     else:
-        price = result.metrics["price_close"]
+        price = np.asarray(result.metrics["price_close"])
         last = _latest_index(price)
         has = np.isfinite(price)
         first = np.where(has.any(axis=1), np.argmax(has, axis=1), -1)
