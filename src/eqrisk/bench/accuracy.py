@@ -33,7 +33,7 @@ import pandas as pd
 
 from eqrisk.data.panel import Panel
 from eqrisk.model.accuracy import previous
-from eqrisk.model.accuracy_state import figures_of, record_of
+from eqrisk.model.accuracy_state import figures_of, previous_params, record_of
 from eqrisk.model.cascade import rolling_std
 from eqrisk.model.layout import FactorLayout
 from eqrisk.model.regime import RegimeParams
@@ -164,9 +164,12 @@ def measure(prep: Prepared, params: RiskParams, horizons: tuple[int, ...]) -> di
         style_inputs=prep.inputs if params.styles is not None else None,
     )  # fmt: skip
     seconds = time.perf_counter() - began
+    before = risk_model(m["return"], lay.factors, lay.fidx, lay.keys, prep.result.symbols, m,
+                        previous_params(params))  # fmt: skip
     began = time.perf_counter()
     state = record_of(model, m["return"], lay.factors, previous(m["vol_23d"] / DAILY),
-                      prep.stocks, np.where(prep.stocks, lay.fidx[:, 1], -1))  # fmt: skip
+                      prep.stocks, np.where(prep.stocks, lay.fidx[:, 1], -1),
+                      previous=before)  # fmt: skip
     record = time.perf_counter() - began
     figures = figures_of(state)
     return {
