@@ -6,6 +6,7 @@ every session's realised returns and forecasts of the real-data slice)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -86,8 +87,10 @@ def test_the_previous_model_is_the_etf_layer_without_the_regime_adjustment() -> 
 
     prev = previous_params(BUILT)
     assert prev.styles is None and prev.regime is None
+    # the same estimators, but correlations of the raw returns, as before issue 34's fix
+    assert BUILT.covariance.corr_standardised and not prev.covariance.corr_standardised
     assert (prev.level, prev.covariance, prev.specific) == (
-        BUILT.level, BUILT.covariance, BUILT.specific)  # fmt: skip
+        BUILT.level, replace(BUILT.covariance, corr_standardised=False), BUILT.specific)  # fmt: skip
     assert previous_params(RiskParams()) == RiskParams()
 
 

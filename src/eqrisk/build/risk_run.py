@@ -40,7 +40,7 @@ from eqrisk.build.risk_evaluation import stored_record
 from eqrisk.model.accuracy_state import previous_params
 from eqrisk.model.covariance import CovarianceState
 from eqrisk.model.plan_slices import PlanOutline
-from eqrisk.model.regime import RegimeParams, RegimeState
+from eqrisk.model.regime import RegimeState
 from eqrisk.model.risk_model import (
     LEVEL_NAMES,
     RiskModel,
@@ -51,7 +51,6 @@ from eqrisk.model.risk_model import (
 )
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.model.specific import SpecificState
-from eqrisk.model.styles import StyleParams
 from eqrisk.snapshot import chunks
 from eqrisk.snapshot.risk_arrays import HEDGE_FIELDS, RISK_DIR, RISK_FIELDS
 from eqrisk.snapshot.risk_arrays import risk_rel as _rel
@@ -66,8 +65,10 @@ from eqrisk.snapshot.risk_layer import (
 from eqrisk.snapshot.tables import MoreFiles, Reuse
 
 RISK_LAYOUT = "risk-3"  # risk-3: both layers (style block shrunk by its signal share), the regime state, the next session
-SERVED = RiskParams(styles=StyleParams.calibrated(), regime=RegimeParams.calibrated())
-"""The served model: both layers and the regime adjustment (docs/decisions/risk-forecast.md)."""
+# (the settings, correlations of standardised returns among them, are part of the identity too)
+SERVED = RiskParams.served()
+"""The served model: both layers, the regime adjustment, correlations of standardised returns
+(docs/decisions/risk-forecast.md)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ sessions per step, or a daily build resuming yesterday's state) gives the same b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -319,9 +319,11 @@ def accuracy_step(
 def previous_params(params: RiskParams) -> RiskParams:
     """The previous model of a served one: the same exposures (the ETF layer's hedge ratios at
     its level) and the same estimators of F and D (half-lives, prior, floor, Newey-West), on
-    the ETF factors only (no second layer: D from the residuals after the ETF hedge) and with
-    no volatility regime adjustment: the model served before issue 34."""
-    return RiskParams(level=params.level, covariance=params.covariance, specific=params.specific)
+    the ETF factors only (no second layer: D from the residuals after the ETF hedge), with
+    correlations of the raw returns and no volatility regime adjustment: the model served
+    before issue 34."""
+    covariance = replace(params.covariance, corr_standardised=False)
+    return RiskParams(level=params.level, covariance=covariance, specific=params.specific)
 
 
 def _previous_forecast(

@@ -70,6 +70,17 @@ class RiskParams:
     styles: StyleParams | None = None  # the second factor layer (None: the ETF layer only)
     regime: RegimeParams | None = None  # the volatility regime adjustment (None: none)
 
+    @classmethod
+    def served(cls) -> RiskParams:
+        """What every build serves: both layers (the calibrated style layer), the regime
+        adjustment, and factor correlations of returns standardised by their own volatility
+        forecasts (docs/decisions/risk-forecast.md)."""
+        return cls(
+            covariance=CovarianceParams(corr_standardised=True),
+            styles=StyleParams.calibrated(),
+            regime=RegimeParams.calibrated(),
+        )
+
     def __post_init__(self) -> None:
         if self.level not in LEVEL_HR:
             raise ValueError(f"level must be 1, 2 or 3; got {self.level}")
@@ -80,6 +91,7 @@ class RiskParams:
             "exposures": f"L{self.level} hedge ratios of the previous session",
             "factor_vol_halflife": c.vol_halflife,
             "factor_corr_halflife": c.corr_halflife,
+            "factor_corr_standardised": c.corr_standardised,
             "factor_min_obs": c.min_obs,
             "specific_halflife": s.halflife,
             "specific_min_obs": s.min_obs,
