@@ -72,14 +72,9 @@ class RiskParams:
 
     @classmethod
     def served(cls) -> RiskParams:
-        """What every build serves: both layers (the calibrated style layer), the regime
-        adjustment, and factor correlations of returns standardised by their own volatility
-        forecasts (docs/decisions/risk-forecast.md)."""
-        return cls(
-            covariance=CovarianceParams(corr_standardised=True),
-            styles=StyleParams.calibrated(),
-            regime=RegimeParams.calibrated(),
-        )
+        """Both layers, regime, standardised correlations (docs/decisions/risk-forecast.md)."""
+        styles, regime = StyleParams.calibrated(), RegimeParams.calibrated()
+        return cls(covariance=CovarianceParams(corr_standardised=True), styles=styles, regime=regime)
 
     def __post_init__(self) -> None:
         if self.level not in LEVEL_HR:
