@@ -32,6 +32,12 @@ def test_the_command_prints_and_writes_the_current_versions_table(
     assert f"Version `{version}`" in want and "| L3-hedged, 200 names |" in want
     b = manifest["risk_accuracy"]["horizons"]["1d"]["random_long_only"]["model"]["bias"]
     assert f"| random long-only | {b:.3f} |" in want
+    # the previous model (the ETF layer alone) and the baseline beside it, at both horizons
+    figures = manifest["risk_accuracy"]["horizons"]
+    prev = [figures[h]["hedged_l3_200"]["previous_model"]["bias"] for h in ("1d", "21d")]
+    base = [figures[h]["hedged_l3_200"]["baseline"]["bias"] for h in ("1d", "21d")]
+    row = next(line for line in want.splitlines() if line.startswith("| L3-hedged, 200 names"))
+    assert row.endswith(f"| {prev[0]:.3f} / {prev[1]:.3f} | {base[0]:.3f} / {base[1]:.3f} |")
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{BEGIN}\nold figures\n{END}\nafter\n")
     page = tmp_path / "page.md"
@@ -49,3 +55,4 @@ def test_the_repositorys_tables_are_generated_from_a_real_data_build() -> None:
         source = table.splitlines()[0]
         assert source.startswith("Version `v") and "574 symbols" in source, (path, source)
         assert "| L3-hedged, 200 names |" in table
+        assert "previous model b" in table and "n/a" not in table, path  # measured beside it

@@ -6,6 +6,7 @@ every session's realised returns and forecasts of the real-data slice)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,14 +25,19 @@ from eqrisk.model.accuracy_state import (
     accuracy_step,
     figures_of,
     new_state,
+    previous_params,
 )
 from eqrisk.model.cascade import rolling_std
+from eqrisk.model.regime import RegimeParams
 from eqrisk.model.risk_model import RiskModel, RiskParams, RiskState, risk_model
 from eqrisk.snapshot.chunks import same_bits
 from eqrisk.snapshot.risk_arrays import HEDGE_FIELDS
 from model.risk_case import STOCKS, Case
 
 DAILY = np.sqrt(252.0)
+# The model measured: the ETF layer with the regime adjustment (the slice has no caps, so no
+# second layer), so that the previous model (`previous_params`: no regime) differs from it.
+SERVED = RiskParams(regime=RegimeParams.calibrated())
 
 
 def _start(case: Case) -> AccuracyState:
@@ -48,14 +54,18 @@ def _run(case: Case, cuts: list[int], *, through_arrays: bool = True) -> Accurac
     vol = previous(m["vol_23d"] / DAILY)
     state = _start(case)
     risk: RiskState | None = None
+    before: RiskState | None = None  # the previous model's, stepped beside it
     bounds = [0, *cuts, n_t]
     for lo, hi in itertools.pairwise(bounds):
         first = max(lo - 1, 0)
         sl = slice(first, hi)
-        model = _resumed(case, sl, None if risk is None else risk.moved(-first))
+        model = _resumed(case, sl, None if risk is None else risk.moved(-first), SERVED)
         risk = model.state.moved(first)
+        prev = _resumed(case, sl, None if before is None else before.moved(-first),
+                        previous_params(SERVED))  # fmt: skip
+        before = prev.state.moved(first)
         state = accuracy_step(
-            state, model, m["return"][:, lo:hi], lay.factors[:, lo:hi], vol[:, lo:hi]
+            state, model, m["return"][:, lo:hi], lay.factors[:, lo:hi], vol[:, lo:hi], prev
         )
         if through_arrays:
             state = AccuracyState.from_arrays(
@@ -64,12 +74,24 @@ def _run(case: Case, cuts: list[int], *, through_arrays: bool = True) -> Accurac
     return state
 
 
-def _resumed(case: Case, sl: slice, state: RiskState | None) -> RiskModel:
+def _resumed(case: Case, sl: slice, state: RiskState | None, params: RiskParams) -> RiskModel:
     m, lay = case.result.metrics, case.layout
     return risk_model(
         m["return"][:, sl], lay.factors[:, sl], lay.fidx, lay.keys, case.result.symbols,
-        {k: m[k][:, sl] for k in HEDGE_FIELDS}, RiskParams(), state=state,
+        {k: m[k][:, sl] for k in HEDGE_FIELDS}, params, state=state,
     )  # fmt: skip
+
+
+def test_the_previous_model_is_the_etf_layer_without_the_regime_adjustment() -> None:
+    from eqrisk.build.risk_run import SERVED as BUILT
+
+    prev = previous_params(BUILT)
+    assert prev.styles is None and prev.regime is None
+    # the same estimators, but correlations of the raw returns, as before issue 34's fix
+    assert BUILT.covariance.corr_standardised and not prev.covariance.corr_standardised
+    assert (prev.level, prev.covariance, prev.specific) == (
+        BUILT.level, replace(BUILT.covariance, corr_standardised=False), BUILT.specific)  # fmt: skip
+    assert previous_params(RiskParams()) == RiskParams()
 
 
 @pytest.fixture(scope="module")
@@ -94,19 +116,29 @@ def test_steps_of_any_size_give_the_bits_of_one_run(risk_case: Case, whole: Accu
 def test_the_figures_are_the_measure_of_every_sessions_outcomes(
     risk_case: Case, whole: AccuracyState
 ) -> None:
-    m, lay, model = risk_case.result.metrics, risk_case.layout, risk_case.model
+    m, lay = risk_case.result.metrics, risk_case.layout
+    models = {"model": risk_case.run(SERVED), "previous": risk_case.model}
+    assert previous_params(SERVED) == RiskParams()  # the case's own model
     vol23 = m["vol_23d"] / DAILY
     fvol = rolling_std(lay.factors, window=23, min_obs=16)
     figures = figures_of(whole)
     family = whole.family
     n = whole.n
     for h in (1, 21):
-        s_out = stock_outcomes(model, m["return"], vol23, h)
-        p_out = portfolio_outcomes(model, whole.portfolios, m["return"], lay.factors, vol23,
-                                   fvol, h)  # fmt: skip
-        for kind in ("model", "baseline"):
+        outcomes = {}
+        for name, mod in models.items():
+            outcomes[name] = (
+                stock_outcomes(mod, m["return"], vol23, h),
+                portfolio_outcomes(mod, whole.portfolios, m["return"], lay.factors, vol23,
+                                   fvol, h),
+            )  # fmt: skip
+        for kind in ("model", "baseline", "previous"):
+            s_out, p_out = outcomes["previous" if kind == "previous" else "model"]
+            # the same outcomes: the previous model's books hold the same members
+            np.testing.assert_array_equal(p_out.realised, outcomes["model"][1].realised)
+            attr = "model" if kind == "previous" else kind
             real = np.vstack([s_out.realised, p_out.realised])[:, YEAR:]
-            fc = np.vstack([getattr(s_out, kind), getattr(p_out, kind)])[:, YEAR:]
+            fc = np.vstack([getattr(s_out, attr), getattr(p_out, attr)])[:, YEAR:]
             run = whole.sums[f"{h}d/{kind}"]
             with np.errstate(invalid="ignore", divide="ignore"):
                 z = real / fc
@@ -128,16 +160,19 @@ def test_the_figures_are_the_measure_of_every_sessions_outcomes(
                        if np.isfinite(w).any()]  # fmt: skip
                 if med:
                     assert run.worst[f] == pytest.approx(max(med), rel=1e-10)
-                    assert figures[f"{h}d"][name][kind]["worst_12m"] == round(max(med), 4)
+                    slot = "previous_model" if kind == "previous" else kind
+                    assert figures[f"{h}d"][name][slot]["worst_12m"] == round(max(med), 4)
             kept = counted & (family >= 0)
             single = kept[:n] & (family[:n] == 0)
-            if kind == "model":
+            if kind != "baseline":
                 b = np.median(bias(real[:n][single], fc[:n][single]))
-                assert figures[f"{h}d"]["single_stocks"]["model"]["bias"] == round(b, 4)
+                slot = "previous_model" if kind == "previous" else kind
+                assert figures[f"{h}d"]["single_stocks"][slot]["bias"] == round(b, 4)
     one = figures["1d"]
     assert set(one) == set(ROW_FAMILIES) and figures["21d"].keys() == one.keys()
     for entry in one.values():
         lo, hi = entry["band"]
         assert lo < 1 < hi and 0.5 < entry["model"]["bias"] < 1.5
-        assert entry["previous_model"] is None  # one model served: its slot is kept
+        prev = entry["previous_model"]  # measured beside it, and not the same forecasts
+        assert 0.5 < prev["bias"] < 1.5 and prev["mad_12m"] != entry["model"]["mad_12m"]
         assert 0 < entry["mad_12m_floor"] < entry["model"]["mad_12m"] + 0.1

@@ -92,6 +92,42 @@ def test_volatilities_and_correlations_equal_pandas_ewm() -> None:
             np.testing.assert_array_equal(fc.cov[:, b, a], got)
 
 
+def test_standardised_correlations_equal_pandas_ewm_of_returns_over_their_forecasts() -> None:
+    """With `corr_standardised`, F_jk = rho_jk s_j s_k with rho the EWMA correlation (over the
+    days both exist) of each return divided by its own volatility forecast for that day (the
+    volatility half-life, data up to the day before); the volatilities are unchanged."""
+    f = factor_data()
+    p = CovarianceParams(vol_halflife=30.0, corr_halflife=150.0, min_obs=40,
+                         corr_standardised=True)  # fmt: skip
+    fc = factor_covariance(f, p)
+    raw = factor_covariance(f, CovarianceParams(vol_halflife=30.0, corr_halflife=150.0,
+                                                min_obs=40))  # fmt: skip
+    np.testing.assert_array_equal(fc.vol, raw.vol)
+    frame = pd.DataFrame(f.T)
+    sigma = {j: np.sqrt(pandas_ewm(frame[j] ** 2, 30.0, 40)) for j in frame}
+    z = pd.DataFrame({j: frame[j] / sigma[j] for j in frame})  # NaN before a forecast
+    unchanged = ~fc.clipped
+    differs = 0.0
+    for a in range(f.shape[0]):
+        for b in range(a + 1, f.shape[0]):
+            joint = z[a].notna() & z[b].notna()
+            cross = pandas_ewm((z[a] * z[b]).where(joint), 150.0)
+            own_a = pandas_ewm((z[a] ** 2).where(joint), 150.0)
+            own_b = pandas_ewm((z[b] ** 2).where(joint), 150.0)
+            count = joint.cumsum().shift(1).fillna(0)
+            rho = (cross / np.sqrt(own_a * own_b)).where(count >= 40, 0.0)
+            expected = (rho * sigma[a] * sigma[b]).to_numpy()
+            got = fc.cov[:, a, b]
+            both = unchanged & np.isfinite(expected)
+            assert both.sum() > 50
+            np.testing.assert_allclose(got[both], expected[both], rtol=1e-10, atol=1e-18)
+            np.testing.assert_array_equal(fc.cov[:, b, a], got)
+            differs = max(differs, float(np.nanmax(np.abs(got - raw.cov[:, a, b])[both]
+                                                   / (sigma[a] * sigma[b]).to_numpy()[both])))
+    # The volatility regime of sessions 400-500 weighs less in them than in the raw ones.
+    assert differs > 0.01
+
+
 def test_newey_west_variance_equals_pandas_lagged_products() -> None:
     f = factor_data()
     lags = 2
@@ -134,9 +170,10 @@ def test_the_repair_shrinks_the_late_factor_only() -> None:
     assert good[0, 0, 1] == 0.5
 
 
-def test_a_forecast_depends_on_earlier_sessions_only() -> None:
+@pytest.mark.parametrize("standardised", [False, True])
+def test_a_forecast_depends_on_earlier_sessions_only(standardised: bool) -> None:
     f = factor_data()
-    p = CovarianceParams(nw_lags=1)
+    p = CovarianceParams(nw_lags=1, corr_standardised=standardised)
     full = factor_covariance(f, p)
     cut = factor_covariance(f[:, :700], p)
     np.testing.assert_array_equal(cut.cov, full.cov[:700])
@@ -147,10 +184,11 @@ def test_a_forecast_depends_on_earlier_sessions_only() -> None:
     assert not np.array_equal(later.cov[701], full.cov[701], equal_nan=True)
 
 
+@pytest.mark.parametrize("standardised", [False, True])
 @pytest.mark.parametrize("split", [1, 300, 650, T])
-def test_a_resumed_run_equals_one_run_bitwise(split: int) -> None:
+def test_a_resumed_run_equals_one_run_bitwise(split: int, standardised: bool) -> None:
     f = factor_data()
-    p = CovarianceParams(nw_lags=2)
+    p = CovarianceParams(nw_lags=2, corr_standardised=standardised)
     full = factor_covariance(f, p)
     head = factor_covariance(f[:, :split], p)
     # The state goes through plain arrays, as it would through a snapshot.

@@ -35,7 +35,9 @@ from model.risk_case import Case
 STYLES = StyleParams(names=("size", "momentum", "beta", "residual_volatility"), min_stocks=10,
                      shrink=True, shrink_power=0.75)  # fmt: skip
 REGIME = RegimeParams(limit=4.0, power=0.75, debias=True)
-PARAMS = RiskParams(styles=STYLES, regime=REGIME)
+# Correlations of standardised returns, as served (their noise is taken out scaled too).
+PARAMS = RiskParams(covariance=CovarianceParams(corr_standardised=True), styles=STYLES,
+                    regime=REGIME)  # fmt: skip
 
 
 def _weighted(series: pd.Series, halflife: float, length: int) -> pd.Series:
@@ -328,7 +330,8 @@ def test_the_style_block_is_scaled_by_a_power_of_the_signal_share(
     risk_case: Case, both_layers: RiskModel
 ) -> None:
     plain = risk_case.run(
-        RiskParams(styles=StyleParams(**{**STYLES.__dict__, "shrink": False}), regime=REGIME),
+        RiskParams(covariance=PARAMS.covariance,
+                   styles=StyleParams(**{**STYLES.__dict__, "shrink": False}), regime=REGIME),
         style_inputs=_style_inputs(risk_case),
     )
     shrunk = both_layers

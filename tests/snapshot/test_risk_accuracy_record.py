@@ -40,10 +40,13 @@ def test_every_build_stores_the_record_and_health_serves_it(short_home: Path) ->
     for family in one_day.values():
         lo, hi = family["band"]
         assert lo < 1 < hi and 0.8 < family["model"]["bias"] < 1.2
-        assert family["baseline"]["bias"] > 0 and family["previous_model"] is None
-    # The demo's specific returns are independent: hedged books sit near 1 and the
-    # baseline, which ignores diversification, far below it for a long-short book.
+        assert family["baseline"]["bias"] > 0 and 0.8 < family["previous_model"]["bias"] < 1.2
+    # The demo's specific returns are independent: hedged books sit near 1 with either model
+    # (the previous one, the ETF layer alone, beside the served one), and the baseline, which
+    # ignores diversification, far below it for a long-short book.
     assert abs(one_day["hedged_l3_50"]["model"]["bias"] - 1) < 0.1
+    assert abs(one_day["hedged_l3_50"]["previous_model"]["bias"] - 1) < 0.1
+    assert one_day["hedged_l3_50"]["previous_model"] != one_day["hedged_l3_50"]["model"]
     assert one_day["long_short"]["baseline"]["bias"] < 0.5
     again = build_snapshot(short_home, ModelParams())  # nothing new: an incremental build
     assert again["build"]["mode"] == "incremental"

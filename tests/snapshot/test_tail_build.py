@@ -97,6 +97,9 @@ def _assert_same(got: Path, want: Path) -> None:
         with np.load(got / "risk" / name) as x, np.load(want / "risk" / name) as y:
             assert set(x.files) == set(y.files)
             assert all(chunks.same_bits(x[k], y[k]) for k in x.files), name
+            assert "prev_cov_session" in x.files, name  # the previous model's state with it
+    one_day = a.manifest["risk_accuracy"]["horizons"]["1d"]
+    assert all(isinstance(e["previous_model"], dict) for e in one_day.values())
 
 
 def _version(home: Path, manifest: dict[str, Any]) -> Path:

@@ -33,8 +33,9 @@ import pandas as pd
 
 from eqrisk.data.panel import Panel
 from eqrisk.model.accuracy import previous
-from eqrisk.model.accuracy_state import figures_of, record_of
+from eqrisk.model.accuracy_state import figures_of, previous_params, record_of
 from eqrisk.model.cascade import rolling_std
+from eqrisk.model.covariance import CovarianceParams
 from eqrisk.model.layout import FactorLayout
 from eqrisk.model.regime import RegimeParams
 from eqrisk.model.risk_model import RiskParams, StyleInputs, risk_model
@@ -57,11 +58,12 @@ ROWS = (
 
 def variants() -> dict[str, RiskParams]:
     """The model variants by name: `etf` (the ETF layer alone, the served model before issue
-    34), `both` (both layers and the regime adjustment, as first measured), `served` (the
-    calibrated defaults the snapshot should use) and single changes to it."""
+    34), `both` (both layers and the regime adjustment, as first measured), `served` (what the
+    snapshot serves, `RiskParams.served()`) and single changes to it (`served_corr_raw`:
+    correlations of the raw returns, as before)."""
     styles = StyleParams()
     regime = RegimeParams()
-    served = RiskParams(styles=StyleParams.calibrated(), regime=RegimeParams.calibrated())
+    served = RiskParams.served()
     assert served.styles is not None and served.regime is not None
     return {
         "etf": RiskParams(),
@@ -82,6 +84,9 @@ def variants() -> dict[str, RiskParams]:
         "served_shrink_050": replace(served, styles=replace(served.styles, shrink_power=0.5)),
         "served_regime_debias": replace(served, regime=replace(regime, debias=True)),
         "served_equal_weights": replace(served, styles=replace(served.styles, weight_power=0.0)),
+        "served_corr_raw": replace(served, covariance=CovarianceParams()),
+        "served_corr_raw_252": replace(served, covariance=CovarianceParams(corr_halflife=252.0)),
+        "etf_corr_std": RiskParams(covariance=served.covariance),
     }
 
 
@@ -164,9 +169,12 @@ def measure(prep: Prepared, params: RiskParams, horizons: tuple[int, ...]) -> di
         style_inputs=prep.inputs if params.styles is not None else None,
     )  # fmt: skip
     seconds = time.perf_counter() - began
+    before = risk_model(m["return"], lay.factors, lay.fidx, lay.keys, prep.result.symbols, m,
+                        previous_params(params))  # fmt: skip
     began = time.perf_counter()
     state = record_of(model, m["return"], lay.factors, previous(m["vol_23d"] / DAILY),
-                      prep.stocks, np.where(prep.stocks, lay.fidx[:, 1], -1))  # fmt: skip
+                      prep.stocks, np.where(prep.stocks, lay.fidx[:, 1], -1),
+                      previous=before)  # fmt: skip
     record = time.perf_counter() - began
     figures = figures_of(state)
     return {

@@ -18,7 +18,7 @@ import pandas as pd
 from eqrisk.build.accuracy_store import figures
 from eqrisk.data.panel import Panel
 from eqrisk.model.accuracy import FAMILIES, HEDGED_SIZES, previous
-from eqrisk.model.accuracy_state import record_of
+from eqrisk.model.accuracy_state import previous_params, record_of
 from eqrisk.model.risk_model import RiskParams, StyleInputs, risk_model
 from eqrisk.model.run import ModelParams, ModelResult, plan_model, run_model
 
@@ -45,8 +45,10 @@ RUNNING_READING = {
     "show with these fat tails (from each row's daily kurtosis)",
     "worst_12m": "the highest median b (over the family's rows) of a 12-month window: the "
     "year the risk was most under-stated",
-    "previous_model": "the same figures of the model before the current one (the ETF layer "
-    "alone once the second layer is served); null while the build serves only one model",
+    "previous_model": "the same figures of the previous model on the same rows, sessions and "
+    "members: the ETF layer alone (F of the ETF factors, D of the residuals after the ETF "
+    "hedge, the same half-lives and prior), without the second layer and the regime "
+    "adjustment; a hedged book's forecast is its specific risk alone",
 }
 FAMILY_TEXT = {
     "single_stocks": "single stocks (median over stocks of each one's figure)",
@@ -90,9 +92,13 @@ def risk_accuracy(
         m["return"], layout.factors, layout.fidx, layout.keys, result.symbols, m, risk_params,
         style_inputs=inputs,
     )  # fmt: skip
+    progress("risk model: the previous model (the ETF layer alone)")
+    before = risk_model(m["return"], layout.factors, layout.fidx, layout.keys, result.symbols, m,
+                        previous_params(risk_params))  # fmt: skip
     progress("risk model: out-of-sample figures")
     state = record_of(model, m["return"], layout.factors, previous(m["vol_23d"] / DAILY),
-                      stocks, np.where(stocks, layout.fidx[:, 1], -1))  # fmt: skip
+                      stocks, np.where(stocks, layout.fidx[:, 1], -1),
+                      previous=before)  # fmt: skip
     running = figures(state)
     running["horizons"] = {f"{h}d": running["horizons"][f"{h}d"] for h in horizons}
     sessions = np.asarray(result.sessions)[model.start :]

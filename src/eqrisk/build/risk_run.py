@@ -37,9 +37,10 @@ from eqrisk.build.accuracy_store import (
 )
 from eqrisk.build.accuracy_store import figures as accuracy_figures
 from eqrisk.build.risk_evaluation import stored_record
+from eqrisk.model.accuracy_state import previous_params
 from eqrisk.model.covariance import CovarianceState
 from eqrisk.model.plan_slices import PlanOutline
-from eqrisk.model.regime import RegimeParams, RegimeState
+from eqrisk.model.regime import RegimeState
 from eqrisk.model.risk_model import (
     LEVEL_NAMES,
     RiskModel,
@@ -50,7 +51,6 @@ from eqrisk.model.risk_model import (
 )
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.model.specific import SpecificState
-from eqrisk.model.styles import StyleParams
 from eqrisk.snapshot import chunks
 from eqrisk.snapshot.risk_arrays import HEDGE_FIELDS, RISK_DIR, RISK_FIELDS
 from eqrisk.snapshot.risk_arrays import risk_rel as _rel
@@ -65,8 +65,10 @@ from eqrisk.snapshot.risk_layer import (
 from eqrisk.snapshot.tables import MoreFiles, Reuse
 
 RISK_LAYOUT = "risk-3"  # risk-3: both layers (style block shrunk by its signal share), the regime state, the next session
-SERVED = RiskParams(styles=StyleParams.calibrated(), regime=RegimeParams.calibrated())
-"""The served model: both layers and the regime adjustment (docs/decisions/risk-forecast.md)."""
+# (the settings, correlations of standardised returns among them, are part of the identity too)
+SERVED = RiskParams.served()
+"""The served model: both layers, the regime adjustment, correlations of standardised returns
+(docs/decisions/risk-forecast.md)."""
 
 
 @dataclass(frozen=True)
@@ -138,9 +140,13 @@ def _save_state(folder: Path, rel: Path, state: RiskState, previous: Path | None
 
 def state_from_npz(path: Path) -> RiskState:
     with np.load(path) as z:
-        cov = {k[4:]: z[k] for k in z.files if k.startswith("cov_")}
-        spec = {k[5:]: z[k] for k in z.files if k.startswith("spec_")}
-        reg = {k[4:]: z[k] for k in z.files if k.startswith("reg_")}
+        return _state_of({k: z[k] for k in z.files})
+
+
+def _state_of(parts: Mapping[str, np.ndarray]) -> RiskState:
+    cov = {k[4:]: v for k, v in parts.items() if k.startswith("cov_")}
+    spec = {k[5:]: v for k, v in parts.items() if k.startswith("spec_")}
+    reg = {k[4:]: v for k, v in parts.items() if k.startswith("reg_")}
     return RiskState(
         CovarianceState.from_arrays(cov),
         SpecificState.from_arrays(spec),
@@ -284,6 +290,10 @@ def write_risk(
     _save(folder, Path(RISK_DIR) / "fidx.npy", np.asarray(inputs.fidx, dtype=np.int64), previous)
     stocks = stocks_of(folder, grid.n, inputs.fidx, inputs.keys)
     state: RiskState | None = None
+    # The previous model (the ETF layer alone, no regime adjustment), run beside the served one
+    # for the accuracy record only; its state travels in the record's files.
+    prev_inputs = replace(inputs, params=previous_params(params))
+    prev_state: RiskState | None = None
     history = inputs.history()
     layer = layer_prefixes(params)
     if c0 > 0:
@@ -297,7 +307,8 @@ def write_risk(
         chunks.link_unread(folder, _rel("state", c0, "npz"), previous)
         chunks.link_unread(folder, accuracy_rel(c0), previous)
         state = state_from_npz(folder / _rel("state", c0, "npz"))
-        tracked = load_state(folder / accuracy_rel(c0))
+        tracked, parts = load_state(folder / accuracy_rel(c0))
+        prev_state = _state_of(parts)
     else:
         tracked = start_state(inputs.fidx, stocks, inputs.keys)
     if max(grid.cols(c0)[0] - history, 0) < inputs.first:
@@ -318,9 +329,12 @@ def write_risk(
         for prefix, values in save_layer(model).items():
             _save(folder, _rel(prefix, c), values, previous)
         state = model.state.moved(first)
+        p_first = max(lo - prev_inputs.history(), 0)
+        prev = _run(fields, prev_inputs, symbols, stocks, p_first, hi, prev_state)
+        prev_state = prev.state.moved(p_first)
         etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
-        tracked = chunk_step(tracked, model, fields, etf, lo, hi)
-        save_state(folder, c + 1, tracked, previous)
+        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev)
+        save_state(folder, c + 1, tracked, previous, _state_parts(prev_state))
         chunks.close_files(fields)
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).

@@ -56,10 +56,8 @@ def evaluate(
     next-day hedge quality per level and estimator (equal weights, EWMA half-lives)."""
     from eqrisk.build.evaluate import DEFAULT_HALFLIVES
     from eqrisk.build.evaluate import evaluate as run_evaluate
-    from eqrisk.model.regime import RegimeParams
     from eqrisk.model.risk_model import RiskParams
     from eqrisk.model.run import ModelParams
-    from eqrisk.model.styles import StyleParams
 
     if not (risk or hedges):
         raise fail("nothing to measure: drop --no-risk or --no-hedges", 2)
@@ -73,7 +71,7 @@ def evaluate(
                 halflives=tuple(halflife) if halflife else DEFAULT_HALFLIVES,
                 market_etf=settings.market_etf,
                 risk=(
-                    RiskParams(styles=StyleParams.calibrated(), regime=RegimeParams.calibrated())
+                    RiskParams.served()
                     if styles
                     else RiskParams()
                 )

@@ -14,7 +14,10 @@ portfolios, the weighted-volatility baseline), arranged so that it can run forwa
 - 21-day outcomes: the forecast of session s is known at s, its outcome at s + 20. The state
   keeps the last `TAIL` sessions' positions (members available, exposures), returns and
   forecasts, so that a step finishes the outcomes its sessions complete;
-- the random books' memberships are drawn once (`make_portfolios`, seed 0) and kept.
+- the random books' memberships are drawn once (`make_portfolios`, seed 0) and kept;
+- beside the served model and the baseline, the previous model (`previous_params`: the ETF
+  layer alone, F and D of the ETF factors' residuals, no regime adjustment) is measured on the
+  same rows, sessions and members, so the record carries it side by side.
 
 Every sum is added session by session in time order, so a run split anywhere (one chunk of
 sessions per step, or a daily build resuming yesterday's state) gives the same bits as one run.
@@ -22,7 +25,7 @@ sessions per step, or a daily build resuming yesterday's state) gives the same b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,10 +39,13 @@ from eqrisk.model.accuracy import (
     make_portfolios,
 )
 from eqrisk.model.outcome_kernel import accumulate, held_returns, portfolio_days
-from eqrisk.model.risk_model import RiskModel
+from eqrisk.model.risk_model import RiskModel, RiskParams
 
 HORIZONS = (1, 21)
-KINDS = ("model", "baseline")
+KINDS = ("model", "baseline", "previous")
+"""The forecasts measured: the served model, the weighted-volatility baseline and the previous
+model (`previous_params`: the ETF layer alone, without the regime adjustment), NaN where the
+caller has none."""
 TAIL = 23  # sessions kept: the 21-day horizon's 20 and the baseline's 23-session volatility
 FACTOR_VOL_MIN_OBS = 16  # as the stocks' vol_23d (`run.VOL_SHORT_MIN_OBS`)
 BLOCKS = YEAR // MONTH  # 12 blocks of 21 outcomes make a window
@@ -189,8 +195,7 @@ def new_state(stocks: np.ndarray, sectors: np.ndarray, n_factors: int, *, first:
         "values": np.zeros((3, n, TAIL)),
         "r": np.full((n, TAIL), np.nan),
         "f": np.full((n_factors, TAIL), np.nan),
-        "model": np.full((n + p, TAIL), np.nan),
-        "baseline": np.full((n + p, TAIL), np.nan),
+        **{kind: np.full((n + p, TAIL), np.nan) for kind in KINDS},
     }
     sums = {key: Running.empty(n + p) for key in _keys()}
     return AccuracyState(0, first, n, ports, family, tail, sums)
@@ -239,10 +244,13 @@ def accuracy_step(
     returns: np.ndarray,
     factor_returns: np.ndarray,
     vol_before: np.ndarray,
+    previous: RiskModel | None = None,
 ) -> AccuracyState:
     """The state after the sessions of `model` (its forecast sessions, which must start at
     `state.session`): `returns` (n x S) and `factor_returns` (K_etf x S) of those sessions,
-    `vol_before` (n x S) each stock's daily 23-session volatility of the session before."""
+    `vol_before` (n x S) each stock's daily 23-session volatility of the session before;
+    `previous`: the previous model over the same sessions (`previous_params`; None: its
+    forecasts are missing and its figures null)."""
     s_count = returns.shape[1]
     n, ports = state.n, state.portfolios
     members, weights = ports.members()
@@ -264,6 +272,8 @@ def accuracy_step(
     forecast = {
         "model": np.vstack([model.predicted["risk_total_vol"], model1]),
         "baseline": np.vstack([vol_before, base1]),
+        "previous": _previous_forecast(previous, ports, avail, returns, factor_returns,
+                                       vol_before, fbase),
     }
     realised = np.vstack([np.where(np.isfinite(returns), returns, np.nan), real1])
     t0 = state.session
@@ -306,6 +316,43 @@ def accuracy_step(
     return state
 
 
+def previous_params(params: RiskParams) -> RiskParams:
+    """The previous model of a served one: the same exposures (the ETF layer's hedge ratios at
+    its level) and the same estimators of F and D (half-lives, prior, floor, Newey-West), on
+    the ETF factors only (no second layer: D from the residuals after the ETF hedge), with
+    correlations of the raw returns and no volatility regime adjustment: the model served
+    before issue 34."""
+    covariance = replace(params.covariance, corr_standardised=False)
+    return RiskParams(level=params.level, covariance=covariance, specific=params.specific)
+
+
+def _previous_forecast(
+    previous: RiskModel | None,
+    ports: Portfolios,
+    avail: np.ndarray,
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    vol_before: np.ndarray,
+    fbase: np.ndarray,
+) -> np.ndarray:
+    """(n + P, S) the previous model's forecasts of the stocks and of the books, the books'
+    members those the served model counts (`avail`: the same outcomes); NaN without one."""
+    n, s_count = returns.shape
+    p = len(ports.family)
+    if previous is None:
+        return np.full((n + p, s_count), np.nan)
+    members, weights = ports.members()
+    ex = previous.exposures
+    real, fc, base = (np.full((p, s_count), np.nan) for _ in range(3))
+    portfolio_days(members, weights, ports.hedged, avail, ex.index.astype(np.int64),
+                   ex.level.astype(np.int64),
+                   np.ascontiguousarray(ex.values, dtype=np.float64), previous.factor_cov.cov,
+                   previous.specific.var, np.nan_to_num(returns), np.nan_to_num(factor_returns),
+                   vol_before, fbase, np.zeros((0, n, s_count)), real, fc, base)  # fmt: skip
+    out: np.ndarray = np.vstack([previous.predicted["risk_total_vol"], fc])
+    return out
+
+
 def record_of(
     model: RiskModel,
     returns: np.ndarray,
@@ -315,17 +362,20 @@ def record_of(
     sectors: np.ndarray,
     *,
     burn_in: int = YEAR,
+    previous: RiskModel | None = None,
 ) -> AccuracyState:
     """The record of every forecast of `model` after its first `burn_in` sessions, in one
     step (a build's chunked steps give the same bits): `returns` (n x T), `factor_returns`
     (K_etf x T) and `vol_before` (n x T, each stock's daily 23-session volatility of the
     session before) of the sessions of the data, the model's forecasts from `model.start`;
-    `stocks`, `sectors` as `new_state`. What the build stores, `eqrisk evaluate` reports and
-    `bench.accuracy` measures: one measure."""
+    `stocks`, `sectors` as `new_state`; `previous`: the previous model over the same sessions
+    (`previous_params`), measured beside it. What the build stores, `eqrisk evaluate` reports
+    and `bench.accuracy` measures: one measure."""
     s = model.start
     state = new_state(stocks, sectors, factor_returns.shape[0], first=burn_in)
     return accuracy_step(state, model, np.ascontiguousarray(returns[:, s:]),
-                         np.ascontiguousarray(factor_returns[:, s:]), vol_before[:, s:])  # fmt: skip
+                         np.ascontiguousarray(factor_returns[:, s:]), vol_before[:, s:],
+                         previous)  # fmt: skip
 
 
 def _add(state: AccuracyState, h: int, kind: str, real: np.ndarray, fc: np.ndarray) -> None:
@@ -347,8 +397,9 @@ def _round(x: float) -> float | None:
 def figures_of(state: AccuracyState) -> dict[str, dict[str, Any]]:
     """Per horizon and family the record's figures (`accuracy._figures`' keys): members
     and observations (rows with a whole-period b, at least a year of outcomes), the band,
-    model and baseline b, MAD 12m and worst 12m, `previous_model` (the figures of the model
-    before the current one, null until it is measured beside it) and the MAD floor a right
+    model and baseline b, MAD 12m and worst 12m, `previous_model` (the same three of the
+    previous model, `previous_params`, on the same rows; null where it was not measured beside
+    it) and the MAD floor a right
     forecast would show with these tails (from each row's daily kurtosis, below)."""
     out: dict[str, dict[str, Any]] = {}
     daily = state.sums[f"{HORIZONS[0]}d/model"]
@@ -362,6 +413,9 @@ def figures_of(state: AccuracyState) -> dict[str, dict[str, Any]]:
             kept = np.ones(len(rows), dtype=bool)
             for kind in KINDS:
                 run = state.sums[f"{h}d/{kind}"]
+                if kind == "previous" and not (run.count[rows] > 0).any():
+                    entry["previous_model"] = None  # not measured beside it
+                    continue
                 whole = _std(run.count[rows], run.s1[rows], run.s2[rows], YEAR)
                 if kind == "model":
                     kept = np.isfinite(whole)
@@ -370,12 +424,11 @@ def figures_of(state: AccuracyState) -> dict[str, dict[str, Any]]:
                     entry["observations"] = int(np.median(obs)) if len(obs) else 0
                 with np.errstate(invalid="ignore", divide="ignore"):
                     mad = run.mad_sum[rows[kept]] / run.mad_count[rows[kept]]
-                entry[kind] = {
+                entry["previous_model" if kind == "previous" else kind] = {
                     "bias": _median(whole[kept]),
                     "mad_12m": _median(mad),
                     "worst_12m": _round(run.worst[f]),
                 }
-            entry["previous_model"] = None
             half = float(np.sqrt(2.0 / max(entry["observations"] / h, 1.0)))
             entry["band"] = [round(1.0 - half, 4), round(1.0 + half, 4)]
             entry["mad_12m_floor"] = _median(_floor(daily, rows[kept], h))

@@ -67,6 +67,10 @@ class CovarianceParams:
     corr_halflife: float = 504.0
     nw_lags: int = 0
     min_obs: int = 63
+    # Correlations of the returns each divided by its own volatility forecast for that session
+    # (made before it, from the sums up to the day before), not of the raw returns: every day
+    # weighs by its decay alone, not also by how volatile it was (docs/decisions/risk-forecast.md)
+    corr_standardised: bool = False
 
     def __post_init__(self) -> None:
         decay(self.vol_halflife)
@@ -254,10 +258,15 @@ def factor_covariance(
             signal[t - start] = signal_share(st.vol.sums[0], st.noise)
         x = f[:, t]
         st.vol.update(lam_v, x, st.lagged)
-        st.corr.update(lam_c, x)
+        if params.corr_standardised:
+            scale = 1.0 / vol[t - start]  # NaN before a factor has its forecast: not counted
+            st.corr.update(lam_c, x * scale)
+        else:
+            scale = np.ones(k)
+            st.corr.update(lam_c, x)
         if noise is not None:
             st.vol.remove(noise[t - start].diagonal(), x)
-            st.corr.remove(noise[t - start], x)
+            st.corr.remove(noise[t - start] * np.outer(scale, scale), x * scale)
             assert st.noise is not None
             seen = np.where(np.isfinite(x), noise[t - start].diagonal(), 0.0)
             st.noise = lam_v * st.noise + seen

@@ -70,6 +70,12 @@ class RiskParams:
     styles: StyleParams | None = None  # the second factor layer (None: the ETF layer only)
     regime: RegimeParams | None = None  # the volatility regime adjustment (None: none)
 
+    @classmethod
+    def served(cls) -> RiskParams:
+        """Both layers, regime, standardised correlations (docs/decisions/risk-forecast.md)."""
+        styles, regime = StyleParams.calibrated(), RegimeParams.calibrated()
+        return cls(covariance=CovarianceParams(corr_standardised=True), styles=styles, regime=regime)
+
     def __post_init__(self) -> None:
         if self.level not in LEVEL_HR:
             raise ValueError(f"level must be 1, 2 or 3; got {self.level}")
@@ -80,6 +86,7 @@ class RiskParams:
             "exposures": f"L{self.level} hedge ratios of the previous session",
             "factor_vol_halflife": c.vol_halflife,
             "factor_corr_halflife": c.corr_halflife,
+            "factor_corr_standardised": c.corr_standardised,
             "factor_min_obs": c.min_obs,
             "specific_halflife": s.halflife,
             "specific_min_obs": s.min_obs,

@@ -37,16 +37,24 @@ def _source(record: dict[str, Any], manifest: dict[str, Any]) -> str:
     )
 
 
+def _prev(entry: dict[str, Any], key: str) -> str:
+    """The previous model's figure `key` of a family's entry ("n/a" where not measured)."""
+    prev = entry.get("previous_model")
+    return _f(prev.get(key)) if isinstance(prev, dict) else "n/a"
+
+
 def summary_table(manifest: dict[str, Any]) -> str:
     """The README's table: per family b and MAD 12m at 1 and 21 days, the worst 12-month b
-    at 1 day and the baseline's b."""
+    at 1 day, and the b of the previous model (the ETF layer alone) and of the baseline at
+    both horizons."""
     record = manifest["risk_accuracy"]
     one, month = record["horizons"]["1d"], record["horizons"]["21d"]
     lines = [
         _source(record, manifest),
         "",
-        "| portfolios | b, 1 day | MAD 12m | worst 12m | b, 21 days | MAD 12m | baseline b |",
-        "|---|---|---|---|---|---|---|",
+        "| portfolios | b, 1 day | MAD 12m | worst 12m | b, 21 days | MAD 12m | previous model b, "
+        "1 / 21 days | baseline b, 1 / 21 days |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in ROW_FAMILIES:
         if name not in one:
@@ -55,14 +63,16 @@ def summary_table(manifest: dict[str, Any]) -> str:
         lines.append(
             f"| {NAMES[name]} | {_f(a['model']['bias'])} | {_f(a['model']['mad_12m'])} | "
             f"{_f(a['model']['worst_12m'])} | {_f(m.get('model', {}).get('bias'))} | "
-            f"{_f(m.get('model', {}).get('mad_12m'))} | {_f(a['baseline']['bias'])} |"
+            f"{_f(m.get('model', {}).get('mad_12m'))} | {_prev(a, 'bias')} / "
+            f"{_prev(m, 'bias')} | {_f(a['baseline']['bias'])} / "
+            f"{_f(m.get('baseline', {}).get('bias'))} |"
         )
     return "\n".join(lines)
 
 
 def full_tables(manifest: dict[str, Any]) -> str:
-    """docs/decisions/risk-forecast.md's tables: every family and horizon, the model and the
-    baseline (b, MAD 12m, worst 12m), the band, the floor and the previous model's b."""
+    """docs/decisions/risk-forecast.md's tables: every family and horizon, the model, the
+    baseline and the previous model (b, MAD 12m, worst 12m), the band and the floor."""
     record = manifest["risk_accuracy"]
     lines = [_source(record, manifest)]
     for horizon, figures in record["horizons"].items():
@@ -71,21 +81,20 @@ def full_tables(manifest: dict[str, Any]) -> str:
             f"{horizon[:-1]} day{'s' if horizon != '1d' else ''}:",
             "",
             "| portfolios | rows | b | band | MAD 12m | floor | worst 12m | baseline b | "
-            "baseline MAD | baseline worst | previous model b |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "baseline MAD | baseline worst | previous model b | previous MAD | previous worst |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name in ROW_FAMILIES:
             if name not in figures:
                 continue
             e = figures[name]
             model, base = e["model"], e["baseline"]
-            prev = e.get("previous_model")
             lines.append(
                 f"| {NAMES[name]} | {e['members']} | {_f(model['bias'])} | "
                 f"{_f(e['band'][0])} - {_f(e['band'][1])} | {_f(model['mad_12m'])} | "
                 f"{_f(e['mad_12m_floor'])} | {_f(model['worst_12m'])} | {_f(base['bias'])} | "
-                f"{_f(base['mad_12m'])} | {_f(base['worst_12m'])} | "
-                f"{_f(prev['bias']) if isinstance(prev, dict) else 'n/a'} |"
+                f"{_f(base['mad_12m'])} | {_f(base['worst_12m'])} | {_prev(e, 'bias')} | "
+                f"{_prev(e, 'mad_12m')} | {_prev(e, 'worst_12m')} |"
             )
     return "\n".join(lines)
 
