@@ -340,9 +340,6 @@ def model_of(ticker: str, level: int, factor_rows: frozenset[str]) -> str:
     return FACTOR_MODEL if ticker in factor_rows else LEVEL_MODELS[level]
 
 
-_MODEL_TEXT = np.array([LEVEL_MODELS[k] for k in range(len(LEVEL_MODELS))], dtype=object)
-
-
 def position_rows(a: Attribution, answer: PortfolioAnswer | None = None) -> list[dict[str, Any]]:
     """The positions of an attribution as JSON-ready rows (ticker, position, marginal,
     contribution, share, and with `answer` each one's `model_level` and `model`): each field
@@ -355,9 +352,8 @@ def position_rows(a: Attribution, answer: PortfolioAnswer | None = None) -> list
             {"ticker": t, "position": w, "marginal": m, "contribution": c, "share": s}
             for t, w, m, c, s in zip(p.tickers, *numbers, strict=True)
         ]
-    level = answer.model_levels(a)
-    model = _MODEL_TEXT[level]
-    model[answer.is_factor(a)] = FACTOR_MODEL
+    level, code = model_codes(a, answer)
+    model = list(map(MODEL_TEXTS.__getitem__, code.tolist()))
     return [
         {
             "ticker": t,
@@ -368,15 +364,26 @@ def position_rows(a: Attribution, answer: PortfolioAnswer | None = None) -> list
             "model_level": lv,
             "model": md,
         }
-        for t, w, m, c, s, lv, md in zip(
-            p.tickers, *numbers, level.tolist(), model.tolist(), strict=True
-        )
+        for t, w, m, c, s, lv, md in zip(p.tickers, *numbers, level.tolist(), model, strict=True)
     ]
 
 
-def attribution_dict(a: Attribution, answer: PortfolioAnswer | None = None) -> dict[str, Any]:
+MODEL_TEXTS = [*(LEVEL_MODELS[k] for k in range(len(LEVEL_MODELS))), FACTOR_MODEL]
+"""What `model_codes` stand for: a level's words (by level), then a factor's."""
+
+
+def model_codes(a: Attribution, answer: PortfolioAnswer) -> tuple[np.ndarray, np.ndarray]:
+    """Each position's `model_level` and the index of its `model` in `MODEL_TEXTS`."""
+    level = answer.model_levels(a)
+    return level, np.where(answer.is_factor(a), len(LEVEL_MODELS), level)
+
+
+def attribution_dict(
+    a: Attribution, answer: PortfolioAnswer | None = None, *, positions: Any = None
+) -> dict[str, Any]:
     """An attribution as plain JSON-ready numbers (with `answer`, each position's
-    `model_level` and `model`)."""
+    `model_level` and `model`); `positions`: what stands for the list of positions (the API
+    writes it from the arrays in one go), else `position_rows`."""
     f = a.factors
     return {
         "vol_daily": a.vol,
@@ -396,7 +403,7 @@ def attribution_dict(a: Attribution, answer: PortfolioAnswer | None = None) -> d
             }
             for i in range(len(f.keys))
         ],
-        "positions": position_rows(a, answer),
+        "positions": position_rows(a, answer) if positions is None else positions,
     }
 
 

@@ -13,11 +13,13 @@ import numpy as np
 from pydantic import Field, field_validator
 from starlette.responses import Response
 
-from eqrisk.api.answers import document
+from eqrisk.api.answers import snap_headers
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
+from eqrisk.api.formats import JSON, MEDIA_TYPES, dumps
 from eqrisk.api.models import BODY_ERRORS, ERRORS
 from eqrisk.api.params import BodyParams, IsoDate, VersionedParams
+from eqrisk.api.records import Coded, Column, records, splice, splice_marks
 from eqrisk.api.risk_answers import (
     DATE_DESCRIPTION,
     PortfolioRiskResponse,
@@ -28,8 +30,11 @@ from eqrisk.api.sizes import Size
 from eqrisk.data.master import MAG7
 from eqrisk.snapshot.portfolio import (
     ANNUAL,
+    MODEL_TEXTS,
+    Attribution,
     PortfolioAnswer,
     attribution_dict,
+    model_codes,
     portfolio_answer,
 )
 from eqrisk.snapshot.risk_days import implied_etfs
@@ -214,10 +219,29 @@ def served(plan: PortfolioPlan) -> list[str]:
     return [*risk.portfolio.positions.tickers, *plan.answer.hedge.keys, *style]
 
 
+def _positions(a: Attribution, answer: PortfolioAnswer) -> dict[str, Column]:
+    """An attribution's positions as the columns of the answer's `positions` records."""
+    pos = a.positions
+    level, code = model_codes(a, answer)
+    return {
+        "ticker": pos.tickers,
+        "position": pos.weights,
+        "marginal": pos.marginal,
+        "contribution": pos.contribution,
+        "share": pos.share,
+        "model_level": level,
+        "model": Coded(code, MODEL_TEXTS),
+    }
+
+
 def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
-    """The portfolio's risk (see the route's description)."""
+    """The portfolio's risk (see the route's description). The positions (up to 5,000, twice
+    with a benchmark) are written from their arrays (`records`) and spliced into the
+    document: the bytes orjson writes for a dict per position, without the dicts."""
     a, p = call.plan.answer, call.params
     risk, hedge = a.risk, a.hedge
+    books = [risk.portfolio] if risk.active is None else [risk.portfolio, risk.active]
+    marks = splice_marks(len(books))
     legs = [
         {"etf": k, "notional": n, "tradable": ok, "exposure_after": x}
         for k, n, ok, x in zip(
@@ -227,8 +251,10 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
     doc = {
         "date": call.plan.date,
         "units": p.units,
-        "portfolio": attribution_dict(risk.portfolio, a),
-        "tracking_error": None if risk.active is None else attribution_dict(risk.active, a),
+        "portfolio": attribution_dict(risk.portfolio, a, positions=marks[0]),
+        "tracking_error": (
+            None if risk.active is None else attribution_dict(risk.active, a, positions=marks[1])
+        ),
         "hedge": {
             "level": p.level,
             "legs": legs,
@@ -243,7 +269,10 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
         "partial": a.partial,
         "notes": a.notes,
     }
-    return document(call.snap, doc)
+    snap = call.snap
+    text = dumps({**doc, "_metadata": snap.metadata()})
+    body = splice(text, records([_positions(book, a) for book in books]))
+    return Response(body, media_type=MEDIA_TYPES[JSON], headers=snap_headers(snap))
 
 
 ENDPOINT = Endpoint(
