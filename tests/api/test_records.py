@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from eqrisk.api.records import Coded, records, splice, splice_marks
+from eqrisk.api.records import Coded, coded, records, splice, splice_marks
 
 
 def _table(n: int, seed: int) -> tuple[dict[str, object], bytes]:
@@ -98,3 +98,12 @@ def test_the_parts_are_spliced_in_their_places() -> None:
     }
     with pytest.raises(ValueError, match="placeholder 1"):
         splice(orjson.dumps({"only": marks[0]}), [b"[]", b"[]"])
+
+
+def test_a_column_of_few_values_is_coded_once_per_value() -> None:
+    reasons = ["not in the model's universe", "position is zero", "not in the model's universe"]
+    column = coded(reasons)
+    assert column.codes.tolist() == [0, 1, 0] and list(column.values) == reasons[:2]
+    (got,) = records([{"ticker": ["X", "Y", "Z"], "reason": column}])
+    want = [{"ticker": t, "reason": r} for t, r in zip("XYZ", reasons, strict=True)]
+    assert bytes(got) == orjson.dumps(want)

@@ -135,15 +135,26 @@ def splice_marks(k: int) -> list[orjson.Fragment]:
 def splice(text: bytes, parts: Sequence[bytes | memoryview]) -> bytes:
     """`text` (orjson's, holding each of `splice_marks(len(parts))` once, in order) with the
     parts in their places: one copy of the answer."""
+    view = memoryview(text)  # slices of the text, not copies of what follows each mark
     pieces: list[bytes | memoryview] = []
-    rest = text
+    at = 0
     for i, part in enumerate(parts):
-        head, mark, rest = rest.partition(_MARK % i)
-        if not mark:
+        mark = _MARK % i
+        found = text.find(mark, at)
+        if found < 0:
             raise ValueError(f"placeholder {i} is not in the text")
-        pieces += [head, part]
-    pieces.append(rest)
+        pieces += [view[at:found], part]
+        at = found + len(mark)
+    pieces.append(view[at:])
     return b"".join(pieces)
+
+
+def coded(values: Sequence[str]) -> Coded:
+    """A text column of few distinct values (the reasons a ticker was not used) as codes."""
+    distinct = list(dict.fromkeys(values))
+    index = {v: i for i, v in enumerate(distinct)}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    return Coded(codes, distinct)
 
 
 def warm_up() -> None:

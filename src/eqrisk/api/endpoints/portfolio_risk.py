@@ -19,7 +19,7 @@ from eqrisk.api.errors import ApiError
 from eqrisk.api.formats import JSON, MEDIA_TYPES, dumps
 from eqrisk.api.models import BODY_ERRORS, ERRORS
 from eqrisk.api.params import BodyParams, IsoDate, VersionedParams
-from eqrisk.api.records import Coded, Column, records, splice, splice_marks
+from eqrisk.api.records import Coded, Column, coded, records, splice, splice_marks
 from eqrisk.api.risk_answers import (
     DATE_DESCRIPTION,
     PortfolioRiskResponse,
@@ -241,7 +241,8 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
     a, p = call.plan.answer, call.params
     risk, hedge = a.risk, a.hedge
     books = [risk.portfolio] if risk.active is None else [risk.portfolio, risk.active]
-    marks = splice_marks(len(books))
+    unused = [risk.unusable, risk.benchmark_unusable]
+    marks = splice_marks(len(books) + len(unused))
     legs = [
         {"etf": k, "notional": n, "tradable": ok, "exposure_after": x}
         for k, n, ok, x in zip(
@@ -263,15 +264,17 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
             "after": hedge.after,
             **({} if call.plan.style is None else {"style_neutral": style_dict(call.plan.style)}),
         },
-        "unused": risk.unusable.as_json(),
-        "benchmark_unused": risk.benchmark_unusable.as_json(),
+        "unused": marks[-2],
+        "benchmark_unused": marks[-1],
         "used_share": a.used_share,
         "partial": a.partial,
         "notes": a.notes,
     }
     snap = call.snap
     text = dumps({**doc, "_metadata": snap.metadata()})
-    body = splice(text, records([_positions(book, a) for book in books]))
+    tables = [_positions(book, a) for book in books]
+    tables += [{"ticker": u.tickers, "reason": coded(u.reasons)} for u in unused]
+    body = splice(text, records(tables))
     return Response(body, media_type=MEDIA_TYPES[JSON], headers=snap_headers(snap))
 
 
