@@ -55,3 +55,15 @@ def test_bench_risk_quick_json_compares_every_way() -> None:
             assert r[f"{n}_{way}_ms"] > 0
         ratio = r[f"{n}_dense_ms"] / r[f"{n}_eqrisk_ms"]
         assert r[f"{n}_dense_over_eqrisk"] == pytest.approx(ratio, rel=0.05, abs=0.06)
+
+
+def test_the_route_over_http_serves_a_synthetic_market_of_known_stocks() -> None:
+    """The HTTP part at a tiny size: a synthetic market built in a temporary home, books of
+    stocks the model knows (none padded), both layers in the answer, the server's CPU read."""
+    r = risk.over_http((20, 100), 3, say=lambda _: None, symbols=200, sessions=400)
+    assert r["universe_stocks"] >= 100
+    for n in (20, 100):
+        assert r[f"{n}_known"] == n
+        assert r[f"{n}_etf_factors"] >= 2 and r[f"{n}_style_factors"] >= 1
+        assert r[f"{n}_server_cpu_ms"] >= 0 and len(r[f"{n}_server_cpu_ms_thirds"]) == 3
+        assert 0 < r[f"{n}_wall_ms"] <= r[f"{n}_wall_median_ms"]

@@ -29,7 +29,7 @@ from eqrisk.accounts.doubt import JOURNAL_DIR
 from eqrisk.accounts.limits import SQLITE_FILE, FailedKeys, RateLimiter
 from eqrisk.accounts.pricing import PriceTable, usd_to_tokens
 from eqrisk.accounts.writer import ChargeWriter
-from eqrisk.api import dashboard, outages, writers
+from eqrisk.api import dashboard, outages, records, writers
 from eqrisk.api.bounds import Bounds
 from eqrisk.api.compression import CompressedCache, Compression
 from eqrisk.api.deps import served_snapshot
@@ -255,6 +255,7 @@ def create_app(
     # Large answers render here, one at a time by default (formats.answer), at a lower CPU
     # priority than the event loop's (docs/decisions/serving.md).
     writers.warm_up()
+    records.warm_up()  # the portfolio answer's positions
     row_kernel.warm_up()  # a ticker's first long read assembles its row with it
     app.state.render_pool = ThreadPoolExecutor(
         settings.render_threads, thread_name_prefix="render", initializer=lower_thread_priority

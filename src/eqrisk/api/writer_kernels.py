@@ -196,3 +196,31 @@ def lay_out_rows(
         _copy(out, pos, lit, lit_bounds[ncols], n)
         pos += n
     return pos
+
+
+@njit(nogil=True, cache=True)
+def lay_out_records(src, starts, ends, lit, lit_bounds, out, pos):
+    """A JSON array of records into `out` from `pos` on; returns the position after it.
+
+    Record r is, for each column c, literal c (`{"name":` or `,"name":`, lit[lit_bounds[c]:
+    lit_bounds[c + 1]]) and the cell src[starts[c, r]:ends[c, r]], then `}`; records are
+    separated by commas. `src`, `lit` and `out` carry `SLACK` spare bytes (word copies)."""
+    ncols, nrows = starts.shape
+    out[pos] = OPENERS[0]
+    pos += 1
+    for r in range(nrows):
+        if r > 0:
+            out[pos] = COMMA
+            pos += 1
+        for c in range(ncols):
+            n = lit_bounds[c + 1] - lit_bounds[c]
+            _copy(out, pos, lit, lit_bounds[c], n)
+            pos += n
+            s = starts[c, r]
+            n = ends[c, r] - s
+            _copy(out, pos, src, s, n)
+            pos += n
+        out[pos] = CLOSERS[1]
+        pos += 1
+    out[pos] = CLOSERS[0]
+    return pos + 1

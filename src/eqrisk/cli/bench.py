@@ -49,7 +49,7 @@ def bench_risk(
         bool, _quick("Small portfolios (50, 300): checks the bench.", "--quick/--no-quick")
     ] = False,
     http: Annotated[
-        bool, typer.Option(help="The route over HTTP too (builds a demo market; not --quick).")
+        bool, typer.Option(help="The route over HTTP too (builds 5,088 stocks; not --quick).")
     ] = True,
     as_json: JsonOpt = False,
 ) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from typing import overload
 
 import numpy as np
@@ -114,6 +114,7 @@ class PositionBreakdown:
     marginal: np.ndarray  # d vol / d w_i
     contribution: np.ndarray  # w_i d vol / d w_i
     share: np.ndarray
+    rows: np.ndarray | None = None  # each position's row in the model day
 
 
 @dataclass(frozen=True)
@@ -157,43 +158,36 @@ class PortfolioRisk:
 
 
 def resolve(day: RiskModelDay, positions: Mapping[str, float]) -> Positions:
-    """The positions the model can use, and the others with why."""
+    """The positions the model can use, and the others with why. No Python loop per position
+    (a book and its benchmark may name thousands): the lookups are `map` over the day's dict,
+    the selections `itertools.compress`; only a known ticker the model cannot use is looked at
+    on its own, for its reason."""
     tickers = list(positions)
     n = len(tickers)
-    # map() over the dict's lookup, not a Python loop per position (thousands in a book)
     rows = np.fromiter(map(day.row_of.get, tickers, repeat(-1, n)), dtype=np.int64, count=n)
     weights = np.fromiter(positions.values(), dtype=np.float64, count=n)
     known = rows >= 0
     ok = known & np.isfinite(weights) & (weights != 0.0)
     ok[ok] = day.usable[rows[ok]]
-    bad = np.flatnonzero(~ok)
-    names = [tickers[i] for i in bad.tolist()]
-    if not known[bad].any():  # the usual case of thousands: every one unknown
-        reasons = [NOT_IN_UNIVERSE] * len(names)
-    else:  # Python lists, not numpy scalars, in the loop
-        problems = day.problems
-        reasons = []
-        for is_known, finite, zero, row in zip(
-            known[bad].tolist(),
-            np.isfinite(weights[bad]).tolist(),
-            (weights[bad] == 0.0).tolist(),
-            rows[bad].tolist(),
-            strict=True,
-        ):
-            if not is_known:
-                reason = NOT_IN_UNIVERSE
-            elif not finite:
-                reason = "position is not a finite number"
-            elif zero:
-                reason = "position is zero"
-            else:
-                reason = problems[row] or "no forecast"
-            reasons.append(reason)
-    unusable = Unusables(names, reasons)
-    if not len(bad):  # every position used (the usual book): no copies
-        return Positions(tickers, rows, weights, unusable)
-    keep = np.flatnonzero(ok)
-    return Positions([tickers[i] for i in keep.tolist()], rows[keep], weights[keep], unusable)
+    if ok.all():  # every position used (the usual book): no copies
+        return Positions(tickers, rows, weights, Unusables())
+    bad = ~ok
+    names = list(compress(tickers, bad.tolist()))
+    reasons = [NOT_IN_UNIVERSE] * len(names)
+    at = np.flatnonzero(bad)
+    problems = day.problems
+    for j in np.flatnonzero(known[at]).tolist():  # known but not usable: few
+        i = int(at[j])
+        w = float(weights[i])
+        if not np.isfinite(w):
+            reasons[j] = "position is not a finite number"
+        elif w == 0.0:
+            reasons[j] = "position is zero"
+        else:
+            reasons[j] = problems[int(rows[i])] or "no forecast"
+    return Positions(
+        list(compress(tickers, ok.tolist())), rows[ok], weights[ok], Unusables(names, reasons)
+    )
 
 
 def _style_factors(day: RiskModelDay) -> np.ndarray:
@@ -207,17 +201,22 @@ def _style_factors(day: RiskModelDay) -> np.ndarray:
 def attribution(day: RiskModelDay, pos: Positions) -> Attribution:
     """Volatility and its Euler split for resolved positions (see the module docstring)."""
     idx = day.index[pos.rows]
-    val = day.values[pos.rows] * pos.weights[:, None]
+    values = day.values[pos.rows]
+    val = values * pos.weights[:, None]
     has = idx >= 0
-    etf = np.unique(idx[has])
-    local = np.searchsorted(etf, idx)  # slot -> position in `etf` (where has)
-    x_etf = np.bincount(local[has], weights=val[has], minlength=len(etf))
+    k = len(day.factor_keys)
+    # The ETF factors the positions are exposed to, in factor order, and x over all K (each
+    # factor's terms summed in the positions' order): counts over K, not a sort of N x 3 slots.
+    slots = idx[has]
+    etf = np.flatnonzero(np.bincount(slots, minlength=k))
+    x_etf = np.bincount(slots, weights=val[has], minlength=k)[etf]
     styles = _style_factors(day)
-    h_style = (
-        np.zeros((len(pos.rows), 0))
-        if day.style is None
-        else day.style[np.ix_(pos.rows, styles - day.n_etf)]
-    )
+    if day.style is None:
+        h_style = np.zeros((len(pos.rows), 0))
+    elif len(styles) == day.style.shape[1]:  # every style factor served: whole rows
+        h_style = day.style[pos.rows]
+    else:
+        h_style = day.style[np.ix_(pos.rows, styles - day.n_etf)]
     factors = np.concatenate([etf, styles])
     x = np.concatenate([x_etf, pos.weights @ h_style])
     fx = day.cov[np.ix_(factors, factors)] @ x
@@ -228,8 +227,9 @@ def attribution(day: RiskModelDay, pos: Positions) -> Attribution:
     var = factor_var + spec_var
     vol = float(np.sqrt(var)) if var > 0.0 else 0.0
     inv = 1.0 / vol if vol > 0.0 else 0.0
-    fx_etf = fx[: len(etf)]
-    through = np.where(has, day.values[pos.rows] * fx_etf[np.where(has, local, 0)], 0.0).sum(axis=1)
+    fx_all = np.zeros(k)  # (F x)_k by factor row, 0 for a factor the positions miss
+    fx_all[etf] = fx[: len(etf)]
+    through = np.where(has, values * fx_all[np.where(has, idx, 0)], 0.0).sum(axis=1)
     through += h_style @ fx[len(etf) :]
     marginal = (through + spec_terms) * inv
     contribution = pos.weights * marginal
@@ -261,6 +261,7 @@ def attribution(day: RiskModelDay, pos: Positions) -> Attribution:
             marginal=marginal,
             contribution=contribution,
             share=contribution * inv,
+            rows=pos.rows,
         ),
     )
 
@@ -272,7 +273,7 @@ def _active(portfolio: Positions, benchmark: Positions) -> Positions:
     tickers = portfolio.tickers + benchmark.tickers
     unique, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     net = np.bincount(inverse.ravel(), weights=weights, minlength=len(unique))
-    return Positions([tickers[i] for i in first.tolist()], unique, net, Unusables())
+    return Positions(list(map(tickers.__getitem__, first.tolist())), unique, net, Unusables())
 
 
 def portfolio_risk(
@@ -283,12 +284,17 @@ def portfolio_risk(
 ) -> PortfolioRisk:
     """The risk of `positions` (ticker -> weight or dollars) on the model's session, with the
     tracking error against `benchmark` (ticker -> weight, same units) when given."""
-    pos = resolve(day, positions)
+    bench = None if benchmark is None else resolve(day, benchmark)
+    return risk_of(day, resolve(day, positions), bench)
+
+
+def risk_of(day: RiskModelDay, pos: Positions, bench: Positions | None = None) -> PortfolioRisk:
+    """`portfolio_risk` of positions already resolved (`resolve`) on `day`, with the tracking
+    error against the resolved benchmark `bench` when given."""
     portfolio = attribution(day, pos)
     active = None
     bench_unusable = Unusables()
-    if benchmark is not None:
-        bench = resolve(day, benchmark)
+    if bench is not None:
         bench_unusable = bench.unusable
         active = attribution(day, _active(pos, bench))
     f = portfolio.factors

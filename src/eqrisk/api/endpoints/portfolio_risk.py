@@ -5,6 +5,7 @@ contributions per level, factor and position, and its ETF hedge, from the snapsh
 # No `from __future__ import annotations`: pydantic and FastAPI read these annotations.
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,11 +13,13 @@ import numpy as np
 from pydantic import Field, field_validator
 from starlette.responses import Response
 
-from eqrisk.api.answers import document
+from eqrisk.api.answers import snap_headers
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
+from eqrisk.api.formats import JSON, MEDIA_TYPES, dumps
 from eqrisk.api.models import BODY_ERRORS, ERRORS
 from eqrisk.api.params import BodyParams, IsoDate, VersionedParams
+from eqrisk.api.records import Coded, Column, coded, records, splice, splice_marks
 from eqrisk.api.risk_answers import (
     DATE_DESCRIPTION,
     PortfolioRiskResponse,
@@ -27,8 +30,11 @@ from eqrisk.api.sizes import Size
 from eqrisk.data.master import MAG7
 from eqrisk.snapshot.portfolio import (
     ANNUAL,
+    MODEL_TEXTS,
+    Attribution,
     PortfolioAnswer,
     attribution_dict,
+    model_codes,
     portfolio_answer,
 )
 from eqrisk.snapshot.risk_days import implied_etfs
@@ -44,6 +50,7 @@ MAX_ABS_POSITION = 1e15
 """The largest |position| (after the same ticker's entries add up): a book's arithmetic on
 positions up to it cannot overflow a float64, and no real book is larger (weights or dollars)."""
 LEVELS = {"L1": 1, "L2": 2, "L3": 3}
+_SPACE = re.compile(r"\s")  # a ticker with white space anywhere is stripped one by one
 
 
 class PortfolioRiskParams(BodyParams, VersionedParams):
@@ -90,12 +97,16 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
         # map() over str methods, not a Python loop per position: a book of 5,000 positions
         # and its benchmark are read in well under a millisecond.
         given = list(value)
-        keys = list(map(str.upper, map(str.strip, given)))
+        joined = "\n".join(given)
+        if joined.upper() == joined and not _SPACE.search(joined):
+            keys = given  # already upper-case and stripped (the usual book): one pass, in C
+        else:
+            keys = list(map(str.upper, map(str.strip, given)))
         if not all(keys) or max(map(len, keys)) > 32:
             ticker = next(t for t, k in zip(given, keys, strict=True) if not k or len(k) > 32)
             raise ValueError(f"{ticker!r} is not a ticker")
         out: dict[str, float]
-        if keys == given:  # already upper-case and stripped, so each ticker once
+        if keys is given or keys == given:  # upper-case and stripped, so each ticker once
             out = value
         else:  # the same ticker in other cases or padded: its entries add up
             out = {}
@@ -208,10 +219,30 @@ def served(plan: PortfolioPlan) -> list[str]:
     return [*risk.portfolio.positions.tickers, *plan.answer.hedge.keys, *style]
 
 
+def _positions(a: Attribution, answer: PortfolioAnswer) -> dict[str, Column]:
+    """An attribution's positions as the columns of the answer's `positions` records."""
+    pos = a.positions
+    level, code = model_codes(a, answer)
+    return {
+        "ticker": pos.tickers,
+        "position": pos.weights,
+        "marginal": pos.marginal,
+        "contribution": pos.contribution,
+        "share": pos.share,
+        "model_level": level,
+        "model": Coded(code, MODEL_TEXTS),
+    }
+
+
 def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
-    """The portfolio's risk (see the route's description)."""
+    """The portfolio's risk (see the route's description). The positions (up to 5,000, twice
+    with a benchmark) are written from their arrays (`records`) and spliced into the
+    document: the bytes orjson writes for a dict per position, without the dicts."""
     a, p = call.plan.answer, call.params
     risk, hedge = a.risk, a.hedge
+    books = [risk.portfolio] if risk.active is None else [risk.portfolio, risk.active]
+    unused = [risk.unusable, risk.benchmark_unusable]
+    marks = splice_marks(len(books) + len(unused))
     legs = [
         {"etf": k, "notional": n, "tradable": ok, "exposure_after": x}
         for k, n, ok, x in zip(
@@ -221,9 +252,9 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
     doc = {
         "date": call.plan.date,
         "units": p.units,
-        "portfolio": attribution_dict(risk.portfolio, a.levels, a.factor_rows),
+        "portfolio": attribution_dict(risk.portfolio, a, positions=marks[0]),
         "tracking_error": (
-            None if risk.active is None else attribution_dict(risk.active, a.levels, a.factor_rows)
+            None if risk.active is None else attribution_dict(risk.active, a, positions=marks[1])
         ),
         "hedge": {
             "level": p.level,
@@ -233,13 +264,18 @@ def render(call: Call[PortfolioRiskParams, PortfolioPlan]) -> Response:
             "after": hedge.after,
             **({} if call.plan.style is None else {"style_neutral": style_dict(call.plan.style)}),
         },
-        "unused": risk.unusable.as_json(),
-        "benchmark_unused": risk.benchmark_unusable.as_json(),
+        "unused": marks[-2],
+        "benchmark_unused": marks[-1],
         "used_share": a.used_share,
         "partial": a.partial,
         "notes": a.notes,
     }
-    return document(call.snap, doc)
+    snap = call.snap
+    text = dumps({**doc, "_metadata": snap.metadata()})
+    tables = [_positions(book, a) for book in books]
+    tables += [{"ticker": u.tickers, "reason": coded(u.reasons)} for u in unused]
+    body = splice(text, records(tables))
+    return Response(body, media_type=MEDIA_TYPES[JSON], headers=snap_headers(snap))
 
 
 ENDPOINT = Endpoint(
