@@ -100,6 +100,21 @@ def test_compressed_bytes_of_an_immutable_answer_are_cached(served) -> None:
     assert cached.status_code == 304 and "Accept-Encoding" in cached.headers["vary"]
 
 
+def test_health_is_compressed_once_per_version(served) -> None:
+    """/api/health (several kB with the accuracy record) names the served version with a
+    strong ETag, so the event loop does not compress it again at every check."""
+    client = served[0]
+    cache = client.app.state.compressed  # type: ignore[attr-defined]
+    plain, identity = _raw(client, "/api/health", {"Accept-Encoding": "identity"})
+    assert plain.status_code == 200 and len(identity) > MIN_BYTES
+    first, body = _raw(client, "/api/health", {"Accept-Encoding": "br"})
+    hits = cache.hits
+    again, same = _raw(client, "/api/health", {"Accept-Encoding": "br"})
+    assert first.headers["content-encoding"] == again.headers["content-encoding"] == "br"
+    assert same == body and cache.hits == hits + 1 and DECODE["br"](body) == identity
+    assert first.headers["etag"] == "W/" + plain.headers["etag"]
+
+
 def test_parquet_problems_and_small_answers_go_as_they_are(served) -> None:
     client, _, _, key = served
     h = {**bearer(key), "Accept-Encoding": "br, gzip"}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
@@ -297,6 +298,27 @@ def test_batch_entries_have_the_real_services_shape(client):
     nope = doc["results"]["NOPE"]
     assert nope["status"] == "error" and nope["code"] == "TICKER_NOT_FOUND"
     assert isinstance(nope["error"], str) and "NOPE" in nope["error"]
+
+
+def test_a_long_batch_is_one_canonical_json_text_with_each_tickers_own_rows(client, snap):
+    """A batch over many chunks of sessions, planned from each ticker's prices read alone and
+    written entry by entry: the text is what one orjson.dumps of its values writes (decoded
+    and written again, the same bytes), and each entry's rows are the ticker's own
+    (/api/ticker-returns, read from the whole assembled row), ETFs and late listings too."""
+    tickers = [*snap.symbols["ticker"].tolist()[:12], "NOPE"]
+    metrics = ["returns", "hedge_ratios", "full_metrics", "l3_decomposition"]
+    resp = batch(client, {"tickers": tickers, "metrics": metrics, "years": 10})
+    assert orjson.dumps(orjson.loads(resp.content)) == resp.content
+    doc = resp.json()
+    assert list(doc["results"]) == tickers and doc["summary"]["failed"] == 1
+    for ticker in tickers[:-1]:
+        ret = doc["results"][ticker]["returns"]
+        rows = get(client, "/api/ticker-returns", ticker=ticker, years=10).json()["data"]
+        assert len(rows) > 2 * 128  # more than two chunks: a long read
+        assert ret["dates"] == [r["date"] for r in rows]
+        assert ret["values"] == [r["returns_gross"] for r in rows]
+        assert ret["l1"] == ret["l3_market_hr"] == [r["l3_mkt_hr"] for r in rows]
+        assert ret["l3"] == ret["l3_subsector_hr"] == [r["l3_sub_hr"] for r in rows]
 
 
 def test_batch_l3_decomposition_metric_equals_the_route(client):

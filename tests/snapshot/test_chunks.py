@@ -339,3 +339,22 @@ def test_a_long_row_read_assembles_the_row_once_for_the_next_fields(tmp_path: Pa
     assert list(store._rows) == [6]
     store.forget()
     assert store._rows == {}
+
+
+def test_a_fields_own_row_is_read_without_assembling_the_row(tmp_path: Path) -> None:
+    """`field_span` (a batch's prices): every span of every row, bit for bit the field's,
+    from the field's own runs (narrow dtypes and a field never stored too), and no row is
+    assembled or cached for it; a dense array is sliced."""
+    fields = {"a": _dense(5), "b": _dense(6), "n": np.tile(np.arange(53.0) % 9, (GRID.n, 1))}
+    fields["a"][2, :30] = np.nan  # listed late
+    fields["b"][5] = np.nan  # no such level for row 5
+    fields["empty"] = np.full((GRID.n, GRID.t), np.nan)
+    _, opened, _, _ = _write(tmp_path, fields)
+    store = opened["a"].store
+    for name, want in fields.items():
+        for r in range(GRID.n):
+            for lo, hi in ((0, GRID.t), (1, 50), (17, 29), (40, 41), (30, 30)):
+                _same(chunks.field_span(opened[name], r, lo, hi), want[r, lo:hi])
+    assert store._rows == {}  # long spans too: nothing assembled
+    dense = fields["a"]
+    _same(chunks.field_span(dense, 2, 3, 40), dense[2, 3:40])

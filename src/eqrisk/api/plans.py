@@ -16,6 +16,7 @@ from datetime import date
 import numpy as np
 
 from eqrisk.api.errors import ApiError
+from eqrisk.snapshot.chunks import field_span
 from eqrisk.snapshot.index import Symbol, SymbolIndex, minus_years
 from eqrisk.snapshot.versions import Snapshot
 
@@ -143,9 +144,13 @@ def series_ticker(plan: SeriesPlan) -> tuple[str, ...]:
 
 
 def series_plan(
-    snap: Snapshot, sym: Symbol, lo: int, hi: int, start: date, end: date
+    snap: Snapshot, sym: Symbol, lo: int, hi: int, start: date, end: date, *, alone: bool = False
 ) -> SeriesPlan:
-    price = np.asarray(snap.array("price_close")[sym.row, lo:hi])
+    """The sessions of [lo, hi) where `sym` has a price. `alone`: read the price without the
+    symbol's other fields (a batch plans many symbols before rendering any: a one-symbol
+    answer's plan assembles the whole row, which its renderer then reads from the row cache)."""
+    prices = snap.array("price_close")
+    price = field_span(prices, sym.row, lo, hi) if alone else np.asarray(prices[sym.row, lo:hi])
     return SeriesPlan(sym, lo, hi, np.isfinite(price), start, end)
 
 

@@ -65,7 +65,7 @@ def bench_risk(
 
 @bench_app.command("cost")
 def bench_cost(
-    repeats: Annotated[int, typer.Option(help="Timed calls per case.")] = 10,
+    repeats: Annotated[int, typer.Option(help="Timed calls per case (more for a cheap one).")] = 10,
     seconds: Annotated[float, typer.Option(help="Seconds of /api/health per load.")] = 5.0,
     as_json: JsonOpt = False,
 ) -> None:

@@ -9,10 +9,10 @@ from pydantic import Field, field_validator
 from starlette.responses import Response
 
 from eqrisk.api import wire
-from eqrisk.api.answers import document, snap_headers
+from eqrisk.api.answers import snap_headers
 from eqrisk.api.endpoint import Call, Doc, Endpoint
 from eqrisk.api.errors import ApiError
-from eqrisk.api.formats import JSON, render
+from eqrisk.api.formats import JSON, MEDIA_TYPES, dumps, render
 from eqrisk.api.models import BODY_ERRORS, ERRORS_NO_TICKER, BatchResponse
 from eqrisk.api.params import (
     CSV_COMMENT_DESCRIPTION,
@@ -88,7 +88,7 @@ def plan_batch(snap: Snapshot, p: BatchParams) -> BatchPlan:
         if sym is None:
             items[ticker] = ticker_not_found(idx, [ticker])
             continue
-        plan = series_plan(snap, sym, lo, hi, start, end)
+        plan = series_plan(snap, sym, lo, hi, start, end, alone=True)
         series_asked = bool({"returns", "hedge_ratios", "l3_decomposition"} & set(p.metrics))
         if sym.last < 0 or (series_asked and plan.rows == 0):
             # fails alone and is not charged, like an unknown ticker
@@ -148,15 +148,17 @@ def render_batch(call: Call[BatchParams, BatchPlan]) -> Response:
         )
     results = wire.batch_results(snap, plan)
     _, _, start, end = snap.index.window(plan.years)
-    ok = plan.succeeded
-    return document(
-        snap,
+    total, ok = len(plan.items), plan.succeeded
+    rest = dumps(
         {
-            "results": results,
-            "summary": {"total": len(results), "succeeded": ok, "failed": len(results) - ok},
+            "summary": {"total": total, "succeeded": ok, "failed": total - ok},
             "meta": {"years": plan.years, "metrics": list(plan.metrics), "from": start, "to": end},
-        },
+            "_metadata": snap.metadata(),
+        }
     )
+    # The document `{results, summary, meta, _metadata}` (`answers.document`), written once.
+    body = b"".join([b'{"results":', *results, b",", rest[1:]])
+    return Response(body, media_type=MEDIA_TYPES[JSON], headers=snap_headers(snap))
 
 
 ENDPOINT = Endpoint(

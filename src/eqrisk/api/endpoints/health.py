@@ -9,10 +9,13 @@ from starlette.responses import Response
 from eqrisk.api.answers import snap_headers
 from eqrisk.api.deps import SnapshotDep
 from eqrisk.api.endpoint import Doc, Endpoint
-from eqrisk.api.formats import json_response
+from eqrisk.api.formats import etag_for, json_response
 from eqrisk.api.models import ERRORS, HealthResponse
 
 
+# The answer is a function of the served version (its manifest): its strong ETag names the
+# version, so the compression middleware keeps the compressed bytes and a health check does not
+# compress the same 7 kB again on the event loop each time (docs/decisions/request-path.md).
 async def health(snap: SnapshotDep) -> Response:
     return json_response(
         {
@@ -21,7 +24,7 @@ async def health(snap: SnapshotDep) -> Response:
             "data_as_of": snap.manifest["data_as_of"],
             "risk_accuracy": snap.manifest.get("risk_accuracy"),
         },
-        headers=snap_headers(snap),
+        headers={**snap_headers(snap), "ETag": etag_for(snap.version, "/api/health")},
     )
 
 

@@ -57,7 +57,7 @@ from eqrisk.snapshot.chunks.grid import (
     FieldArray,
     Sliceable,
 )
-from eqrisk.snapshot.chunks.indexing import ChunkedArray, DerivedArray, FieldIndexing
+from eqrisk.snapshot.chunks.indexing import ChunkedArray, DerivedArray, FieldIndexing, field_span
 from eqrisk.snapshot.chunks.layout import (
     SPARSE_LAST,
     chunk_path,
@@ -110,6 +110,7 @@ __all__ = [
     "derivable_from",
     "derive",
     "expected_chunks",
+    "field_span",
     "group_order",
     "group_path",
     "group_runs",

@@ -109,6 +109,15 @@ class ChunkedArray(FieldIndexing):
         assembled = self._assembled(r, lo, hi)
         if assembled is not None:
             return assembled
+        return self.own_row(r, lo, hi)
+
+    def own_row(self, r: int, lo: int, hi: int) -> np.ndarray:
+        """Sessions [lo, hi) of row r from this field's own runs, never from the assembled
+        row: a read of one field of many rows (a batch's prices), which through the assembled
+        rows would assemble every row's other fields too, only for the small row cache to
+        evict them before they are read."""
+        if hi <= lo:
+            return np.full(0, np.nan)
         if self._position < 0 and self.store.is_long(lo, hi):
             return self.store.nan_row[lo:hi]
         if self._position < 0:
@@ -243,3 +252,12 @@ class DerivedArray(FieldIndexing):
 
     def _whole(self) -> np.ndarray:
         return np.asarray(self[:, :], dtype=np.float64)
+
+
+def field_span(arr: FieldArray, r: int, lo: int, hi: int) -> np.ndarray:
+    """Sessions [lo, hi) of row r of one field, read without assembling the row's other
+    fields (`ChunkedArray.own_row`; any other array is sliced as it is)."""
+    if isinstance(arr, ChunkedArray):
+        return arr.own_row(r, lo, hi)
+    out: np.ndarray = np.asarray(arr[r, lo:hi])
+    return out
