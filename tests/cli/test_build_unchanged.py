@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.ingest import ingest
@@ -67,3 +68,25 @@ def test_a_build_with_nothing_new_publishes_and_prunes_nothing(tmp_path: Path) -
     assert changed.returncode == 0, changed.stderr
     v4 = json.loads(changed.stdout)["model_version"]
     assert store.versions() == [v4] and store.current() == v4
+
+
+def test_a_release_that_changes_the_risk_model_is_something_new(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The settings' digest covers every field of the served risk model: code that estimates F
+    or D differently does not find the old version 'built from the same'."""
+    from eqrisk.build import unchanged
+    from eqrisk.model.covariance import CovarianceParams
+    from eqrisk.model.risk_model import RiskParams
+    from eqrisk.model.run import ModelParams
+
+    master = pd.DataFrame({"symbol": SYMBOLS, "asset_type": "stock"})
+    params = ModelParams()
+    served = unchanged.settings_digest(params, master, "SPY", 256)
+    assert unchanged.settings_digest(params, master, "SPY", 256) == served
+    raw = RiskParams.served()
+    raw = RiskParams(
+        covariance=CovarianceParams(corr_standardised=False), styles=raw.styles, regime=raw.regime
+    )
+    monkeypatch.setattr(RiskParams, "served", classmethod(lambda cls: raw))
+    assert unchanged.settings_digest(params, master, "SPY", 256) != served

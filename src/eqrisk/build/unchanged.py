@@ -5,8 +5,9 @@ older version to make room). The build says so instead and changes nothing.
 What a version was built from is its data set's proof (`tail.data_proof`: the digest of every
 partition file, the return breaks, the share classes) with one more entry, `settings`: a digest
 of the method, the market ETF, the classified security master (the sector maps' result) and
-the chunk grid's block. A version written before that entry never matches: its next build
-publishes, as before.
+the chunk grid's block, and the served risk model's settings (`RiskParams.served()`, every
+field: a release that changes how F or D is estimated builds again even on the same data). A
+version written before that entry never matches: its next build publishes, as before.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 
 import eqrisk
 from eqrisk.build.incremental import digest
+from eqrisk.model.risk_model import RiskParams
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot.store import Previous
 
@@ -40,7 +42,13 @@ def settings_digest(
 ) -> str:
     rows = pd.util.hash_pandas_object(master.astype(str), index=True).to_numpy()
     return digest(
-        eqrisk.__version__, params.describe(), market_etf, block_symbols, list(master.columns), rows
+        eqrisk.__version__,
+        params.describe(),
+        repr(RiskParams.served()),
+        market_etf,
+        block_symbols,
+        list(master.columns),
+        rows,
     )
 
 
