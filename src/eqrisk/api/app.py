@@ -213,10 +213,10 @@ def lower_thread_priority(step: int = RENDER_NICENESS) -> None:
 
 
 def tune_process() -> None:
-    """The serving process's own settings (the allocator; the interpreter's switch interval
-    stays at its default: 0.5 ms measured no better, docs/decisions/serving.md): set by
-    `serving_app` in every worker process, not by `create_app`, so that a test or a
-    notebook that builds an app keeps its process as it was."""
+    """The serving process's own settings (the allocator): set by `serving_app` in every
+    worker process, not by `create_app`, so that a test or a notebook that builds an app keeps
+    its allocator as it was. (The interpreter's switch interval is `create_app`'s:
+    `GIL_SWITCH_S`, docs/decisions/request-path.md.)"""
     keep_freed_memory()
 
 
