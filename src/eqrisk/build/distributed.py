@@ -26,26 +26,23 @@ numbers in memory.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import os
-import pickle
 import shutil
 import threading
-import uuid
-import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
 
 from eqrisk.build.block_inputs import PRICE_INPUTS, BlockSource, unless_all_nan
+from eqrisk.build.executors import (
+    DaskUnavailable as DaskUnavailable,  # where the CLI and the tests have it from
+)
+from eqrisk.build.executors import Executor, Local, OnDask
+from eqrisk.build.executors import dask_client as dask_client
 from eqrisk.data.panel import Panel
 from eqrisk.model.run import (
     BlockInput,
@@ -63,182 +60,31 @@ from eqrisk.snapshot import chunks
 from eqrisk.snapshot.tables import PANEL_ARRAYS, Staged
 
 if TYPE_CHECKING:
-    from distributed import Client, Future
-
-# Blocks in flight per worker: one running, one on its way (the transfer hides behind the work).
-IN_FLIGHT_PER_WORKER = 2
-# A task that raised is tried again this many times (a task whose worker was lost is rerun
-# elsewhere by the scheduler anyway, up to distributed.scheduler.allowed-failures times).
-TASK_RETRIES = 1
+    from distributed import Client
 
 # numba's default threading layer must not be entered by two threads of one process at once:
 # a worker started with several threads runs its blocks one at a time, each in parallel inside.
 _KERNEL_LOCK = threading.Lock()
 
 
-class DaskUnavailable(RuntimeError):
-    """No Dask cluster to build on (the scheduler is unreachable, or has no worker)."""
-
-
-def _block_task(
-    shared: SharedFactors, block: BlockInput, threads: int | None
-) -> dict[str, np.ndarray]:
-    """What a worker runs for one block."""
+@contextmanager
+def _kernel(threads: int | None) -> Iterator[None]:
+    """The kernels' turn in this process, on `threads` numba threads (None: as they are)."""
     import numba
 
     with _KERNEL_LOCK:
         if threads:
             ceiling = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
             numba.set_num_threads(max(1, min(threads, ceiling)))
-        return run_block(shared, block)
-
-
-@contextmanager
-def dask_client(address: str, *, workers: int | None = None) -> Iterator[Client]:
-    """A client of the cluster `address` names: 'local' starts a LocalCluster of `workers`
-    single-threaded worker processes (default: one per core) for the build's duration; anything
-    else is a scheduler address (tcp://host:8786) of a running cluster."""
-    from distributed import Client, LocalCluster
-
-    if address == "local":
-        n = workers or os.cpu_count() or 1
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=logging.WARNING,
-        )
-        try:
-            with Client(cluster) as client:
-                yield client
-        finally:
-            cluster.close()
-        return
-    try:
-        client = Client(address)  # waits distributed.comm.timeouts.connect (30 s by default)
-    except OSError as exc:
-        raise DaskUnavailable(
-            f"no Dask scheduler at {address} ({exc}): start one (`dask scheduler`, then "
-            "`dask worker ADDRESS` on each worker host), or build with --dask local or without "
-            "--dask"
-        ) from None
-    # A scheduler lost mid-build is eqrisk's one line (DaskUnavailable); the client's own
-    # account of it (an ERROR record, with a traceback at times) would come before it.
-    client_log = logging.getLogger("distributed.client")
-    level = client_log.level
-    client_log.setLevel(logging.CRITICAL)
-    try:
-        yield client
-    finally:
-        client.close()
-        client_log.setLevel(level)
-
-
-def _worker_threads(client: Client) -> tuple[int, int | None]:
-    """(workers, numba threads per block): the cores of this host shared among the worker
-    processes of a LocalCluster; workers elsewhere (or threads of this process) keep numba's
-    default, all of their host's cores."""
-    from distributed.comm.core import CommClosedError
-
-    try:
-        workers: dict[str, int] = client.nthreads()
-        if not workers:
-            try:
-                client.wait_for_workers(1, timeout=60)
-            except TimeoutError:
-                raise DaskUnavailable(
-                    "the Dask scheduler has no worker after 60 s: start some "
-                    "(`dask worker SCHEDULER_ADDRESS` on each worker host)"
-                ) from None
-            workers = client.nthreads()
-    except (CommClosedError, OSError) as exc:  # the scheduler gone while we asked or waited
-        raise DaskUnavailable(
-            f"the Dask cluster went away before the build began ({_one_line(exc)}); nothing "
-            "changed: restart it, or build without --dask"
-        ) from None
-    hosts = {urlsplit(address).hostname for address in workers}
-    local = hosts <= {"127.0.0.1", "localhost", "::1"}
-    threads = max(1, (os.cpu_count() or 1) // len(workers)) if local else None
-    return len(workers), threads
-
-
-@contextmanager
-def _large_tasks() -> Iterator[None]:
-    """A block's inputs travel inside its task on purpose (a few MB: what makes it rerunnable
-    elsewhere): Dask's warning about large objects in a task graph is not for this case."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ll]arge object.*")
         yield
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _shared_task(client: Client, shared: SharedFactors, run_id: str) -> Future[SharedFactors]:
-    """The shared factor series as a task, not scattered data: the scheduler keeps the task's
-    inputs, so a worker lost with the only copy (Dask's memory manager drops the replicas a
-    broadcast made) costs a recomputation, not the build."""
-    with _large_tasks():
-        return client.submit(
-            _identity, shared, key=f"eqrisk-shared-{run_id}", pure=False, retries=TASK_RETRIES
-        )
-
-
-def _result(future: Future[Any]) -> Any:
-    """A task's result; the cluster gone (the scheduler unreachable, every worker lost, a task
-    that killed its workers again and again) is DaskUnavailable, one line."""
-    from distributed import KilledWorker
-    from distributed.comm.core import CommClosedError
-
-    try:
-        return future.result()
-    except KilledWorker as exc:
-        raise DaskUnavailable(
-            f"the Dask build lost its workers ({_one_line(exc)}); nothing changed: check the "
-            "workers' memory and logs, or build without --dask"
-        ) from None
-    except (CommClosedError, CancelledError, OSError) as exc:
-        raise DaskUnavailable(
-            f"the Dask cluster went away during the build ({_one_line(exc)}); nothing "
-            "changed: restart it, or build without --dask"
-        ) from None
-
-
-def _one_line(exc: BaseException, most: int = 200) -> str:
-    """An exception as a short line (Dask's messages span lines)."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text if len(text) <= most else text[: most - 3] + "..."
-
-
-def _in_flight(
-    items: Sequence[Any], submit: Callable[[Any], Future[Any]], workers: int
-) -> Iterator[tuple[Any, Any]]:
-    """(item, result) of `submit(item)` for every item, as they complete, with at most
-    IN_FLIGHT_PER_WORKER tasks per worker submitted at a time: the inputs of a task are sent
-    when it is submitted, so the cluster never holds more than a few blocks' inputs."""
-    from distributed import as_completed
-
-    queue = iter(items)
-    running = as_completed()
-    item_of: dict[object, Any] = {}
-
-    def submit_next() -> None:
-        item = next(queue, None)
-        if item is not None:
-            future = submit(item)
-            item_of[future.key] = item
-            running.add(future)
-
-    for _ in range(workers * IN_FLIGHT_PER_WORKER):
-        submit_next()
-    for future in running:
-        result = _result(future)
-        item = item_of.pop(future.key)
-        future.release()
-        submit_next()
-        yield item, result
+def _block_task(
+    shared: SharedFactors, block: BlockInput, threads: int | None
+) -> dict[str, np.ndarray]:
+    """What a worker runs for one block."""
+    with _kernel(threads):
+        return run_block(shared, block)
 
 
 def run_model_dask(
@@ -256,29 +102,12 @@ def run_model_dask(
     say = progress or (lambda _msg: None)
     plan = plan_model(panel, master, params, exclude=exclude)
     bounds = plan.blocks(block_rows)
-    workers, threads = _worker_threads(client)
-    run_id = uuid.uuid4().hex[:8]
-    shared = _shared_task(client, plan.shared, run_id)
-
-    def submit(bound: tuple[int, int]) -> Future[dict[str, np.ndarray]]:
-        start, stop = bound
-        # The block goes in the task itself, not scattered to one worker: the scheduler
-        # holds it and reruns the task elsewhere when its worker is lost.
-        with _large_tasks():
-            return client.submit(
-                _block_task,
-                shared,
-                plan.block(start, stop),
-                threads,
-                key=f"eqrisk-block-{run_id}-{start}",
-                pure=False,
-                retries=TASK_RETRIES,
-            )
-
+    executor = OnDask(client)
     n, n_t = plan.returns.shape
     joined: dict[str, np.ndarray] = {}
-    say(f"blocks 0/{len(bounds)} done ({workers} workers, {block_rows} symbols a block)")
-    for done, ((start, _stop), arrays) in enumerate(_in_flight(bounds, submit, workers), 1):
+    say(f"blocks 0/{len(bounds)} done ({executor.workers} workers, {block_rows} symbols a block)")
+    done_blocks = executor.map(_block_task, plan.shared, bounds, lambda b: plan.block(*b))
+    for done, ((start, _stop), arrays) in enumerate(done_blocks, 1):
         for name, arr in arrays.items():
             if name not in joined:
                 joined[name] = np.empty((n, n_t), dtype=arr.dtype)
@@ -365,12 +194,7 @@ def _block_files(folder: Path, b: int) -> Iterator[Path]:
 
 def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> BlockWritten:
     """What a worker runs for one job: compute, write the blocks' chunks, return the codes."""
-    import numba
-
-    with _KERNEL_LOCK:
-        if threads:
-            ceiling = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
-            numba.set_num_threads(max(1, min(threads, ceiling)))
+    with _kernel(threads):
         out = run_block(shared, job.rows)
     size, n_t = job.rows.returns.shape
     rank = job.rank if job.rank is not None else _nans((size, n_t))
@@ -431,27 +255,9 @@ def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> Bl
 INPUTS = ".inputs"  # a staging folder's block inputs, one file a task (removed at the end)
 
 
-def _dump(job: BlockJob, path: Path) -> None:
-    """Write a job's inputs where every worker reads them (whole or not at all)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    with open(tmp, "wb") as fh:
-        pickle.dump(job, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
-
-
-def _write_task_from(
-    shared: SharedFactors, path: str, derive: tuple[str, ...] | None, threads: int | None
-) -> BlockWritten:
-    """A worker's task: the job's inputs read from the store, then `_write_task`."""
-    with open(path, "rb") as fh:
-        job: BlockJob = pickle.load(fh)
-    return _write_task(shared, dataclasses.replace(job, derive=derive), threads)
-
-
 def write_model_dask(
     source: BlockSource,
-    client: Client | None,
+    executor: Executor | Client | None,
     folder: Path,
     *,
     previous: Path | None = None,
@@ -460,16 +266,16 @@ def write_model_dask(
     block_symbols: int = chunks.BLOCK_SYMBOLS,
     rows: RowReader | None = None,
 ) -> tuple[Staged, list[str]]:
-    """Run the model on the cluster of `client`, the workers writing the arrays of the version
-    into `folder` (a staging folder on the shared store; chunks equal to `previous`'s are hard
-    links to them). Tasks take whole blocks of the chunk grid: `block_rows` rounded up to a
-    multiple of its block. Returns the staged arrays and the metric names in published order.
+    """Run the model block by block on `executor` (`executors.Local`, None, or `OnDask`: a
+    Dask client is taken as the cluster to run on), each block writing the arrays of the
+    version into `folder` (a staging folder on the shared store; chunks equal to `previous`'s
+    are hard links to them). Tasks take whole blocks of the chunk grid: `block_rows` rounded
+    up to a multiple of its block. Returns the staged arrays and the metric names in
+    published order. No (n x T) output array is ever held: each block's outputs are written
+    to its chunk files and dropped where it ran.
 
     A field is derived on read (not stored) when every block can derive it, as in a local
     build; a block that left out a field another block could not derive is run again.
-
-    `client` None runs the tasks here, one after the other: the local full build, each block
-    computed, written to its chunk files and dropped (no (n x T) output is ever held).
 
     `rows` reads the rows [start, stop) of the price fields the source does not hold (a full
     build holds none of them: `build_snapshot`); each job holds its own."""
@@ -478,15 +284,15 @@ def write_model_dask(
     grid = chunks.ChunkGrid(n, n_t, block_symbols)
     per_task = max(1, -(-block_rows // grid.block))
     bounds = [(b, min(b + per_task, grid.blocks)) for b in range(0, grid.blocks, per_task)]
-    run_id = uuid.uuid4().hex[:8]
-    shared: Future[SharedFactors] | None = None
-    if client is None:
-        workers, threads = 1, None
-    else:
-        workers, threads = _worker_threads(client)
-        shared = _shared_task(client, source.shared, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     inputs = folder / INPUTS
+    on: Executor
+    if executor is None:
+        on = Local()
+    elif isinstance(executor, Local | OnDask):
+        on = executor
+    else:
+        on = OnDask(cast("Client", executor))
     unread = source.unread  # read by each job (`rows`)
     if unread and rows is None:
         raise ValueError(f"no reader of the price fields the source lacks: {unread}")
@@ -499,7 +305,8 @@ def write_model_dask(
             got.update({k: unless_all_nan(v) for k, v in rows(start, stop, unread).items()})
         return got
 
-    def job(b0: int, b1: int, derive: tuple[str, ...] | None = None) -> BlockJob:
+    def job(item: tuple[int, int, tuple[str, ...] | None]) -> BlockJob:
+        b0, b1, derive = item
         start, stop = grid.rows(b0)[0], grid.rows(b1 - 1)[1]
         return BlockJob(
             folder=str(folder),
@@ -516,43 +323,20 @@ def write_model_dask(
     def run(
         jobs: Sequence[tuple[int, int, tuple[str, ...] | None]], what: str
     ) -> list[BlockWritten]:
-        def submit(item: tuple[int, int, tuple[str, ...] | None]) -> Future[BlockWritten]:
-            b0, b1, derive = item
-            # The job's inputs go to the store, not to one worker: a task reads them there,
-            # so that the scheduler reruns the task of a lost worker on another (the task
-            # itself is a path); a second pass reads the first pass's file.
-            path = inputs / f"{b0}.pickle"
-            if not path.exists():
-                _dump(job(b0, b1), path)
-            assert client is not None
-            return client.submit(
-                _write_task_from,
-                shared,
-                str(path),
-                derive,
-                threads,
-                key=f"eqrisk-write-{run_id}-{what}-{b0}",
-                pure=False,
-                retries=TASK_RETRIES,
-            )
-
         got: list[BlockWritten] = []
-        done_here: Iterator[tuple[Any, BlockWritten]]
-        if client is None:
-            done_here = ((item, _write_task(source.shared, job(*item), None)) for item in jobs)
-        else:
-            done_here = _in_flight(jobs, submit, workers)
-        for done, (_item, written) in enumerate(done_here, start=1):
+        answers = on.map(_write_task, source.shared, jobs, job, name="write", ship=inputs)
+        for done, (_item, written) in enumerate(answers, start=1):
             got.append(written)
             say(f"blocks {done}/{len(jobs)} {what}")
         return got
 
-    if client is None:
-        say(f"blocks 0/{len(bounds)} written (in process, {grid.block * per_task} symbols each)")
+    size = grid.block * per_task
+    if isinstance(on, Local):
+        say(f"blocks 0/{len(bounds)} written (in process, {size} symbols each)")
     else:
         say(
-            f"blocks 0/{len(bounds)} written ({workers} workers, {grid.block * per_task} "
-            "symbols a task, written by the workers)"
+            f"blocks 0/{len(bounds)} written ({on.describe()}, {size} symbols a task, "
+            "written by the workers)"
         )
     try:
         written = {w.b0: w for w in run([(b0, b1, None) for b0, b1 in bounds], "written")}

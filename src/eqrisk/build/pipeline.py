@@ -1,46 +1,63 @@
 """`eqrisk build`: ingested data -> model -> a new snapshot version (the only place that joins
-the three; the model itself does no I/O)."""
+the three; the model itself does no I/O).
+
+One path (`Build.on`), whatever was read and wherever the blocks run:
+
+1. read (`build_snapshot`): the end of the data set when the years before it are proved
+   unchanged (`tail`); else the whole history, as a panel in memory, or, for a build that can
+   reuse nothing, as a plan streamed one slice of sessions at a time (`universe.streamed_build`);
+2. plan: `model.run.plan_model` (or the streamed plan) and the input digests (`incremental`);
+3. start (`start.start_of`): the first time chunk to compute, 0 = the whole history;
+4. run: the blocks on an executor, `executors.Local` (this process) or `executors.OnDask`
+   (`--dask`), one interface (`Executor.map`): from chunk 0 each block computes its rows and
+   writes their chunks where it runs (`distributed.write_model_dask`: no (n x T) output is
+   held); from a chunk c > 0 (an incremental build) each block computes its sessions from c
+   (`resume.run_from`) and the new sessions are spliced onto the previous version's
+   (`start.run_tail`). A start > 0 runs in process (with --dask, up to `dask_min_cells`);
+5. write (`VersionStore.write`: the arrays staged by the blocks, or the new chunks beside
+   links to the previous version's) and publish (`VersionStore.set_current`, inside it).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
 from eqrisk.build import incremental, tail, unchanged
-from eqrisk.build.block_inputs import BlockSource, InMemory, StreamedPlan
-from eqrisk.build.risk_run import RiskInputs, risk_files, risk_resumes
+from eqrisk.build.block_inputs import BlockSource, InMemory
+from eqrisk.build.distributed import RowReader, write_model_dask
+from eqrisk.build.executors import Executor, Local, OnDask, dask_client
+from eqrisk.build.risk_run import RiskInputs, risk_files
+from eqrisk.build.start import Asked, Ran, Reading, Start, run_tail, start_of, whole_after
 from eqrisk.build.universe import check_universe, open_universe, streamed_build
 from eqrisk.data.corporate_actions import break_cells, return_breaks
 from eqrisk.data.ingested import Stored, read_panel, read_rows
 from eqrisk.data.master import Mappings
 from eqrisk.data.panel import MODEL_FIELDS, PANEL_FIELDS, Panel
 from eqrisk.data.share_classes import read_share_classes
-from eqrisk.model.resume import run_from
-from eqrisk.model.run import (
-    ModelParams,
-    ModelPlan,
-    ModelResult,
-    plan_model,
-    result_of,
-)
+from eqrisk.model.run import ModelParams, ModelPlan, ModelResult, plan_model, result_of
 from eqrisk.model.run import run_block as run_block  # the block kernel the builds run
 from eqrisk.snapshot.build_times import build_mode, record_build
-from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, CHUNK_SESSIONS, open_arrays
+from eqrisk.snapshot.chunks import BLOCK_SYMBOLS, open_arrays
 from eqrisk.snapshot.store import Previous, VersionStore
-from eqrisk.snapshot.tables import PANEL_ARRAYS, Reuse, SnapshotContent, Staged
-from eqrisk.snapshot.versions import Snapshot, store_of
-
-if TYPE_CHECKING:
-    from eqrisk.build.distributed import RowReader
+from eqrisk.snapshot.tables import SnapshotContent
+from eqrisk.snapshot.versions import store_of
 
 # An incremental build asked to run on Dask runs in process up to this many cells (symbols x
 # sessions computed): a one-session update of 5,000 symbols computes one chunk, 640,000 cells.
 DASK_MIN_CELLS = 20_000_000
+ingest_keys = ("data_source", "files", "merged_files", "ingested_at", "report_dir")
+
+
+class WholeHistory(Exception):
+    """A tail build that cannot be incremental: the whole history is read instead."""
 
 
 def build_snapshot(
@@ -113,40 +130,26 @@ def build_snapshot(
     same = unchanged.built_from(previous, proof)
     if skip_unchanged and same is not None and not (full or force):
         raise unchanged.NothingNew(same)
-
-    def publish_on(panel: Panel, **options: Any) -> dict[str, Any]:
-        streamed = options.get("streamed") is not None
-        return publish_panel(
-            store,
-            panel,
-            master,
-            params,
-            breaks=None if streamed else return_breaks(breaks_list, panel.symbols, panel.sessions),
-            meta=found.meta,
-            keep=keep,
-            dask=dask,
-            progress=say,
-            previous=previous,
-            block_symbols=block_symbols,
-            dask_min_cells=dask_min_cells,
-            proof=proof,
-            **options,
-        )
-
+    build = Build(
+        store, master, params, say, previous=previous, meta=found.meta, keep=keep, dask=dask,
+        dask_workers=dask_workers, block_rows=block_rows, full=full,
+        block_symbols=block_symbols, dask_min_cells=dask_min_cells, proof=proof,
+    )  # fmt: skip
     manifest = None
     if not full:
-        manifest = _publish_tail(
-            found, raw_master, classes, proof, params, previous, force, say, publish_on
-        )
+        reading = _tail_reading(found, raw_master, classes, proof, params, previous, force, say)
+        try:
+            manifest = build.on(reading) if reading is not None else None
+        except WholeHistory as why_not:
+            say(f"reading the whole history: {why_not}")
     whole = full or previous is None or previous.snapshot is None
     if manifest is None and (whole or dask is not None):
         # A build that cannot reuse anything (--full, or no version yet), or a Dask build that
         # reads the whole history, plans the model one slice of sessions at a time and each
         # block reads its own rows: the builder holds no (n x T) array.
         manifest = streamed_build(
-            found, raw_master, classes, master, params, store, say, publish_on,
+            found, raw_master, classes, master, params, store, say, build.on,
             block_symbols=block_symbols, check=None if force else previous,
-            dask_workers=dask_workers, block_rows=block_rows, full=full,
         )  # fmt: skip
     if manifest is None:
         # The whole history read for the model: each block reads its other price fields when
@@ -161,13 +164,8 @@ def build_snapshot(
         def rows(start: int, stop: int, names: tuple[str, ...]) -> dict[str, np.ndarray]:
             return read_rows(found, panel.symbols[start:stop], panel.sessions, names)
 
-        manifest = publish_on(
-            panel,
-            dask_workers=dask_workers,
-            block_rows=block_rows,
-            full=full,
-            rows=rows,
-        )
+        breaks = return_breaks(breaks_list, panel.symbols, panel.sessions)
+        manifest = build.on(Reading(panel, breaks=breaks, rows=rows))
     seconds = time.perf_counter() - started
     record_build(store.root, build_mode(manifest, dask), seconds)
     return manifest
@@ -180,11 +178,7 @@ def current_block(previous: Previous | None) -> int:
     return int(previous.snapshot.manifest["arrays"]["grid"]["block"])
 
 
-class WholeHistory(Exception):
-    """A tail build that cannot be incremental: the whole history is read instead."""
-
-
-def _publish_tail(
+def _tail_reading(
     found: Stored,
     raw_master: pd.DataFrame,
     classes: dict[str, str],
@@ -193,12 +187,10 @@ def _publish_tail(
     previous: Previous,
     force: bool,
     say: Callable[[str], None],
-    publish_on: Callable[..., dict[str, Any]],
-) -> dict[str, Any] | None:
-    """The incremental build on the end of the data set only (`tail`): the sessions from the
-    window's base on are read, the years before it proved unchanged by the data set's
-    partition digests. None when the whole history is to be read (the build then decides on
-    it as before; why is said)."""
+) -> Reading | None:
+    """The end of the data set only (`tail`): the sessions from the window's base on, the
+    years before it proved unchanged by the data set's partition digests. None when the whole
+    history is to be read (why is said)."""
     snapshot = previous.snapshot
     calendar = found.calendar().to_numpy()
     if (
@@ -220,11 +212,8 @@ def _publish_tail(
     say(f"reading the ingested data from {window.since.date()} (the years before: unchanged)")
     panel = read_panel(found, raw_master, classes, since=window.since)
     excluded = len(break_cells(breaks_list, panel.symbols, window.calendar))
-    try:
-        return publish_on(panel, window=window, returns_excluded=excluded)
-    except WholeHistory as why_not:
-        say(f"reading the whole history: {why_not}")
-        return None
+    breaks = return_breaks(breaks_list, panel.symbols, panel.sessions)
+    return Reading(panel, breaks=breaks, window=window, returns_excluded=excluded)
 
 
 def publish_panel(
@@ -245,115 +234,190 @@ def publish_panel(
     block_symbols: int = BLOCK_SYMBOLS,
     dask_min_cells: int = DASK_MIN_CELLS,
     proof: dict[str, Any] | None = None,
-    window: tail.Window | None = None,
-    returns_excluded: int = 0,
     rows: RowReader | None = None,
-    streamed: StreamedPlan | None = None,
 ) -> dict[str, Any]:
     """The model on a panel (and its classified master) published as a new version of the
-    store (`home`: a store, or a home whose store it is): the half of `build_snapshot` after
-    the ingested data is read (the build bench calls it on a synthetic panel). Incremental
-    unless `full` or `dask` (see `build_snapshot`); `previous` is the store's previous version
-    when the caller opened it already. `proof`: the data set's digests (`tail.data_proof`),
+    store (`home`: a store, or a home whose store it is): the path of `build_snapshot` on a
+    panel already read (the build bench calls it on a synthetic panel). Incremental unless
+    `full` or `dask` (see `build_snapshot`); `previous` is the store's previous version when
+    the caller opened it already. `proof`: the data set's digests (`tail.data_proof`),
     recorded for the next build. `rows`: where a block reads the price fields `panel` was
-    read without (`Panel.read`; a build that reuses chunks needs them all in the panel).
+    read without (`Panel.read`; a build that reuses chunks needs them all in the panel)."""
+    build = Build(
+        store_of(home), master, params, progress or (lambda _msg: None), previous=previous,
+        meta=meta or {}, keep=keep, dask=dask, dask_workers=dask_workers,
+        block_rows=block_rows, full=full, block_symbols=block_symbols,
+        dask_min_cells=dask_min_cells, proof=proof,
+    )  # fmt: skip
+    return build.on(Reading(panel, breaks=breaks, rows=rows))
 
-    With `window`, `panel` holds the sessions from `window.base` on only (a tail build, see
-    `tail`; `returns_excluded` counts the breaks over the whole calendar): raises WholeHistory
-    when the build cannot be incremental. With `streamed` (`block_inputs.stream_plan`: a full
-    build's plan, `panel` only its symbols and sessions), the blocks read their rows there."""
-    say = progress or (lambda _msg: None)
-    store = store_of(home)
-    meta = meta or {}
-    plan, digests, source = _planned(panel, master, params, breaks, window, previous, streamed)
-    if proof is not None:
-        digests["data"] = proof
-    fed = None  # the digests of the fields the blocks read (`rows`), fed as they read them
-    if source.unread and rows is not None:
-        fed = incremental.RowDigests(source.unread, *source.shape)
-        rows = _feeding(rows, fed)
-    build: dict[str, Any] = {}
 
-    def publish(
-        result: ModelResult, *, staged: Staged | None = None, reused: SnapshotContent | None = None
-    ) -> dict[str, Any]:
-        """Write a build's result as the new version (the one place for the three paths): its
-        arrays already written by the Dask workers when `staged` says so, the previous
-        version's chunks before the first computed one shared by an incremental build
-        (`reused`: its panel, reuse and risk inputs)."""
-        reuse = reused.reuse if reused is not None else None
-        written = reused.panel if reused is not None else panel
-        more = reused.more if reused is not None else None
+@dataclass
+class Planned:
+    """What was read and planned: the plan (None: a streamed one, in `source`), its input
+    digests, the blocks' source, where blocks read the price fields the source lacks and the
+    digests of those, fed as they are read."""
+
+    reading: Reading
+    plan: ModelPlan | None
+    digests: dict[str, Any]
+    source: BlockSource
+    rows: RowReader | None
+    fed: incremental.RowDigests | None
+
+
+@dataclass
+class Build:
+    """One build's settings and the path it takes on what was read (`on`)."""
+
+    store: VersionStore
+    master: pd.DataFrame
+    params: ModelParams
+    say: Callable[[str], None]
+    previous: Previous | None = None  # opened by the caller already (else when needed)
+    meta: dict[str, Any] = field(default_factory=dict)  # the ingest's
+    keep: int = 3
+    dask: str | None = None
+    dask_workers: int | None = None
+    block_rows: int = 1024
+    full: bool = False
+    block_symbols: int = BLOCK_SYMBOLS
+    dask_min_cells: int = DASK_MIN_CELLS
+    proof: dict[str, Any] | None = None
+
+    def on(self, reading: Reading) -> dict[str, Any]:
+        """Plan, start, run, write, publish (the module docstring). With a tail reading,
+        raises WholeHistory when the build cannot start after chunk 0."""
+        plan, digests, source = _planned(reading, self.master, self.params, self.previous)
+        if self.proof is not None:
+            digests["data"] = self.proof
+        rows, fed = reading.rows, None  # the digests of the fields the blocks read, as read
+        if source.unread and rows is not None:
+            fed = incremental.RowDigests(source.unread, *source.shape)
+            rows = _feeding(rows, fed)
+        planned = Planned(reading, plan, digests, source, rows, fed)
+        return self._from(self._start(plan, reading, digests), planned)
+
+    def _from(self, start: Start, planned: Planned) -> dict[str, Any]:
+        """Run the blocks from `start` on the executor, write and publish the version."""
+        if start.whole:
+            if planned.reading.window is not None:
+                raise WholeHistory("; ".join(start.build["reasons"]))
+            start = self._whole(start, streamed=planned.plan is None)
+        with self._staging(start) as staging, self._executor(start) as executor:
+            ran = self._run(start, planned, executor, staging)
+            if isinstance(ran, str):  # the new sessions break a derivation: the whole history
+                assert start.decision is not None
+                whole = whole_after(start.decision, planned.reading.window, self.say, ran)
+                return self._from(whole, planned)
+            if not start.whole:
+                self.say(f"writing the new sessions' chunks ({start.build['reasons'][-1]})")
+            return self._write(ran, start, planned)
+
+    def _opened(self) -> Previous:
+        if self.previous is None:
+            self.previous = self.store.previous()
+        return self.previous
+
+    def _start(self, plan: ModelPlan | None, reading: Reading, digests: dict[str, Any]) -> Start:
+        """Where the run starts: the whole history for a streamed plan and with --full."""
+        if plan is None or self.full:
+            return Start(0)
+        limit = self.dask_min_cells if self.dask is not None else None
+        asked = Asked(self.block_symbols, limit, reading.window)
+        return start_of(self._opened(), plan, digests, asked, self.say)
+
+    def _whole(self, start: Start, *, streamed: bool) -> Start:
+        """A start at the whole history with the reasons the manifest gives (the digests'
+        where they were asked), said."""
+        build = start.build
+        if self.dask is not None:
+            build = {"mode": "full", "reasons": ["--full" if self.full else "a Dask build"]}
+        elif self.full:
+            build = {"mode": "full", "reasons": ["--full"]}
+        elif streamed:
+            build = {"mode": "full", "reasons": [_no_previous(self.previous)]}
+            self.say(build["reasons"][0])
+        self.say(f"full build: {'; '.join(build['reasons'])}")
+        return Start(0, build)
+
+    def _staging(self, start: Start) -> AbstractContextManager[Path | None]:
+        """Where the blocks of a run from the whole history write (the store's staging
+        folder, which the new version takes over); a run from c > 0 hands its tail over."""
+        return self.store.staging() if start.whole else nullcontext()
+
+    @contextmanager
+    def _executor(self, start: Start) -> Iterator[Executor]:
+        """Where the blocks run: on Dask with --dask from the whole history, else here (a
+        start > 0 computes at most `dask_min_cells`)."""
+        if self.dask is None or not start.whole:
+            yield Local()
+            return
+        self.say(f"starting Dask ({self.dask})")
+        with dask_client(self.dask, workers=self.dask_workers) as client:
+            yield OnDask(client)
+
+    def _run(
+        self, start: Start, planned: Planned, executor: Executor, staging: Path | None
+    ) -> Ran | str:
+        """The blocks on `executor`. From chunk 0 each block computes its rows and writes
+        their chunks into `staging`; the tables are written from the written chunks, so no
+        (n x T) output array is ever held here. From c > 0, each block's sessions from c,
+        spliced onto the previous version's (`start.run_tail`; a str: why not after all)."""
+        if not start.whole:
+            assert planned.plan is not None
+            return run_tail(self._opened(), planned.plan, planned.reading, start, executor.map)
+        assert staging is not None
+        source, local = planned.source, isinstance(executor, Local)
+        staged, names = write_model_dask(
+            source,
+            executor,
+            staging,
+            previous=self.store.share_from(),
+            block_rows=self.block_symbols if local else self.block_rows,
+            block_symbols=self.block_symbols,
+            progress=self.say,
+            rows=planned.rows,
+        )
+        written = open_arrays(staging, staged.arrays)
+        result = result_of(source.plan, {name: cast(np.ndarray, written[name]) for name in names})
+        _say_caps(result, self.say)
+        return Ran(result, planned.reading.panel, staged=staged)
+
+    def _write(self, ran: Ran, start: Start, planned: Planned) -> dict[str, Any]:
+        """Write the run as the new version and publish it (`VersionStore.write`)."""
+        digests, fed = planned.digests, planned.fed
+        more = ran.more or risk_files(
+            ran.result, RiskInputs.of(planned.source.plan), ran.reuse, ran.panel.sessions
+        )
         content = SnapshotContent(
-            result=result,
-            panel=written,
-            master=master,
-            data_source=str(meta.get("data_source", "unknown")),
-            ingest={k: meta.get(k) for k in ingest_keys},
-            reuse=reuse,
+            result=ran.result,
+            panel=ran.panel,
+            master=self.master,
+            data_source=str(self.meta.get("data_source", "unknown")),
+            ingest={k: self.meta.get(k) for k in ingest_keys},
+            reuse=ran.reuse,
             inputs=digests if fed is None else fed.into(digests),
-            build=build,
-            staged=staged,
-            block=block_symbols,
-            more=more or risk_files(result, RiskInputs.of(source.plan), reuse, written.sessions),
+            build=start.build,
+            staged=ran.staged,
+            block=self.block_symbols,
+            more=more,
         )
-        return store.write(content, keep=keep, progress=say)
-
-    if plan is not None and not full:
-        if previous is None:
-            previous = store.previous()
-        limit = dask_min_cells if dask is not None else None
-        reused, build = _incremental(
-            previous,
-            plan,
-            panel,
-            master,
-            digests,
-            say,
-            block_symbols,
-            limit,
-            window=window,
-            returns_excluded=returns_excluded,
-        )
-        if reused is not None:
-            say(f"writing the new sessions' chunks ({build['reasons'][-1]})")
-            return publish(reused.result, reused=reused)
-    if window is not None:
-        raise WholeHistory("; ".join(build["reasons"]))
-    build = _full_build(build, streamed=plan is None, full=full, dask=dask, previous=previous)
-    if plan is None and not full and dask is None:  # a build that cannot reuse anything
-        say(build["reasons"][0])
-    say(f"full build: {'; '.join(build['reasons'])}")
-    # One path, block by block, whose executor is this process (each block computed, written
-    # and dropped: bounded memory) or the workers of the Dask cluster at `dask`.
-    local = dask is None
-    return _publish_dask(
-        store,
-        source,
-        publish,
-        address=dask,
-        workers=None if local else dask_workers,
-        block_rows=block_symbols if local else block_rows,
-        block_symbols=block_symbols,
-        say=say,
-        rows=rows,
-    )
+        return self.store.write(content, keep=self.keep, progress=self.say)
 
 
 def _planned(
-    panel: Panel,
+    reading: Reading,
     master: pd.DataFrame,
     params: ModelParams,
-    breaks: np.ndarray | None,
-    window: tail.Window | None,
     previous: Previous | None,
-    streamed: StreamedPlan | None,
 ) -> tuple[ModelPlan | None, dict[str, Any], BlockSource]:
-    """The plan the blocks read (None with `streamed`, a full build's plan in files), the
+    """The plan the blocks read (None with a streamed plan, a full build's plan in files), the
     digests of its inputs and the blocks' source."""
-    if streamed is not None:
-        return None, dict(streamed.inputs), streamed
-    plan = plan_model(panel, master, params, exclude=breaks)
+    if reading.streamed is not None:
+        return None, dict(reading.streamed.inputs), reading.streamed
+    panel, window = reading.panel, reading.window
+    plan = plan_model(panel, master, params, exclude=reading.breaks)
     base, proved, total = 0, None, None
     if window is not None:
         if previous is None or previous.snapshot is None:
@@ -362,28 +426,9 @@ def _planned(
         base, total = window.base, len(window.calendar)
         proved = list(previous.snapshot.manifest["inputs"]["chunks"][: window.proved])
     digests = incremental.input_digests(
-        plan, panel, master, breaks, base=base, proved=proved, sessions=total
+        plan, panel, master, reading.breaks, base=base, proved=proved, sessions=total
     )
     return plan, digests, InMemory(plan)
-
-
-def _full_build(
-    build: dict[str, Any],
-    *,
-    streamed: bool,
-    full: bool,
-    dask: str | None,
-    previous: Previous | None,
-) -> dict[str, Any]:
-    """The manifest's `build` block of a full build: why it is full (`build`: the reasons
-    the incremental decision gave, where it was asked)."""
-    if dask is not None:
-        return {"mode": "full", "reasons": ["--full" if full else "a Dask build"]}
-    if full:
-        return {"mode": "full", "reasons": ["--full"]}
-    if streamed:
-        return {"mode": "full", "reasons": [_no_previous(previous)]}
-    return build
 
 
 def _no_previous(previous: Previous | None) -> str:
@@ -410,158 +455,3 @@ def _say_caps(result: ModelResult, say: Callable[[str], None]) -> None:
             f"{result.notes['caps_imputed']} stocks without a market cap weighted by the median "
             "cap of their group (see docs/decisions/model.md, missing caps)"
         )
-
-
-def _publish_dask(
-    store: VersionStore,
-    source: BlockSource,
-    publish: Callable[..., dict[str, Any]],
-    *,
-    address: str | None,
-    workers: int | None,
-    block_rows: int,
-    block_symbols: int,
-    say: Callable[[str], None],
-    rows: RowReader | None = None,
-) -> dict[str, Any]:
-    """A build block by block: the workers of the Dask cluster at `address` (None: this
-    process, one block after the other) write the arrays into a staging folder of the snapshot
-    store (every host mounts it), which the new version takes over (`publish`, inside the
-    staging folder's lifetime); this process writes the tables from the written chunks and
-    never holds an (n x T) output array."""
-    from eqrisk.build.distributed import dask_client, write_model_dask
-
-    with store.staging() as staging:
-
-        def write(client: Any) -> tuple[Staged, list[str]]:
-            return write_model_dask(
-                source,
-                client,
-                staging,
-                previous=store.share_from(),
-                block_rows=block_rows,
-                block_symbols=block_symbols,
-                progress=say,
-                rows=rows,
-            )
-
-        if address is None:
-            staged, names = write(None)
-        else:
-            say(f"starting Dask ({address})")
-            with dask_client(address, workers=workers) as client:
-                staged, names = write(client)
-        written = open_arrays(staging, staged.arrays)
-        result = result_of(source.plan, {name: cast(np.ndarray, written[name]) for name in names})
-        _say_caps(result, say)
-        return publish(result, staged=staged)
-
-
-ingest_keys = ("data_source", "files", "merged_files", "ingested_at", "report_dir")
-
-
-def _incremental(
-    opened: Previous,
-    plan: ModelPlan,
-    panel: Panel,
-    master: pd.DataFrame,
-    digests: dict[str, Any],
-    say: Callable[[str], None],
-    block_symbols: int = BLOCK_SYMBOLS,
-    dask_min_cells: int | None = None,
-    *,
-    window: tail.Window | None = None,
-    returns_excluded: int = 0,
-) -> tuple[SnapshotContent | None, dict[str, Any]]:
-    """The reused part of the previous version, when there is one: (content, build block), or
-    (None, build block saying why the build is full). With `dask_min_cells` (a Dask build is
-    asked for), a tail of more cells than that is left to a full Dask build. With `window`
-    (a tail plan) the reasons of a full build are left to the caller to say."""
-    folder = opened.folder
-    previous: Snapshot | None = opened.snapshot
-    if opened.problem is not None:
-        return None, {"mode": "full", "reasons": [f"previous version unusable: {opened.problem}"]}
-    manifest: dict[str, Any] | None = None
-    if previous is not None:
-        manifest = dict(previous.manifest)
-        manifest["symbol_names"] = previous.symbols["ticker"].astype(str).tolist()
-    close = previous.array("price_close") if previous is not None and previous.chunked else None
-    calendar = plan.sessions if window is None else window.calendar
-    base = 0 if window is None else window.base
-    decision = incremental.decide(digests, manifest, plan, close, calendar=calendar, base=base)
-
-    def full_build(*more: str) -> tuple[None, dict[str, Any]]:
-        reasons = [*decision.reasons, *more]
-        if window is None:
-            for why in reasons:
-                say(why)
-        return None, {"mode": "full", "reasons": reasons}
-
-    if decision.chunk == 0 or previous is None or manifest is None or folder is None:
-        return full_build()
-    start = decision.chunk * CHUNK_SESSIONS
-    cells = len(plan.symbols) * (len(calendar) - start)
-    risk = RiskInputs.of(plan, first=base)
-    refused = _not_incremental(
-        manifest, block_symbols, cells, dask_min_cells, window, risk, decision
-    )
-    if refused:
-        return full_build(refused)
-    for why in decision.reasons:
-        say(why)
-    if dask_min_cells is not None:
-        say(f"incremental in process: {cells:,} cells, at most {dask_min_cells:,} (dask_min_cells)")
-    say(f"incremental: computing sessions from {str(calendar[start])[:10]}")
-    computed = run_from(plan, start, base=base)
-    result = incremental.tail_result(plan, computed, start, previous)
-    written = panel
-    if window is not None:
-        result = tail.whole_result(result, start, window, previous, returns_excluded)
-        written = tail.tail_panel(panel, start, window, previous)
-    fields: dict[str, Any] = dict(result.metrics)
-    for name in PANEL_ARRAYS:
-        fields[name] = getattr(written, name)
-    broken = incremental.derivations_hold(fields, manifest["arrays"]["derived"], start)
-    if broken:
-        return full_build(f"fields no longer derived on read: {', '.join(broken)}")
-    first, last = incremental.first_last(plan, start, previous.symbols, calendar, base)
-    build = {
-        "mode": "incremental",
-        "previous": folder.name,
-        "from_chunk": decision.chunk,
-        "from_session": str(calendar[start])[:10],
-        "reasons": decision.reasons,
-    }
-    if window is not None:
-        build["read_from"] = str(window.since.date())
-    reuse = Reuse(decision.chunk, folder, manifest, last, first, build)
-    content = SnapshotContent(
-        result=result,
-        panel=written,
-        master=master,
-        data_source="",
-        ingest={},
-        reuse=reuse,
-        more=risk_files(result, risk, reuse, written.sessions),
-    )
-    return content, build
-
-
-def _not_incremental(
-    manifest: dict[str, Any],
-    block_symbols: int,
-    cells: int,
-    dask_min_cells: int | None,
-    window: tail.Window | None,
-    risk: RiskInputs,
-    decision: incremental.Decision,
-) -> str | None:
-    """Why a build the digests let reuse chunks is full all the same (None: it is not)."""
-    block = int(manifest["arrays"]["grid"]["block"])
-    if block != block_symbols:
-        return f"the chunk grid's block changes ({block} -> {block_symbols} symbols)"
-    if dask_min_cells is not None and cells > dask_min_cells:
-        return f"{cells:,} cells to compute, more than {dask_min_cells:,} (dask_min_cells)"
-    if window is not None and not risk_resumes(manifest, risk, decision.chunk):
-        return "the previous version's risk model does not resume there"
-    return None

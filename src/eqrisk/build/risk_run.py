@@ -201,11 +201,22 @@ def _served(inputs: RiskInputs, fields: Mapping[str, Any]) -> RiskInputs:
     if inputs.params.styles is None:
         return inputs
     cap = fields.get("market_cap")
-    if cap is not None:
-        values = np.asarray(cap, dtype=np.float64)
-        if bool((np.isfinite(values) & (values > 0)).any()):
-            return inputs
+    if cap is not None and _any_cap(cap):
+        return inputs
     return replace(inputs, params=replace(inputs.params, styles=None))
+
+
+def _any_cap(cap: Any) -> bool:
+    """Whether some session of some row has a positive market cap: one time chunk at a time
+    from the last (where a data set with caps has them), never the whole (n x T) field (an
+    update's is the previous version's history, read chunk by chunk)."""
+    n_t = int(cap.shape[1])
+    step = chunks.CHUNK_SESSIONS
+    for hi in range(n_t, 0, -step):
+        values = np.asarray(cap[:, max(hi - step, 0) : hi], dtype=np.float64)
+        if bool((np.isfinite(values) & (values > 0)).any()):
+            return True
+    return False
 
 
 def _run(

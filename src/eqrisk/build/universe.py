@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from eqrisk.build.block_inputs import stream_plan
+from eqrisk.build.start import Reading
 from eqrisk.data.corporate_actions import break_cells
 from eqrisk.data.ingested import Stored, read_master, read_panel, read_rows, stored
 from eqrisk.data.master import Mappings, classify, priced_master
@@ -74,18 +75,17 @@ def streamed_build(
     params: ModelParams,
     store: VersionStore,
     say: Callable[[str], None],
-    publish_on: Callable[..., dict[str, Any]],
+    publish_on: Callable[[Reading], dict[str, Any]],
     *,
     block_symbols: int,
     check: Previous | None,
-    **options: Any,
 ) -> dict[str, Any]:
     """A full build whose plan is computed one slice of sessions at a time from the ingested
     data set (`block_inputs.stream_plan`, its rows in a scratch folder of the store while the
     build runs) and whose blocks read their own rows: the builder holds no (n x T) array.
     `check`: the previous version a much smaller universe is refused against (`--force`:
-    None). `publish_on(panel, streamed=..., rows=..., **options)` publishes it
-    (`build.publish_panel`); the panel it is given holds the symbols and sessions only."""
+    None). `publish_on(reading)` publishes it (`pipeline.Build.on`); the reading's panel
+    holds the symbols and sessions only."""
     calendar = found.calendar()
     if calendar.empty:
         raise ValueError(f"the ingested data set under {found.folder} holds no price")
@@ -111,4 +111,4 @@ def streamed_build(
         hollow = np.broadcast_to(np.float64(np.nan), (len(symbols), len(calendar)))
         arrays = dict.fromkeys(PANEL_FIELDS, hollow)  # not held: the plan's files hold them
         panel = Panel(symbols=symbols, sessions=shape.sessions, **arrays, read=())
-        return publish_on(panel, streamed=streamed, rows=rows, **options)
+        return publish_on(Reading(panel, rows=rows, streamed=streamed))

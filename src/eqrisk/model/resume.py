@@ -15,6 +15,9 @@ else of the model's time axis.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
 import numpy as np
 
 from eqrisk.model.cascade import rolling_std
@@ -33,6 +36,24 @@ from eqrisk.model.run import (
 # run's two (`anchors`) and the link betas' one.
 WARMUP_WINDOWS = 3
 ROWS = 512  # rows run at a time: memory holds one block's series over the window
+
+# Where the blocks of a run run: map(task, shared, items, make) yields (item, answer) for every
+# item, answer = task(shared, make(item), threads) (the build's executors; default: `here`).
+BlockMap = Callable[
+    [Callable[[Any, Any, Any], Any], Any, Sequence[Any], Callable[[Any], Any]],
+    Iterable[tuple[Any, Any]],
+]
+
+
+def here(
+    task: Callable[[Any, Any, Any], Any],
+    shared: Any,
+    items: Sequence[Any],
+    make: Callable[[Any], Any],
+) -> Iterator[tuple[Any, Any]]:
+    """The blocks in this process, one after the other."""
+    for item in items:
+        yield item, task(shared, make(item), None)
 
 
 def warmup(window: int) -> int:
@@ -58,7 +79,7 @@ def anchors(start: int, window: int) -> tuple[int, int]:
 
 
 def run_from(
-    plan: ModelPlan, start: int, *, base: int = 0, rows: int = ROWS
+    plan: ModelPlan, start: int, *, base: int = 0, rows: int = ROWS, on: BlockMap = here
 ) -> dict[str, np.ndarray]:
     """Every metric at sessions t >= `start`, as (n x (T - start)) arrays, bitwise equal to a
     full run's (`run_model`) from `start` on.
@@ -66,13 +87,14 @@ def run_from(
     `start` counts sessions of the whole calendar; `plan`'s arrays begin at its session `base`
     (the anchors are the calendar's, so `base` is a multiple of the window, at least
     `warmup(window)` sessions before `start` rounded down to it). The rows run `rows` at a
-    time. Raises ValueError when the plan begins too late for `start`."""
+    time, on `on` (the build's executor). Raises ValueError when the plan begins too late for
+    `start`."""
     params = plan.shared.params
     o, o_short = (x - base for x in anchors(start, params.window))
     s = start - base - o
     if o < 0 or o_short < 0 or (base and base % params.window):
         raise ValueError(f"a plan from session {base} cannot run from session {start}")
-    computed = _per_symbol(plan, o, s, rows)
+    computed = _per_symbol(plan, o, s, rows, on)
     short = np.ascontiguousarray(plan.returns[:, o_short:])
     vol_short = rolling_std(
         short,
@@ -102,28 +124,38 @@ def from_column(shared: SharedFactors, o: int) -> SharedFactors:
     )
 
 
-def _per_symbol(plan: ModelPlan, o: int, s: int, rows: int) -> dict[str, np.ndarray]:
+def _per_symbol(plan: ModelPlan, o: int, s: int, rows: int, on: BlockMap) -> dict[str, np.ndarray]:
     """`run_block`'s metrics from plan column `o` + `s` on, block by block, on the inputs
     from plan column `o` (an anchor)."""
-    params = plan.shared.params
     sliced = from_column(plan.in_process(), o)
-    computed: dict[str, np.ndarray] = {}
-    for a, b in plan.blocks(rows):
+
+    def block(bounds: tuple[int, int]) -> tuple[BlockInput, int]:
+        a, b = bounds
         part = plan.block(a, b, own_rows=False)
-        block = BlockInput(
+        return BlockInput(
             start=a,
             stop=b,
             returns=np.ascontiguousarray(part.returns[:, o:]),
             own_factors=np.empty((0, len(plan.sessions) - o)),
             model_fidx=part.model_fidx,
             exposure=part.exposure,
-        )
-        if s >= 2 * params.window:  # each series from the point it needs (see run_block)
-            found = run_block(sliced, block, start=s)
-        else:  # the first two windows: the whole run
-            found = {name: arr[:, s:] for name, arr in run_block(sliced, block).items()}
+        ), s
+
+    computed: dict[str, np.ndarray] = {}
+    for (a, b), found in on(tail_block, sliced, plan.blocks(rows), block):
         for name, arr in found.items():
             if name not in computed:
                 computed[name] = np.empty((plan.size, arr.shape[1]))
             computed[name][a:b] = arr
     return computed
+
+
+def tail_block(
+    shared: SharedFactors, job: tuple[BlockInput, int], threads: int | None = None
+) -> dict[str, np.ndarray]:
+    """One block of a run from plan column `s` (`job`: the block's inputs from an anchor, s):
+    each series from the point it needs (see run_block), the first two windows whole."""
+    block, s = job
+    if s >= 2 * shared.params.window:
+        return run_block(shared, block, start=s)
+    return {name: arr[:, s:] for name, arr in run_block(shared, block).items()}

@@ -37,7 +37,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 STYLE_NAMES = ("size", "momentum", "beta", "residual_volatility", "liquidity", "reversal")
 STYLE_TEXT = {
@@ -51,7 +50,6 @@ STYLE_TEXT = {
 LIMIT = 3.0
 ROUNDS = 10  # limit-and-standardise rounds at most, until no value is beyond LIMIT + TOLERANCE
 TOLERANCE = 0.05
-CHUNK = 32  # sessions per block of the windowed sums (memory: n x CHUNK x window floats)
 
 
 @dataclass(frozen=True)
@@ -119,13 +117,12 @@ def window_sums(
     sums = np.full((n, n_t), np.nan)
     count = np.zeros((n, n_t))
     lo, hi = (0, n_t) if columns is None else (columns.start or 0, columns.stop or n_t)
-    for a in range(lo, hi, CHUNK):
-        b = min(a + CHUNK, hi)
-        # Column t's window: padded columns t + pad - lag - size + 1 .. t + pad - lag.
-        win = sliding_window_view(values[:, a + 1 : b + size], size, axis=1)
-        seen = sliding_window_view(present[:, a + 1 : b + size], size, axis=1)
-        sums[:, a:b] = (win * weights).sum(axis=-1)
-        count[:, a:b] = seen.sum(axis=-1)
+    # Column t's window: padded columns t + pad - lag - size + 1 .. t + pad - lag, summed in
+    # numpy's order of `(window * weights).sum(axis=-1)` (`window_kernel`: the same bits).
+    from eqrisk.model.window_kernel import window_kernel  # numba: imported by builds only
+
+    ordered = np.ascontiguousarray(weights, dtype=np.float64)
+    window_kernel(values, present, ordered, lo, hi, sums, count)
     return sums, count
 
 

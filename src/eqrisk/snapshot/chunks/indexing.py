@@ -166,6 +166,24 @@ class ChunkedArray(FieldIndexing):
                     out[np.ix_(ri, ci)] = sub
         return out
 
+    def span(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Rows [r0, r1) at sessions [c0, c1): `outer` of two ranges, each chunk's part copied
+        as one slice (no index arrays)."""
+        g = self.grid
+        out = np.full((r1 - r0, c1 - c0), np.nan)
+        for b in range(r0 // g.block, -(-r1 // g.block)):
+            top, bottom = max(r0, b * g.block), min(r1, (b + 1) * g.block)
+            for c in range(c0 // g.chunk, -(-c1 // g.chunk)):
+                arr = self.chunk(b, c)
+                if arr is None:
+                    continue
+                left, right = max(c0, c * g.chunk), min(c1, (c + 1) * g.chunk)
+                out[top - r0 : bottom - r0, left - c0 : right - c0] = arr[
+                    top - b * g.block : bottom - b * g.block,
+                    left - c * g.chunk : right - c * g.chunk,
+                ]
+        return out
+
     def __getitem__(self, key: Any) -> Any:
         span = _row_span(key, self.grid.n, self.grid.t)  # the per-ticker read, first
         if span is not None:
@@ -211,6 +229,11 @@ class ChunkedArray(FieldIndexing):
 
     def _block(self, r: int | slice | np.ndarray, c: int | slice | np.ndarray) -> np.ndarray:
         """Every row of `r` at every session of `c` (at least one of them a slice)."""
+        if isinstance(r, slice) and isinstance(c, slice):
+            r0, r1, r_step = r.indices(self.grid.n)
+            c0, c1, c_step = c.indices(self.grid.t)
+            if r_step == 1 and c_step == 1:
+                return self.span(r0, max(r0, r1), c0, max(c0, c1))
         rows = np.arange(self.grid.n)[r] if isinstance(r, slice) else np.atleast_1d(r)
         cols = np.arange(self.grid.t)[c] if isinstance(c, slice) else np.atleast_1d(c)
         block = self.outer(rows.ravel(), cols.ravel())
