@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -380,7 +380,7 @@ class Build:
             rows=planned.rows,
         )
         written = open_arrays(staging, staged.arrays)
-        result = result_of(source.plan, {name: cast(np.ndarray, written[name]) for name in names})
+        result = result_of(source.plan, {name: written[name] for name in names})
         _say_caps(result, self.say)
         return Ran(result, planned.reading.panel, staged=staged)
 

@@ -45,6 +45,8 @@ class FieldArray(Protocol):
 
     def __getitem__(self, key: Any, /) -> Any: ...
 
+    def __array__(self, dtype: Any = None, /, *, copy: Any = None) -> np.ndarray: ...
+
 
 @dataclass(frozen=True)
 class ChunkGrid:

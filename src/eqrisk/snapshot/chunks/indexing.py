@@ -83,7 +83,7 @@ class FieldIndexing:
     def _whole(self) -> np.ndarray:
         raise NotImplementedError
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, /, *, copy: Any = None) -> np.ndarray:
         full = self._whole()
         return full if dtype is None else full.astype(dtype)
 
