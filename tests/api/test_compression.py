@@ -143,3 +143,37 @@ def test_a_large_body_is_encoded_fast_and_decodes_to_itself(encoding: str) -> No
     assert DECODE[encoding](encoded) == body
     assert compress(body, encoding) == encoded
     assert len(encoded) < len(body) / 4
+
+
+def test_a_large_body_is_encoded_in_the_apps_lower_priority_threads(served) -> None:
+    """A body of OFF_LOOP_BYTES or more is compressed off the event loop, in the app's
+    compress pool, whose threads run at the work threads' lower CPU priority."""
+    import os
+    import sys
+    import threading
+
+    from eqrisk.api.compression import OFF_LOOP_BYTES, Compression
+
+    client, _, _, _ = served
+    pool = client.app.state.compress_pool  # type: ignore[attr-defined]
+    seen: list[tuple[str, int]] = []
+
+    def encoder(body: bytes, encoding: str) -> bytes:
+        tid = threading.get_native_id()
+        seen.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, tid)))
+        return compress(body, encoding)
+
+    payload = b'{"x": "' + b"ab" * OFF_LOOP_BYTES + b'"}'
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    wrapped = TestClient(Compression(app, encoder=encoder, pool=pool))
+    answer = wrapped.get("/", headers={"Accept-Encoding": "br"})
+    assert answer.headers["content-encoding"] == "br" and answer.content == payload
+    [(name, nice)] = seen
+    assert name.startswith("compress")
+    if sys.platform == "linux":
+        assert nice > os.getpriority(os.PRIO_PROCESS, 0)

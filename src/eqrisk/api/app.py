@@ -263,6 +263,11 @@ def create_app(
     # Plans and renders that compute (threaded endpoints, estimates): off the event loop, in
     # a bounded pool, each call's CPU held to the budget (api/work.py).
     app.state.work_pool = work_pool(settings.work_threads, lower_thread_priority)
+    # Large answers are compressed off the loop at the same lower priority (brotli of a 1 MB
+    # answer is a few ms of CPU the event loop should not wait behind).
+    app.state.compress_pool = ThreadPoolExecutor(
+        settings.work_threads, thread_name_prefix="compress", initializer=lower_thread_priority
+    )
     # A work thread running Python holds the interpreter lock; the event loop asking for it
     # gets it within this interval (Python's default: 5 ms), so /api/health waits less.
     sys.setswitchinterval(GIL_SWITCH_S)
@@ -314,7 +319,7 @@ def create_app(
     )
     # Outside the gate: the answer is priced, charged and replayed as rendered, then encoded.
     app.state.compressed = CompressedCache()
-    app.add_middleware(Compression, cache=app.state.compressed)
+    app.add_middleware(Compression, cache=app.state.compressed, pool=app.state.compress_pool)
     app.add_middleware(
         Bounds,
         max_body=settings.max_body_bytes,
