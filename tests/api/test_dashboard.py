@@ -154,9 +154,12 @@ def wait_js(driver: Any, script: str, *args: Any, timeout: float = WAIT_S) -> An
 
 
 def fresh_visit(driver: Any, base: str, key: str | None, hash_: str = "") -> None:
-    """A first visit: nothing remembered; enter `key` in the key dialog (None: the demo key)."""
+    """A first visit: nothing remembered (the page's storage, and the browser's HTTP cache: an
+    answer an earlier test's key fetched would otherwise be revalidated, a free 304, where this
+    visit's key is to be charged); enter `key` in the key dialog (None: the demo key)."""
     from selenium.webdriver.common.by import By
 
+    driver.execute_cdp_cmd("Network.clearBrowserCache", {})
     driver.get(f"{base}/")
     driver.execute_script("localStorage.clear()")
     driver.get(f"{base}/{hash_}")
