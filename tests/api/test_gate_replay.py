@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from eqrisk.api.gate import Gate, Priced, Replayed, Replays
 from eqrisk.settings import Settings
 from helpers import assert_problem, bearer, new_key, register_key
 
-PAST_THE_TTL_S = 1.2  # the key cache's TTL is 1 s (accounts/key_cache.py)
 PER_REQUEST = {
     "x-request-id",
     "x-balance-remaining-usd",
@@ -125,11 +123,15 @@ def test_a_new_snapshot_version_is_never_answered_from_the_old_ones_replays(
 
 def test_a_revoked_key_gets_no_replayed_answer(home: Path) -> None:
     """A key revoked by another process: the replayed call's charge refuses it at once (401,
-    nothing charged); past the key cache's second the gate refuses it before any route."""
+    nothing charged); past the key cache's second the gate refuses it before any route. The
+    cache's clock is the test's: its TTL is held long while the key must still be cached (a
+    loaded machine can take over a second between two calls), then made zero ("past it")."""
     accounts = Accounts(make_engine(home))
     account_id, key = new_key(accounts)
     client = TestClient(create_app(Settings(home=home, _env_file=None)))
     assert client.get("/api/metrics/NVDA", headers=bearer(key)).status_code == 200
+    keys = _gate(client).keys
+    keys.ttl_s = 3600.0
     # Another process's change (plain SQL on its own connection): this process's key cache
     # does not hear of it, only the database knows.
     key_id = next(k["key_id"] for k in accounts.list_keys(account_id))
@@ -141,7 +143,7 @@ def test_a_revoked_key_gets_no_replayed_answer(home: Path) -> None:
     refused = client.get("/api/metrics/NVDA", headers=bearer(key))
     assert_problem(refused, 401, "INVALID_API_KEY")
     assert _gate(client).replays.hits == 1  # replayed, then refused by the charge
-    time.sleep(PAST_THE_TTL_S)
+    keys.ttl_s = 0.0  # past the TTL: the next request reads the key from the database
     assert_problem(client.get("/api/metrics/NVDA", headers=bearer(key)), 401, "INVALID_API_KEY")
     assert _gate(client).replays.hits == 1  # refused before the route or its replay
     assert len(_charges(accounts, account_id)) == 1
