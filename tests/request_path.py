@@ -393,6 +393,18 @@ REFUSED: dict[str, tuple[Callable[[Any], bytes], str, dict[str, str], int]] = {
     "empty": (lambda d: b"", JSON_TYPE, {}, 400),
 }
 
+
+def over_series_cap(doc: dict[str, Any]) -> bool:
+    """The batch's cap, counted from the document as sent: tickers (merged case-insensitively)
+    x years x series (returns and l3_decomposition in JSON; csv and parquet: one), over 5 per
+    ticker charged (at least 5 charged)."""
+    tickers = {str(t).strip().upper() for t in doc["tickers"]}
+    metrics = set(doc.get("metrics", ["returns", "hedge_ratios"]))
+    json_format = str(doc.get("format", "json")).lower() == "json"
+    series = len(metrics & {"returns", "l3_decomposition"}) if json_format else 1
+    return len(tickers) * int(doc.get("years", 1)) * series > 5 * max(len(tickers), 5)
+
+
 BATCH = st.fixed_dictionaries(
     {"tickers": st.lists(spelt(STOCKS + ETFS + UNKNOWN), min_size=1, max_size=6)},
     optional={

@@ -1,49 +1,97 @@
 """Compressed answers (api/compression.py): negotiation with q-values, the decompressed bytes
-equal to the identity answer's, the same charge either way, never Parquet or a problem, Vary,
-and the compressed bytes of an immutable answer cached."""
+equal to the identity answer's (zstd decoded by the zstd program too, the reference decoder),
+the same charge either way, never Parquet or a problem, Vary, identity refused, and the
+compressed bytes of an immutable answer cached."""
 
 from __future__ import annotations
 
 import gzip
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import brotli
 import pytest
+import zstandard
 from fastapi.testclient import TestClient
 
 from eqrisk.accounts.book import Accounts
 from eqrisk.accounts.db import make_engine
 from eqrisk.api.app import create_app
-from eqrisk.api.compression import FAST_BYTES, MIN_BYTES, choose_encoding, compress
+from eqrisk.api.compression import (
+    FAST_BYTES,
+    MIN_BYTES,
+    Accepted,
+    choose_encoding,
+    compress,
+)
 from eqrisk.settings import Settings
 from helpers import bearer, new_key
 
-DECODE = {"br": brotli.decompress, "gzip": gzip.decompress}
+
+def _unzstd(body: bytes) -> bytes:
+    """zstd's frame decoded by the `zstd` program (libzstd's reference CLI) where installed,
+    and by the zstandard package's decoder, which must agree."""
+    out: bytes = zstandard.ZstdDecompressor().decompress(body)
+    if shutil.which("zstd"):
+        cli = subprocess.run(["zstd", "-dc"], input=body, capture_output=True, check=True).stdout
+        assert cli == out
+    return out
+
+
+DECODE = {"br": brotli.decompress, "gzip": gzip.decompress, "zstd": _unzstd}
 
 
 @pytest.mark.parametrize(
-    ("header", "chosen"),
+    ("header", "chosen", "large"),
     [
-        ("gzip, br", "br"),  # equal q: br
-        ("br, gzip", "br"),
-        ("gzip", "gzip"),
-        ("x-gzip", "gzip"),
-        ("br;q=0.5, gzip;q=0.8", "gzip"),
-        ("br;q=1.0, gzip;q=0.999", "br"),
-        ("gzip;q=0, br;q=0", None),
-        ("deflate", None),
-        ("identity", None),
-        ("", None),
-        ("*", "br"),
-        ("*;q=0.3, br;q=0.1", "gzip"),  # * stands for gzip (not named) at 0.3
-        ("br;q=0, *", "gzip"),
-        ("GZIP ; Q=0.4 , Br ; q=0.2", "gzip"),
-        ("br;q=nonsense, gzip", "gzip"),
+        ("gzip, br", "br", "br"),  # equal q: br under FAST_BYTES
+        ("br, gzip", "br", "br"),
+        ("gzip, deflate, br, zstd", "br", "zstd"),  # a browser's: zstd from FAST_BYTES on
+        ("zstd", "zstd", "zstd"),
+        ("gzip, zstd", "zstd", "zstd"),  # equal q, br not offered: zstd before gzip
+        ("gzip", "gzip", "gzip"),
+        ("x-gzip", "gzip", "gzip"),
+        ("br;q=0.5, gzip;q=0.8", "gzip", "gzip"),
+        ("br;q=1.0, gzip;q=0.999", "br", "br"),
+        ("zstd;q=0.9, br", "br", "br"),
+        ("zstd, br;q=0.9", "zstd", "zstd"),
+        ("gzip;q=0, br;q=0", None, None),
+        ("deflate", None, None),
+        ("identity", None, None),
+        ("", None, None),
+        ("*", "br", "zstd"),
+        ("*;q=0.3, br;q=0.1", "zstd", "zstd"),  # * stands for zstd and gzip at 0.3
+        ("br;q=0, *", "zstd", "zstd"),
+        ("br;q=0, zstd;q=0, *", "gzip", "gzip"),
+        ("GZIP ; Q=0.4 , Br ; q=0.2", "gzip", "gzip"),
+        ("br;q=nonsense, gzip", "gzip", "gzip"),
     ],
 )
-def test_the_encoding_follows_the_q_values(header: str, chosen: str | None) -> None:
-    assert choose_encoding(header) == chosen
+def test_the_encoding_follows_the_q_values(
+    header: str, chosen: str | None, large: str | None
+) -> None:
+    assert choose_encoding(header, 0) == chosen
+    assert choose_encoding(header, FAST_BYTES - 1) == chosen
+    assert choose_encoding(header, FAST_BYTES) == large
+
+
+@pytest.mark.parametrize(
+    ("header", "identity"),
+    [
+        ("", True),
+        ("gzip", True),
+        ("identity;q=0, gzip", False),
+        ("*;q=0, gzip", False),
+        ("*;q=0, identity", True),  # named: the specific entry wins over *
+        ("*;q=0, identity;q=0.5", True),
+        ("*", True),
+        ("identity;q=0", False),
+    ],
+)
+def test_identity_is_refused_only_by_name_or_by_star_at_zero(header: str, identity: bool) -> None:
+    assert Accepted(header).identity is identity
 
 
 @pytest.fixture()
@@ -72,7 +120,7 @@ def test_a_compressed_answer_is_the_same_bytes_and_the_same_charge(served, fmt: 
     plain, identity = _raw(client, url, {**bearer(key), "Accept-Encoding": "identity"})
     assert plain.status_code == 200 and "content-encoding" not in plain.headers
     assert int(plain.headers["content-length"]) == len(identity) > MIN_BYTES
-    for encoding in ("br", "gzip"):
+    for encoding in ("br", "gzip", "zstd"):
         response, body = _raw(client, url, {**bearer(key), "Accept-Encoding": encoding})
         assert response.status_code == 200
         assert response.headers["content-encoding"] == encoding
@@ -82,7 +130,7 @@ def test_a_compressed_answer_is_the_same_bytes_and_the_same_charge(served, fmt: 
         assert "Accept" in response.headers["vary"].split(", ")
         assert response.headers["etag"] == "W/" + plain.headers["etag"]
     charges = _charged(accounts, account_id)
-    assert len(charges) == 3 and len(set(charges)) == 1 and charges[0] < 0
+    assert len(charges) == 4 and len(set(charges)) == 1 and charges[0] < 0
 
 
 def test_compressed_bytes_of_an_immutable_answer_are_cached(served) -> None:
@@ -130,9 +178,9 @@ def test_parquet_problems_and_small_answers_go_as_they_are(served) -> None:
     assert "Accept-Encoding" in small.headers["vary"]  # it could have been compressed
 
 
-@pytest.mark.parametrize("encoding", ["br", "gzip"])
+@pytest.mark.parametrize("encoding", ["br", "gzip", "zstd"])
 def test_a_large_body_is_encoded_fast_and_decodes_to_itself(encoding: str) -> None:
-    """From FAST_BYTES on the fast encoders (brotli 1, ISA-L gzip): the body comes back, the
+    """From FAST_BYTES on the fast encoders (zstd 1, brotli 1, ISA-L gzip): the body comes back, the
     same body gives the same bytes (gzip without a time), and it is still compressed."""
     rows = b",".join(
         b'{"date":"2020-01-%02d","value":%d.125}' % (i % 28 + 1, i) for i in range(40000)
@@ -143,6 +191,31 @@ def test_a_large_body_is_encoded_fast_and_decodes_to_itself(encoding: str) -> No
     assert DECODE[encoding](encoded) == body
     assert compress(body, encoding) == encoded
     assert len(encoded) < len(body) / 4
+
+
+def test_a_request_refusing_identity_gets_small_answers_encoded_or_a_free_406(served) -> None:
+    """`identity;q=0`: a small answer is encoded all the same (as the client asked); a request
+    that also refuses every coding the server writes is a 406 before the gate, not charged."""
+    client, accounts, account_id, key = served
+    url = "/symbol_list?top_n=2"
+    small, plain = _raw(client, url, {"apikey": key, "Accept-Encoding": "identity"})
+    assert small.status_code == 200 and len(plain) < MIN_BYTES
+    for header, encoding in [("identity;q=0, zstd", "zstd"), ("*;q=0, gzip;q=0.5", "gzip")]:
+        response, body = _raw(client, url, {"apikey": key, "Accept-Encoding": header})
+        assert response.status_code == 200 and response.headers["content-encoding"] == encoding
+        assert DECODE[encoding](body) == plain
+    charges = _charged(accounts, account_id)
+    for header in ["identity;q=0", "*;q=0", "identity;q=0, deflate", "*;q=0, br;q=0"]:
+        paid = {**bearer(key), "Accept-Encoding": header}
+        refused = client.get("/api/metrics/NVDA", headers=paid)
+        assert refused.status_code == 406, header
+        assert refused.headers["content-type"] == "application/problem+json"
+        problem = refused.json()
+        assert problem["error"] == "NOT_ACCEPTABLE"
+        assert problem["accepted"] == ["br", "zstd", "gzip", "identity"]
+    assert _charged(accounts, account_id) == charges
+    assert client.get("/api/metrics/NVDA", headers=bearer(key)).status_code == 200
+    assert len(_charged(accounts, account_id)) == len(charges) + 1  # the route is paid
 
 
 def test_a_large_body_is_encoded_in_the_apps_lower_priority_threads(served) -> None:
@@ -166,7 +239,10 @@ def test_a_large_body_is_encoded_in_the_apps_lower_priority_threads(served) -> N
     payload = b'{"x": "' + b"ab" * OFF_LOOP_BYTES + b'"}'
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(payload)),
+        ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 

@@ -32,6 +32,7 @@ from request_path import (
     Meter,
     endpoint_at,
     make_meter,
+    over_series_cap,
     utf8_body,
 )
 
@@ -75,6 +76,9 @@ def test_the_demo_keys_rules_hold_in_every_encoding(
     outside = {t for t in asked if t not in MAG7 and t != "GOOG"}
     if encoding in REFUSED:
         assert resp.status_code == REFUSED[encoding][3]
+    elif over_series_cap(doc):  # the parameters are read before the demo key's screen
+        body = assert_problem(resp, 400, "INVALID_PARAMETER")
+        assert "ticker-years" in body["detail"]
     elif outside:
         body = assert_problem(resp, 403, "DEMO_RESTRICTED")
         assert all(t in body["detail"] for t in outside)

@@ -79,3 +79,32 @@ def test_a_call_over_the_cpu_budget_is_a_free_503(client: TestClient) -> None:
     assert _balance(client) == before
     assert client.post("/api/portfolio/risk", json=BOOK, headers=AUTH).status_code == 200
     assert _balance(client) < before
+
+
+def test_a_body_is_read_screened_and_planned_in_one_hop(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A threaded POST route goes to the work threads twice: its body, screen, format and plan
+    in one hop, its render in the other (the body was a hop of its own); the answer and the
+    charge are those of the same call made with the body parsed on its own."""
+    from eqrisk.api import endpoint, work
+
+    pieces: list[str] = []
+    real = work.offload
+
+    async def counted(request, fn, *args):  # type: ignore[no-untyped-def]
+        pieces.append(fn.__name__)
+        return await real(request, fn, *args)
+
+    monkeypatch.setattr(endpoint, "offload", counted)
+    before = _balance(client)
+    answer = client.post("/api/portfolio/risk", json=BOOK, headers=AUTH)
+    assert answer.status_code == 200
+    assert pieces == ["read_and_plan", "render"]
+    spent = before - _balance(client)
+    assert spent == int(answer.headers["x-tokens-consumed"]) > 0
+    # The estimate prices the same call: the same tokens.
+    quote = client.post(
+        "/api/estimate", json={"endpoint": "portfolio/risk", "params": BOOK}, headers=AUTH
+    )
+    assert quote.json()["estimated_tokens"] == spent

@@ -22,7 +22,6 @@ from pydantic import ValidationError
 
 from eqrisk.api.errors import ApiError, validation_api_error
 from eqrisk.api.params import Params
-from eqrisk.api.work import offload
 
 JSON_MEDIA_TYPE = "application/json"
 ACCEPTED = f"{JSON_MEDIA_TYPE} in UTF-8 (charset absent or utf-8; a byte-order mark is ignored)"
@@ -119,22 +118,35 @@ def params_digest(path: str, query: bytes, body: bytes) -> str:
     return hashlib.sha256(path.encode() + query + body).hexdigest()
 
 
+class Received:
+    """A JSON body received on the event loop, its headers checked, not yet decoded: the
+    route decodes, validates and digests it (`parse`) in the work threads, in the same hop as
+    its plan (`endpoint.metered`)."""
+
+    def __init__(self, model: type[Params], request: Request, raw: bytes) -> None:
+        self.model = model
+        self.request = request
+        self.raw = raw
+
+    def parse(self) -> Any:
+        """The body as the route's parameters model, the call's digest left in the scope."""
+        scope = self.request.scope
+        scope[DIGEST_KEY] = params_digest(scope["path"], scope.get("query_string", b""), self.raw)
+        return validate_body(self.model, decode_json(self.raw))
+
+
 def body_of(model: type[P], *, threaded: bool = False) -> Any:
     """A dependency reading `model` from the JSON body (the route's one body parser). With
-    `threaded`, the bytes are received on the event loop and decoded, validated and digested in
-    the work threads (`api/work.py`): a body of thousands of positions takes milliseconds of
-    CPU that the loop's other requests (/api/health) must not wait for."""
+    `threaded`, the bytes are received on the event loop and handed on as `Received`: decoded,
+    validated and digested in the work threads (`api/work.py`) with the plan, in one hop (a
+    body of thousands of positions takes milliseconds of CPU that the loop's other requests,
+    /api/health, must not wait for)."""
 
-    def parse(request: Request, raw: bytes) -> P:
-        scope = request.scope
-        scope[DIGEST_KEY] = params_digest(scope["path"], scope.get("query_string", b""), raw)
-        return validate_body(model, decode_json(raw))
-
-    async def dependency(request: Request) -> P:
+    async def dependency(request: Request) -> P | Received:
         check_headers(request.headers.get("content-type"), request.headers.get("content-encoding"))
         raw = await request.body()
         if threaded:
-            return await offload(request, parse, request, raw)
+            return Received(model, request, raw)
         return validate_body(model, decode_json(raw))
 
     dependency.__name__ = f"{model.__name__}_body"

@@ -1,10 +1,14 @@
-"""Compressed answers: brotli or gzip, negotiated by `Accept-Encoding` (docs/decisions/answers.md).
+"""Compressed answers: zstd, brotli or gzip, negotiated by `Accept-Encoding`
+(docs/decisions/answers.md).
 
 `Compression` is an ASGI middleware outside the gate: the gate prices, charges and replays the
 answer as rendered, and only then are its bytes encoded, so a compressed call is charged what
 the same call uncompressed is. It compresses a complete answer (one with a Content-Length) of a
 text type (JSON, CSV, HTML, JavaScript...) of at least `MIN_BYTES`, with a status of 200, when
-the request accepts br or gzip (q-values honoured; br when both are equally preferred). It
+the request accepts zstd, br or gzip (q-values honoured; on a tie br for answers under
+`FAST_BYTES`, zstd from there on: `choose_encoding`). A request refusing identity
+(`identity;q=0`, or `*;q=0` without identity named) gets every compressible answer encoded
+whatever its size, and a 406 (free: before the gate) when it accepts none of the three. It
 never touches Parquet (already compressed), a problem+json answer, an answer already encoded,
 or one streamed without a length. Every answer it may compress carries
 `Vary: Accept-Encoding`, compressed or not.
@@ -27,8 +31,12 @@ from concurrent.futures import Executor
 
 import anyio
 import brotli  # type: ignore[import-untyped]
+import zstandard
 from isal import igzip
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from eqrisk.api.bounds import send_problem
+from eqrisk.api.errors import ApiError
 
 MIN_BYTES = 1024  # smaller answers gain nothing worth a header and a compression
 CACHE_BYTES = 64 * 2**20  # compressed answers kept, per process
@@ -44,7 +52,12 @@ BROTLI_QUALITY = 5  # of 0-11: near gzip -9's ratio, faster than gzip -6 on JSON
 FAST_BYTES = 256 * 1024
 FAST_GZIP_LEVEL = 2  # of ISA-L's 0-3
 FAST_BROTLI_QUALITY = 1
-ENCODINGS = ("br", "gzip")  # preferred first when equally acceptable
+ZSTD_LEVEL = 3  # zstd's default
+FAST_ZSTD_LEVEL = 1
+# Preferred first when equally acceptable: brotli's ratio on small answers (its dictionary knows
+# JSON's words), zstd's speed on large ones (docs/decisions/answers.md has the figures).
+ENCODINGS = ("br", "zstd", "gzip")
+FAST_ENCODINGS = ("zstd", "br", "gzip")
 _TEXT_TYPES = (
     "application/json",
     "application/vnd.eqrisk.columns+json",
@@ -55,44 +68,92 @@ _TEXT_TYPES = (
 _NEVER = ("application/problem+json", "application/vnd.apache.parquet")
 
 
-def choose_encoding(accept_encoding: str) -> str | None:
-    """The encoding to answer with: the acceptable one of br and gzip with the highest q-value
-    (`*` stands for any not named; `x-gzip` is gzip), br on a tie; None for identity."""
-    q: dict[str, float] = {}
-    for part in accept_encoding.split(","):
-        token, _, rest = part.partition(";")
-        name = token.strip().lower()
-        if not name:
-            continue
-        value = 1.0
-        for param in rest.split(";"):
-            key, _, text = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    value = min(max(float(text.strip()), 0.0), 1.0)
-                except ValueError:
-                    value = 0.0
-        name = "gzip" if name == "x-gzip" else name
-        q[name] = max(value, q.get(name, 0.0)) if name in q else value
-    star = q.get("*", 0.0)
-    best, best_q = None, 0.0
-    for encoding in ENCODINGS:
-        weight = q.get(encoding, star)
-        if weight > best_q:
-            best, best_q = encoding, weight
-    return best
+class Accepted:
+    """A request's `Accept-Encoding`, read once: the q-value of each coding named (`*` stands
+    for any not named; `x-gzip` is gzip). No header accepts identity only."""
+
+    def __init__(self, accept_encoding: str) -> None:
+        q: dict[str, float] = {}
+        for part in accept_encoding.split(","):
+            token, _, rest = part.partition(";")
+            name = token.strip().lower()
+            if not name:
+                continue
+            value = 1.0
+            for param in rest.split(";"):
+                key, _, text = param.partition("=")
+                if key.strip().lower() == "q":
+                    try:
+                        value = min(max(float(text.strip()), 0.0), 1.0)
+                    except ValueError:
+                        value = 0.0
+            name = "gzip" if name == "x-gzip" else name
+            q[name] = max(value, q[name]) if name in q else value
+        self.q = q
+        star = q.get("*")
+        # identity is acceptable unless refused by name, or by `*;q=0` without being named
+        self.identity = q.get("identity", 1.0 if star is None or star > 0 else 0.0) > 0
+
+    def weight(self, encoding: str) -> float:
+        return self.q.get(encoding, self.q.get("*", 0.0))
+
+    def any(self) -> bool:
+        """Some coding this server writes is acceptable."""
+        return any(self.weight(e) > 0 for e in ENCODINGS)
+
+    def choose(self, size: int) -> str | None:
+        """The acceptable coding with the highest q-value for a body of `size` bytes, ties
+        broken by `ENCODINGS` (under `FAST_BYTES`) or `FAST_ENCODINGS`; None for identity."""
+        best, best_q = None, 0.0
+        for encoding in FAST_ENCODINGS if size >= FAST_BYTES else ENCODINGS:
+            weight = self.weight(encoding)
+            if weight > best_q:
+                best, best_q = encoding, weight
+        return best
+
+
+def choose_encoding(accept_encoding: str, size: int = 0) -> str | None:
+    """The encoding to answer a body of `size` bytes with (`Accepted.choose`)."""
+    return Accepted(accept_encoding).choose(size)
+
+
+def _not_acceptable(accept: str) -> ApiError:
+    return ApiError(
+        "NOT_ACCEPTABLE",
+        f"Accept-Encoding {accept!r} refuses identity and accepts none of "
+        f"{', '.join(ENCODINGS)}; accepted: any of them, or identity",
+        accepted=[*ENCODINGS, "identity"],
+    )
 
 
 def compress(body: bytes, encoding: str) -> bytes:
     """`body` encoded; the same bytes for the same body (gzip's header carries no time). A body
     of `FAST_BYTES` or more is encoded at the fastest level."""
     fast = len(body) >= FAST_BYTES
+    if encoding == "zstd":
+        # one frame with its content size, no checksum (HTTP's own framing covers transport)
+        level = FAST_ZSTD_LEVEL if fast else ZSTD_LEVEL
+        return _zstd(level).compress(body)
     if encoding == "br":
         out: bytes = brotli.compress(body, quality=FAST_BROTLI_QUALITY if fast else BROTLI_QUALITY)
         return out
     if fast:
         return igzip.compress(body, compresslevel=FAST_GZIP_LEVEL, mtime=0)
     return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+
+
+_ZSTD = threading.local()
+
+
+def _zstd(level: int) -> zstandard.ZstdCompressor:
+    """A compressor per thread and level (a ZstdCompressor must not be shared by threads)."""
+    mine: dict[int, zstandard.ZstdCompressor] | None = getattr(_ZSTD, "by_level", None)
+    if mine is None:
+        mine = _ZSTD.by_level = {}
+    out = mine.get(level)
+    if out is None:
+        out = mine[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return out
 
 
 class CompressedCache:
@@ -193,18 +254,24 @@ class Compression:
             await self.app(scope, receive, send)
             return
         accept = (_header(list(scope["headers"]), b"accept-encoding") or b"").decode("latin-1")
-        encoding = choose_encoding(accept)
+        accepted = Accepted(accept)
+        if not accepted.identity and not accepted.any():
+            await send_problem(
+                send, _not_acceptable(accept), scope.get("state", {}).get("request_id")
+            )
+            return
         start: Message | None = None
+        encoding: str | None = None
         parts: list[bytes] = []
 
         async def wrapped(message: Message) -> None:
-            nonlocal start
+            nonlocal start, encoding
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 status = message["status"]
                 if status == 304:
                     headers = _with_vary(headers)
-                    if encoding is not None:
+                    if accepted.any():
                         headers = _weak_if_asked(headers, scope)
                     await send({**message, "headers": headers})
                     return
@@ -212,9 +279,13 @@ class Compression:
                     await send(message)
                     return
                 headers = _with_vary(headers)
-                whole = _header(headers, b"content-length") is not None
+                length = _header(headers, b"content-length")
                 encoded = _header(headers, b"content-encoding") is not None
-                if status != 200 or encoding is None or encoded or not whole:
+                if length is not None and status == 200 and not encoded:
+                    size = int(length)
+                    if size >= self.min_bytes or not accepted.identity:
+                        encoding = accepted.choose(size)
+                if encoding is None:
                     await send({**message, "headers": headers})
                     return
                 start = {**message, "headers": headers}
@@ -225,6 +296,7 @@ class Compression:
             parts.append(message.get("body", b""))
             if message.get("more_body", False):
                 return
+            assert encoding is not None
             await self._finish(start, b"".join(parts), encoding, send)
 
         await self.app(scope, receive, wrapped)
@@ -237,12 +309,8 @@ class Compression:
             self.pool, self.encoder, body, encoding
         )
 
-    async def _finish(self, start: Message, body: bytes, encoding: str | None, send: Send) -> None:
+    async def _finish(self, start: Message, body: bytes, encoding: str, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = start["headers"]
-        if encoding is None or len(body) < self.min_bytes:
-            await send(start)
-            await send({"type": "http.response.body", "body": body})
-            return
         etag = _header(headers, b"etag")
         key = (etag.decode("latin-1"), encoding) if etag and not etag.startswith(b"W/") else None
         packed = self.cache.get(key) if key is not None else None

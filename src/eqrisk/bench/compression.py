@@ -23,7 +23,7 @@ from eqrisk.api import compression
 from eqrisk.api.app import create_app
 from eqrisk.settings import Settings
 
-ENCODINGS = ("identity", "gzip", "br")
+ENCODINGS = ("identity", "gzip", "br", "zstd")
 
 
 def _targets(key: str, ten: str) -> list[tuple[str, str, dict[str, str]]]:

@@ -26,6 +26,7 @@ import httpx
 import numpy as np
 import orjson
 
+from eqrisk.api.endpoints.batch_analyze import SERIES_YEARS_PER_TICKER
 from eqrisk.bench.serve import _bench_server, _server_cpu_s, prepare_home
 
 DEMO_KEY = "eqrisk-demo"
@@ -43,6 +44,7 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)
     demo: bool = False
     repeats: int | None = None  # None: the run's
+    encoding: str | None = None  # Accept-Encoding; None: httpx's (gzip, deflate, br, zstd)
 
 
 def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
@@ -56,7 +58,11 @@ def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
     unknown = {f"ZZ{i:05d}": 1e-3 for i in range(4999)}
     one_known = {**unknown, "NVDA": 1e-3}
     ordinary = {"positions": {"NVDA": 0.5, "AAPL": 0.3, "MSFT": 0.2}, "benchmark": "SPY"}
-    batch = {"tickers": stocks[:100], "metrics": ["full_metrics", "returns"], "years": 15}
+    # The batch's worst case within its cap (api/endpoints/batch_analyze.py): 100 tickers of
+    # returns over SERIES_YEARS_PER_TICKER years; one ticker over 15 years is charged the minimum.
+    years = SERIES_YEARS_PER_TICKER
+    batch = {"tickers": stocks[:100], "metrics": ["full_metrics", "returns"], "years": years}
+    one = {"tickers": stocks[:1], "metrics": ["full_metrics", "returns"], "years": 15}
     return [
         Case("portfolio/risk", "3 positions, SPY", "POST", "/api/portfolio/risk", ordinary),
         Case(
@@ -95,7 +101,16 @@ def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
             "GET",
             "/api/ticker-returns?ticker=NVDA&years=15&format=parquet&nocache=true",
         ),
-        Case("batch/analyze", "100 tickers, 15 years", "POST", "/api/batch/analyze", batch),
+        Case("batch/analyze", f"100 tickers, {years} years", "POST", "/api/batch/analyze", batch),
+        Case(
+            "batch/analyze",
+            f"100 tickers, {years} years, br only",
+            "POST",
+            "/api/batch/analyze",
+            batch,
+            encoding="br",
+        ),
+        Case("batch/analyze", "1 ticker, 15 years", "POST", "/api/batch/analyze", one),
         Case("specific-risk", "every row, JSON", "GET", "/api/specific-risk"),
         Case("factor-covariance", "latest", "GET", "/api/factor-covariance"),
         Case("metrics", "demo key (free)", "GET", "/api/metrics/AAPL", demo=True, repeats=2),
@@ -113,6 +128,8 @@ def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
 
 def _call(client: httpx.Client, base: str, case: Case, key: str) -> tuple[int, float]:
     headers = {"Authorization": f"Bearer {DEMO_KEY if case.demo else key}"}
+    if case.encoding is not None:
+        headers["Accept-Encoding"] = case.encoding
     if case.json is None:
         response = client.request(case.method, base + case.path, headers=headers)
     else:  # the body encoded once per case: the client's own JSON work is not what is timed

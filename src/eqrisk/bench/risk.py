@@ -24,9 +24,9 @@ of `http_symbols` symbols (SPY, the 11 sector ETFs and over 5,000 stocks, `bench
 set) and `http_sessions` sessions, built in a temporary home by `eqrisk build` (both layers, as
 every build): books of that many stocks the model knows, long and short; per call the server's
 CPU (/proc, every thread: parsing, pricing, the answer, its compression) and the wall time of
-the call from a client on the same machine, the answer compressed as the client asks (httpx:
-br). The data set is short in sessions (the style factors with a forecast are those its
-history allows) so that it builds in a minute or two.
+the call from a client on the same machine, the answer compressed as the client asks (httpx
+with zstandard installed: zstd). The data set is short in sessions (the style factors with a
+forecast are those its history allows) so that it builds in a minute or two.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 from typing import Literal
 from urllib.parse import quote
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from starlette.responses import Response
 
 from eqrisk.api import wire
@@ -35,6 +35,14 @@ from eqrisk.api.sizes import Size, approx_bytes
 from eqrisk.snapshot.versions import Snapshot
 
 MAX_BATCH_TICKERS = 100
+# The price is per ticker and does not grow with `years`, while a series' rendering and
+# compression do: with a series (returns, l3_decomposition; csv and parquet are one), at most
+# this many ticker-years per ticker charged (docs/decisions/answers.md: on 100 tickers x 15
+# years of returns the server spent 4.2-4.8x the median route's CPU per USD; at 5 years and
+# brotli it is near 2x). A batch of fewer than `MIN_CHARGED_TICKERS` is charged that many.
+SERIES_YEARS_PER_TICKER = 5
+MIN_CHARGED_TICKERS = 5  # the default price table's minimum: 0.01 USD at 0.002 per ticker
+SERIES_METRICS = ("returns", "l3_decomposition")
 BatchMetric = Literal["returns", "hedge_ratios", "full_metrics", "l3_decomposition"]
 DEFAULT_BATCH_METRICS: tuple[BatchMetric, ...] = ("returns", "hedge_ratios")
 
@@ -77,6 +85,29 @@ class BatchParams(BodyParams, VersionedParams):
     @classmethod
     def _dedupe(cls, values: list[str]) -> list[str]:
         return list(dict.fromkeys(values))
+
+    @model_validator(mode="after")
+    def _series_cap(self) -> "BatchParams":
+        asked, most = series_ticker_years(self)
+        if asked > most:
+            n, series = len(self.tickers), asked // (len(self.tickers) * self.years)
+            fits = most // (n * series)
+            raise ValueError(
+                f"{n} tickers x {self.years} years x {series} series = {asked} ticker-years; "
+                f"at most {SERIES_YEARS_PER_TICKER} per ticker charged ({most} for {n} "
+                f"tickers), so years at most {fits} here: the price is per ticker, not per "
+                "year. For longer histories ask /api/ticker-returns per ticker, or drop "
+                "returns and l3_decomposition from metrics"
+            )
+        return self
+
+
+def series_ticker_years(p: "BatchParams") -> tuple[int, int]:
+    """The ticker-years of series a batch asks (tickers x years x series: returns and
+    l3_decomposition in JSON, the long table in csv and parquet) and the most it may ask."""
+    series = sum(m in SERIES_METRICS for m in p.metrics) if p.format == "json" else 1
+    most = SERIES_YEARS_PER_TICKER * max(len(p.tickers), MIN_CHARGED_TICKERS)
+    return len(p.tickers) * p.years * series, most
 
 
 def plan_batch(snap: Snapshot, p: BatchParams) -> BatchPlan:
@@ -166,7 +197,11 @@ ENDPOINT = Endpoint(
     method="POST",
     service="risk",
     price_key="batch/analyze",
-    limits={"tickers": MAX_BATCH_TICKERS},
+    limits={
+        "tickers": MAX_BATCH_TICKERS,
+        "series_years_per_ticker": SERIES_YEARS_PER_TICKER,
+        "series_min_charged_tickers": MIN_CHARGED_TICKERS,
+    },
     params=BatchParams,
     plan=plan_batch,
     size=size,
@@ -183,7 +218,13 @@ ENDPOINT = Endpoint(
             "`l3_decomposition`, and always `hedge_levels` and `meta`; a failed one `status: "
             '"error"`, `error` (the sentence) and `code`, and it is not charged. `format` '
             "parquet or csv answers one long table (ticker, date, returns_gross, L3 hedge "
-            "ratios). Charged per succeeded ticker (minimum per call in the price table)."
+            "ratios). Charged per succeeded ticker (minimum per call in the price table). "
+            "With a series (returns, l3_decomposition, or csv / parquet), at most "
+            f"{SERIES_YEARS_PER_TICKER} ticker-years per ticker charged (tickers x years x "
+            f"series; a batch of fewer than {MIN_CHARGED_TICKERS} tickers counts as "
+            f"{MIN_CHARGED_TICKERS}): 100 tickers of returns over at most 5 years, one ticker "
+            "over the whole history; more is a 400, as from /api/estimate, whose `limits` "
+            "say so."
         ),
         response_model=BatchResponse,
         responses={**ERRORS_NO_TICKER, **BODY_ERRORS},
