@@ -105,33 +105,34 @@ def _bounds(columns: slice | None, n_t: int) -> tuple[int, int]:
 
 
 def _window(
-    x: np.ndarray, weights: np.ndarray, lag: int, lo: int, hi: int
+    x: np.ndarray, halflife: float, length: int, lag: int, lo: int, hi: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sums and counts (n x (hi - lo)) of `window_sums`'s columns lo .. hi - 1."""
-    # Column t's window: columns t - lag - size + 1 .. t - lag, summed in numpy's order of
-    # `(window * weights).sum(axis=-1)` (`window_kernel`: the same bits).
-    from eqrisk.model.window_kernel import pairwise_plan, window_kernel  # numba: builds only
+    # Column t's window: columns t - lag - length + 1 .. t - lag, each window's sum in an order
+    # of its own (`window_kernel`).
+    from eqrisk.model.window_kernel import factors, window_kernel  # numba: builds only
 
-    ordered = np.ascontiguousarray(weights, dtype=np.float64)
+    c, d, w = factors(halflife, length)
     sums = np.empty((x.shape[0], max(hi - lo, 0)))
     count = np.empty(sums.shape)
     values = np.ascontiguousarray(x, dtype=np.float64)
-    window_kernel(values, ordered, lag, pairwise_plan(len(ordered)), lo, hi, sums, count)
+    window_kernel(values, c, d, w, lag, lo, hi, sums, count)
     return sums, count
 
 
 def window_sums(
-    x: np.ndarray, weights: np.ndarray, lag: int = 0, *, columns: slice | None = None
+    x: np.ndarray, halflife: float, length: int, lag: int = 0, *, columns: slice | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row and column t: sum of weights * x over the window of len(weights) sessions ending
-    at t - lag (oldest first), missing values skipped, and the number of values present.
-    Columns whose window starts before column 0 use what there is. `columns`: the columns to
-    compute (default all); others are NaN and 0."""
+    """Per row and column t: sum of `ewma_weights(halflife, length)` * x over the window of
+    `length` sessions ending at t - lag (oldest first; `halflife` inf: flat weights), missing
+    values skipped, and the number of values present. Columns whose window starts before
+    column 0 use what there is. `columns`: the columns to compute (default all); others are
+    NaN and 0. A window's sum depends on its own values only (`window_kernel`)."""
     n, n_t = x.shape
     lo, hi = _bounds(columns, n_t)
     sums = np.full((n, n_t), np.nan)
     count = np.zeros((n, n_t))
-    sums[:, lo:hi], count[:, lo:hi] = _window(x, weights, lag, lo, hi)
+    sums[:, lo:hi], count[:, lo:hi] = _window(x, halflife, length, lag, lo, hi)
     return sums, count
 
 
@@ -143,10 +144,9 @@ def _log1p(r: np.ndarray) -> np.ndarray:
 
 def _liquidity(turnover: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """0.35 / 0.35 / 0.3 of the log monthly turnover over 21, 63 and 252 sessions."""
-    ones = np.ones(1)
     parts = []
     for length, months in ((21, 1), (63, 3), (252, 12)):
-        s, c = _window(turnover, np.repeat(ones, length), 0, lo, hi)
+        s, c = _window(turnover, np.inf, length, 0, lo, hi)
         full = s / c * length  # the window's sum, missing days at the mean
         parts.append(np.where(c >= length / 2, np.log(full / months), np.nan))
     out: np.ndarray = 0.35 * parts[0] + 0.35 * parts[1] + 0.3 * parts[2]
@@ -158,13 +158,12 @@ def _beta_and_volatility(
 ) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     both = np.isfinite(returns) & np.isfinite(market)
-    num, c = _window(np.where(both, returns * market, np.nan), ewma_weights(63.0, 252), 0, lo, hi)
-    den, _ = _window(np.where(both, market * market, np.nan), ewma_weights(63.0, 252), 0, lo, hi)
+    num, c = _window(np.where(both, returns * market, np.nan), 63.0, 252, 0, lo, hi)
+    den, _ = _window(np.where(both, market * market, np.nan), 63.0, 252, 0, lo, hi)
     out["beta"] = np.where((c >= 126) & (den > 0), num / den, np.nan)
     if "residual_volatility" in names:
-        weights = ewma_weights(42.0, 252)
-        sq, c = _window(returns * returns, weights, 0, lo, hi)
-        w, _ = _window(np.where(np.isfinite(returns), 1.0, np.nan), weights, 0, lo, hi)
+        sq, c = _window(returns * returns, 42.0, 252, 0, lo, hi)
+        w, _ = _window(np.where(np.isfinite(returns), 1.0, np.nan), 42.0, 252, 0, lo, hi)
         out["residual_volatility"] = np.where(c >= 63, np.sqrt(sq / w), np.nan)
     return out
 
@@ -190,7 +189,7 @@ def descriptors(
         if "size" in names:
             part["size"] = np.log(np.where(cap[:, lo:hi] > 0, cap[:, lo:hi], np.nan))
         if "momentum" in names:
-            s, c = _window(logr, ewma_weights(126.0, 504), 21, lo, hi)
+            s, c = _window(logr, 126.0, 504, 21, lo, hi)
             part["momentum"] = np.where(c >= 252, s, np.nan)
         if "beta" in names or "residual_volatility" in names:
             part |= _beta_and_volatility(returns, market, names, lo, hi)
@@ -200,11 +199,13 @@ def descriptors(
             else:
                 part["liquidity"] = _liquidity(turnover, lo, hi)
         if "reversal" in names:
-            s, c = _window(logr, ewma_weights(5.0, 21), 0, lo, hi)
+            s, c = _window(logr, 5.0, 21, 0, lo, hi)
             part["reversal"] = np.where(c >= 10, s, np.nan)
     out: dict[str, np.ndarray] = {}
     for name in names:
-        out[name] = np.full((n, n_t), np.nan)
+        out[name] = np.empty((n, n_t))
+        out[name][:, :lo] = np.nan
+        out[name][:, hi:] = np.nan
         out[name][:, lo:hi] = part[name]
     return out
 

@@ -1,13 +1,22 @@
 """The style descriptors' windowed sums as a numba kernel (`styles.window_sums`): per row and
-session, sum of weights * x over the window, in the very order numpy sums the products of a
-window (`(window * weights).sum(axis=-1)`: 0.0 plus its pairwise summation, eight partial sums
-in blocks of at most 128 values, halves at multiples of 8 above), so the values are numpy's bit
-for bit (tested), without numpy's (rows x sessions x window) temporary, and the rows in parallel.
+session t, the EWMA-weighted sum of x over the window of `size` sessions ending at t - lag,
+weight 0.5^(o / halflife) for the value o sessions before the newest (flat weights: an
+infinite half-life), missing values 0, and the number of values present.
 
-Each window's sum is its own: the kernel runs the pairwise order of every session's window side
-by side, a tile of sessions at a time (each of the eight partial sums of a block is a vector over
-the tile's sessions, so the products and additions run in SIMD lanes, one session per lane),
-which changes which sums are computed together, never the order of any one sum's additions.
+The order of each sum is fixed by its window alone, so a window's bits do not depend on where
+the array starts or which sessions are computed with it (a resumed run equals a full one):
+
+- block sums b(e) = sum over i = 0..B-1 of c_i x(e - i), c_i = 0.5^(i / halflife), one per
+  session e (i ascending);
+- a window's sum: 0.0, plus d_j b(newest - B j) for j = 0, 1, .. (d_j = 0.5^(B j / halflife),
+  the whole blocks, newest first), plus w_k x over the oldest size mod B values (w_k the
+  window's own weights, oldest first).
+
+Each block sum serves the B * (size // B) windows that hold it: about B + size / B products a
+session instead of `size`, and the sessions of a tile run side by side in SIMD lanes. The
+weight of a value is c_i d_j where the direct sum uses 0.5^((B j + i) / halflife): the same to
+rounding (a sum differs from numpy's `(window * weights).sum()` by a few units in the last
+place of the sum of |terms|; tested).
 """
 
 from __future__ import annotations
@@ -15,106 +24,92 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-BLOCK = 128  # numpy's PW_BLOCKSIZE: the pairwise sum's largest block summed in eight lanes
+B = 8  # values per block sum
 TILE = 256  # sessions summed side by side (their partial sums stay in the core's caches)
 
 
-def pairwise_plan(size: int) -> np.ndarray:
-    """numpy's pairwise summation tree of `size` values as steps (M, 3), step k filling slot k,
-    children before parents: (0, first value, count) a leaf (at most BLOCK values, summed in
-    eight lanes), (1, a, b) the sum of slots a and b; the whole sum is the last slot."""
-    steps: list[tuple[int, int, int]] = []
-
-    def node(lo: int, n: int) -> int:
-        if n <= BLOCK:
-            steps.append((0, lo, n))
-        else:
-            half = n // 2
-            half -= half % 8
-            left = node(lo, half)
-            right = node(lo + half, n - half)
-            steps.append((1, left, right))
-        return len(steps) - 1
-
-    node(0, size)
-    return np.asarray(steps, dtype=np.int64)
+def factors(halflife: float, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernel's weights: c (B,) within a block, d (size // B,) of the blocks, newest first,
+    and the oldest size mod B values' own weights (oldest first)."""
+    c = np.asarray(0.5 ** (np.arange(B) / halflife), dtype=np.float64)
+    d = np.asarray(0.5 ** (B * np.arange(size // B) / halflife), dtype=np.float64)
+    rest = size % B
+    o = np.arange(size - 1, size - 1 - rest, -1)  # the oldest values' offsets from the newest
+    w = np.asarray(0.5 ** (o / halflife), dtype=np.float64)
+    return c, d, w
 
 
 @numba.njit(cache=True)
-def _leaf(buf, w, lo, n, nt, acc, out):  # out[t] = numpy's pairwise_sum of buf[t + k] * w[k]
-    if n < 8:  # k in [lo, lo + n), for t in [0, nt)
-        for t in range(nt):
-            out[t] = 0.0
-        for k in range(lo, lo + n):
-            wk = w[k]
-            for t in range(nt):
-                out[t] += buf[t + k] * wk
-        return
-    for j in range(8):
-        wk = w[lo + j]
-        for t in range(nt):
-            acc[j, t] = buf[t + lo + j] * wk
-    i = 8
-    whole = n - n % 8
-    while i < whole:
-        for j in range(8):
-            wk = w[lo + i + j]
-            at = lo + i + j
-            for t in range(nt):
-                acc[j, t] += buf[t + at] * wk
-        i += 8
+def _tile(buf, nt, size, c, d, w, block, out):  # out[t] for the windows buf[t : t + size]
+    # (the loops run over slices, whose indices numba knows are not negative: SIMD loops)
+    nb = d.shape[0]
+    rest = w.shape[0]
+    width = nt + size - 1
+    # block[q] = sum of c_k buf[q - k]: the blocks of some window end at q >= rest + B - 1
+    start = rest + B - 1
+    if nb > 0:
+        sums = block[start:width]
+        first = buf[start:width]
+        c0 = c[0]
+        for q in range(width - start):
+            sums[q] = c0 * first[q]
+        for k in range(1, B):
+            ck = c[k]
+            shifted = buf[start - k : width - k]
+            for q in range(width - start):
+                sums[q] += ck * shifted[q]
+    total = out[:nt]
     for t in range(nt):
-        out[t] = ((acc[0, t] + acc[1, t]) + (acc[2, t] + acc[3, t])) + (
-            (acc[4, t] + acc[5, t]) + (acc[6, t] + acc[7, t])
-        )
-    while i < n:
-        wk = w[lo + i]
+        total[t] = 0.0
+    for j in range(nb):
+        dj = d[j]
+        at = size - 1 - B * j  # window t's block j ends at buf[t + at]
+        ends = block[at : at + nt]
         for t in range(nt):
-            out[t] += buf[t + lo + i] * wk
-        i += 1
+            total[t] += dj * ends[t]
+    for k in range(rest):
+        wk = w[k]
+        oldest = buf[k : k + nt]
+        for t in range(nt):
+            total[t] += wk * oldest[t]
+
+
+@numba.njit(cache=True)
+def _row(x, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out):
+    size = B * d.shape[0] + w.shape[0]
+    for t0 in range(lo, hi, TILE):
+        nt = min(TILE, hi - t0)
+        first = t0 + 1 - size - lag  # x's column of buf[0]
+        for q in range(nt + size - 1):
+            col = first + q
+            v = x[i, col] if col >= 0 else np.nan
+            if np.isfinite(v):
+                buf[q] = v
+                flag[q] = 1
+            else:
+                buf[q] = 0.0
+                flag[q] = 0
+        _tile(buf, nt, size, c, d, w, block, out)
+        seen = 0
+        for k in range(size):
+            seen += flag[k]
+        for t in range(nt):
+            if t > 0:
+                seen += flag[t + size - 1] - flag[t - 1]
+            sums[i, t0 - lo + t] = out[t]
+            count[i, t0 - lo + t] = seen
 
 
 @numba.njit(cache=True, parallel=True)
-def window_kernel(x, weights, lag, plan, lo, hi, sums, count):
+def window_kernel(x, c, d, w, lag, lo, hi, sums, count):
     """sums[i, t - lo], count[i, t - lo] for t in [lo, hi): the window of column t is x's
-    columns t - lag - len(weights) + 1 .. t - lag (oldest first; columns before 0 and values
-    not finite are missing: 0 in the sum, not counted). `plan`: `pairwise_plan(len(weights))`.
+    columns t - lag - size + 1 .. t - lag, size = B len(d) + len(w) (columns before 0 and
+    values not finite are missing: 0 in the sum, not counted). `c`, `d`, `w`: `factors`.
     The count slides (integers: exact in any order)."""
-    n = x.shape[0]
-    size = weights.shape[0]
-    n_slots = plan.shape[0]
-    for i in numba.prange(n):
-        acc = np.empty((8, TILE))
-        part = np.empty((n_slots, TILE))
+    size = B * d.shape[0] + w.shape[0]
+    for i in numba.prange(x.shape[0]):
         buf = np.empty(TILE + size - 1)
         flag = np.zeros(TILE + size - 1, dtype=np.int64)
-        for t0 in range(lo, hi, TILE):
-            nt = min(TILE, hi - t0)
-            width = nt + size - 1
-            first = t0 + 1 - size - lag  # x's column of buf[0]
-            for q in range(width):
-                c = first + q
-                v = x[i, c] if c >= 0 else np.nan
-                if np.isfinite(v):
-                    buf[q] = v
-                    flag[q] = 1
-                else:
-                    buf[q] = 0.0
-                    flag[q] = 0
-            for k in range(n_slots):
-                if plan[k, 0] == 0:
-                    _leaf(buf, weights, plan[k, 1], plan[k, 2], nt, acc, part[k])
-                else:
-                    a, b = plan[k, 1], plan[k, 2]
-                    for t in range(nt):
-                        part[k, t] = part[a, t] + part[b, t]
-            seen = 0
-            for k in range(size):
-                seen += flag[k]
-            res = part[n_slots - 1]
-            for t in range(nt):
-                if t > 0:
-                    seen += flag[t + size - 1] - flag[t - 1]
-                # numpy's reduction starts from its identity, 0.0 (a sum of -0.0s is +0.0)
-                sums[i, t0 - lo + t] = 0.0 + res[t]
-                count[i, t0 - lo + t] = seen
+        block = np.empty(TILE + size - 1)
+        out = np.empty(TILE)
+        _row(x, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out)
