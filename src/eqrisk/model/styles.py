@@ -105,18 +105,28 @@ def _bounds(columns: slice | None, n_t: int) -> tuple[int, int]:
 
 
 def _window(
-    x: np.ndarray, halflife: float, length: int, lag: int, lo: int, hi: int
+    x: np.ndarray,
+    halflife: float,
+    length: int,
+    lag: int,
+    lo: int,
+    hi: int,
+    *,
+    y: np.ndarray | None = None,
+    series: str = "x",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sums and counts (n x (hi - lo)) of `window_sums`'s columns lo .. hi - 1."""
+    """Sums and counts (n x (hi - lo)) of `window_sums`'s columns lo .. hi - 1, of x or of
+    a product of x and y (`window_kernel.MODES`)."""
     # Column t's window: columns t - lag - length + 1 .. t - lag, each window's sum in an order
     # of its own (`window_kernel`).
-    from eqrisk.model.window_kernel import factors, window_kernel  # numba: builds only
+    from eqrisk.model.window_kernel import MODES, factors, window_kernel  # numba: builds only
 
     c, d, w = factors(halflife, length)
     sums = np.empty((x.shape[0], max(hi - lo, 0)))
     count = np.empty(sums.shape)
     values = np.ascontiguousarray(x, dtype=np.float64)
-    window_kernel(values, c, d, w, lag, lo, hi, sums, count)
+    other = values if y is None else np.ascontiguousarray(y, dtype=np.float64)
+    window_kernel(values, other, MODES[series], c, d, w, lag, lo, hi, sums, count)
     return sums, count
 
 
@@ -157,13 +167,13 @@ def _beta_and_volatility(
     returns: np.ndarray, market: np.ndarray, names: tuple[str, ...], lo: int, hi: int
 ) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
-    both = np.isfinite(returns) & np.isfinite(market)
-    num, c = _window(np.where(both, returns * market, np.nan), 63.0, 252, 0, lo, hi)
-    den, _ = _window(np.where(both, market * market, np.nan), 63.0, 252, 0, lo, hi)
+    # sum w r m / sum w m^2 over the days both exist
+    num, c = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="xy")
+    den, _ = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="yy")
     out["beta"] = np.where((c >= 126) & (den > 0), num / den, np.nan)
-    if "residual_volatility" in names:
-        sq, c = _window(returns * returns, 42.0, 252, 0, lo, hi)
-        w, _ = _window(np.where(np.isfinite(returns), 1.0, np.nan), 42.0, 252, 0, lo, hi)
+    if "residual_volatility" in names:  # sum w r^2 / sum w over the days r exists
+        sq, c = _window(returns, 42.0, 252, 0, lo, hi, series="xx")
+        w, _ = _window(returns, 42.0, 252, 0, lo, hi, series="present")
         out["residual_volatility"] = np.where(c >= 63, np.sqrt(sq / w), np.nan)
     return out
 

@@ -26,6 +26,9 @@ import numpy as np
 
 B = 8  # values per block sum
 TILE = 256  # sessions summed side by side (their partial sums stay in the core's caches)
+# The series summed, from x and y (n x T): x itself; x y and y y where both are finite (NaN
+# elsewhere); x x; 1 where x is finite (NaN elsewhere): what numpy would make first, no copy.
+MODES = {"x": 0, "xy": 1, "yy": 2, "xx": 3, "present": 4}
 
 
 def factors(halflife: float, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,14 +78,29 @@ def _tile(buf, nt, size, c, d, w, block, out):  # out[t] for the windows buf[t :
 
 
 @numba.njit(cache=True)
-def _row(x, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out):
+def _value(x, y, i, col, mode):  # the summed series at x[i, col] (`MODES`)
+    a = x[i, col]
+    if mode == 0:
+        return a
+    if mode == 3:
+        return a * a
+    if mode == 4:
+        return 1.0 if np.isfinite(a) else np.nan
+    b = y[i, col]
+    if not (np.isfinite(a) and np.isfinite(b)):
+        return np.nan
+    return a * b if mode == 1 else b * b
+
+
+@numba.njit(cache=True)
+def _row(x, y, mode, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out):
     size = B * d.shape[0] + w.shape[0]
     for t0 in range(lo, hi, TILE):
         nt = min(TILE, hi - t0)
         first = t0 + 1 - size - lag  # x's column of buf[0]
         for q in range(nt + size - 1):
             col = first + q
-            v = x[i, col] if col >= 0 else np.nan
+            v = _value(x, y, i, col, mode) if col >= 0 else np.nan
             if np.isfinite(v):
                 buf[q] = v
                 flag[q] = 1
@@ -101,15 +119,16 @@ def _row(x, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out):
 
 
 @numba.njit(cache=True, parallel=True)
-def window_kernel(x, c, d, w, lag, lo, hi, sums, count):
-    """sums[i, t - lo], count[i, t - lo] for t in [lo, hi): the window of column t is x's
-    columns t - lag - size + 1 .. t - lag, size = B len(d) + len(w) (columns before 0 and
-    values not finite are missing: 0 in the sum, not counted). `c`, `d`, `w`: `factors`.
-    The count slides (integers: exact in any order)."""
+def window_kernel(x, y, mode, c, d, w, lag, lo, hi, sums, count):
+    """sums[i, t - lo], count[i, t - lo] for t in [lo, hi): the window of column t is the
+    series' columns t - lag - size + 1 .. t - lag, size = B len(d) + len(w) (columns before 0
+    and values not finite are missing: 0 in the sum, not counted); the series is x, or one of
+    x and y's products (`MODES`). `c`, `d`, `w`: `factors`. The count slides (integers: exact
+    in any order)."""
     size = B * d.shape[0] + w.shape[0]
     for i in numba.prange(x.shape[0]):
         buf = np.empty(TILE + size - 1)
         flag = np.zeros(TILE + size - 1, dtype=np.int64)
         block = np.empty(TILE + size - 1)
         out = np.empty(TILE)
-        _row(x, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out)
+        _row(x, y, mode, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out)
