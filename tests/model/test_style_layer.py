@@ -133,6 +133,38 @@ def test_standardised_exposures_keep_their_identities(slice_data: dict[str, np.n
     np.testing.assert_allclose(z[held], s.to_numpy(), rtol=1e-12)
 
 
+def test_exposures_are_standardised_and_made_orthogonal_as_statsmodels_ols_does(
+    slice_data: dict[str, np.ndarray],
+) -> None:
+    """A block of real sessions at once: each style the session's `standardise` (checked
+    against pandas above), residual volatility the standardised OLS residual on an intercept,
+    size and beta, liquidity on an intercept and size; rows without a cap or outside the
+    stocks NaN."""
+    r, cap = slice_data["returns"], slice_data["cap"].copy()
+    rng = np.random.default_rng(5)
+    turnover = rng.lognormal(-5.0, 0.5, r.shape)
+    cap[4, -30:] = np.nan  # no cap: out of the layer
+    stocks = np.ones(len(r), dtype=bool)
+    stocks[9] = False
+    raw = descriptors(r, slice_data["market"], cap, turnover, columns=slice(770, 800))
+    x = style_exposures(raw, cap, stocks, range(770, 800))
+    names = list(raw)
+    for k, t in enumerate(range(770, 800)):
+        c = np.where(stocks, cap[:, t], np.nan)
+        held = np.isfinite(c)
+        z = {name: standardise(raw[name][:, t], c) for name in names}
+        for name, on in (("residual_volatility", ["size", "beta"]), ("liquidity", ["size"])):
+            a = sm.add_constant(np.column_stack([z[b][held] for b in on]))
+            resid = np.full(len(r), np.nan)
+            resid[held] = sm.OLS(z[name][held], a).fit().resid
+            z[name] = standardise(resid, c)
+        for s, name in enumerate(names):
+            assert np.isnan(x[s, ~held, k]).all() and not held[9]
+            np.testing.assert_allclose(x[s, held, k], z[name][held], rtol=0, atol=1e-12,
+                                       err_msg=f"{name} at {t}")  # fmt: skip
+        assert np.isnan(x[:, 4, k]).all() == (t >= 770)
+
+
 def test_the_regression_equals_statsmodels_wls_on_a_real_day(
     slice_data: dict[str, np.ndarray],
 ) -> None:

@@ -100,35 +100,81 @@ def ewma_weights(halflife: float, length: int) -> np.ndarray:
     return np.asarray(0.5 ** (np.arange(length)[::-1] / halflife), dtype=np.float64)
 
 
-def window_sums(
-    x: np.ndarray, weights: np.ndarray, lag: int = 0, *, columns: slice | None = None
+def _bounds(columns: slice | None, n_t: int) -> tuple[int, int]:
+    return (0, n_t) if columns is None else (columns.start or 0, columns.stop or n_t)
+
+
+def _window(
+    x: np.ndarray,
+    halflife: float,
+    length: int,
+    lag: int,
+    lo: int,
+    hi: int,
+    *,
+    y: np.ndarray | None = None,
+    series: str = "x",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row and column t: sum of weights * x over the window of len(weights) sessions ending
-    at t - lag (oldest first), missing values skipped, and the number of values present.
-    Columns whose window starts before column 0 use what there is. `columns`: the columns to
-    compute (default all); others are NaN and 0."""
+    """Sums and counts (n x (hi - lo)) of `window_sums`'s columns lo .. hi - 1, of x or of
+    a product of x and y (`window_kernel.MODES`)."""
+    # Column t's window: columns t - lag - length + 1 .. t - lag, each window's sum in an order
+    # of its own (`window_kernel`).
+    from eqrisk.model.window_kernel import MODES, factors, window_kernel  # numba: builds only
+
+    c, d, w = factors(halflife, length)
+    sums = np.empty((x.shape[0], max(hi - lo, 0)))
+    count = np.empty(sums.shape)
+    values = np.ascontiguousarray(x, dtype=np.float64)
+    other = values if y is None else np.ascontiguousarray(y, dtype=np.float64)
+    window_kernel(values, other, MODES[series], c, d, w, lag, lo, hi, sums, count)
+    return sums, count
+
+
+def window_sums(
+    x: np.ndarray, halflife: float, length: int, lag: int = 0, *, columns: slice | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row and column t: sum of `ewma_weights(halflife, length)` * x over the window of
+    `length` sessions ending at t - lag (oldest first; `halflife` inf: flat weights), missing
+    values skipped, and the number of values present. Columns whose window starts before
+    column 0 use what there is. `columns`: the columns to compute (default all); others are
+    NaN and 0. A window's sum depends on its own values only (`window_kernel`)."""
     n, n_t = x.shape
-    size = len(weights)
-    pad = size + lag
-    padded = np.full((n, n_t + pad), np.nan)
-    padded[:, pad:] = x
-    present = np.isfinite(padded)
-    values = np.where(present, padded, 0.0)
+    lo, hi = _bounds(columns, n_t)
     sums = np.full((n, n_t), np.nan)
     count = np.zeros((n, n_t))
-    lo, hi = (0, n_t) if columns is None else (columns.start or 0, columns.stop or n_t)
-    # Column t's window: padded columns t + pad - lag - size + 1 .. t + pad - lag, summed in
-    # numpy's order of `(window * weights).sum(axis=-1)` (`window_kernel`: the same bits).
-    from eqrisk.model.window_kernel import window_kernel  # numba: imported by builds only
-
-    ordered = np.ascontiguousarray(weights, dtype=np.float64)
-    window_kernel(values, present, ordered, lo, hi, sums, count)
+    sums[:, lo:hi], count[:, lo:hi] = _window(x, halflife, length, lag, lo, hi)
     return sums, count
 
 
 def _log1p(r: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         out: np.ndarray = np.log1p(r)
+    return out
+
+
+def _liquidity(turnover: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """0.35 / 0.35 / 0.3 of the log monthly turnover over 21, 63 and 252 sessions."""
+    parts = []
+    for length, months in ((21, 1), (63, 3), (252, 12)):
+        s, c = _window(turnover, np.inf, length, 0, lo, hi)
+        full = s / c * length  # the window's sum, missing days at the mean
+        parts.append(np.where(c >= length / 2, np.log(full / months), np.nan))
+    out: np.ndarray = 0.35 * parts[0] + 0.35 * parts[1] + 0.3 * parts[2]
+    return out
+
+
+def _beta_and_volatility(
+    returns: np.ndarray, market: np.ndarray, names: tuple[str, ...], lo: int, hi: int
+) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    # sum w r m / sum w m^2 over the days both exist
+    num, c = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="xy")
+    den, _ = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="yy")
+    out["beta"] = np.where((c >= 126) & (den > 0), num / den, np.nan)
+    if "residual_volatility" in names:  # sum w r^2 / sum w over the days r exists
+        sq, c = _window(returns, 42.0, 252, 0, lo, hi, series="xx")
+        w, _ = _window(returns, 42.0, 252, 0, lo, hi, series="present")
+        out["residual_volatility"] = np.where(c >= 63, np.sqrt(sq / w), np.nan)
     return out
 
 
@@ -143,84 +189,71 @@ def descriptors(
 ) -> dict[str, np.ndarray]:
     """Raw descriptors (n x T, NaN = none) of each row at each session's close. `market` (n x T):
     each row's market factor return; `cap` (n x T); `turnover` (n x T, volume / shares) or None
-    (no liquidity). `columns`: the sessions needed (the windows still read the ones before)."""
-    out: dict[str, np.ndarray] = {}
-    logr = _log1p(returns)
-    both = np.isfinite(returns) & np.isfinite(market)
-    rm = np.where(both, returns * market, np.nan)
-    mm = np.where(both, market * market, np.nan)
-
-    def ewm(x: np.ndarray, hl: float, length: int, lag: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        return window_sums(x, ewma_weights(hl, length), lag, columns=columns)
-
+    (no liquidity). `columns`: the sessions needed (the windows still read the ones before;
+    the other sessions are NaN)."""
+    n, n_t = returns.shape
+    lo, hi = _bounds(columns, n_t)
+    part: dict[str, np.ndarray] = {}
+    logr = _log1p(returns) if {"momentum", "reversal"} & set(names) else returns
     with np.errstate(invalid="ignore", divide="ignore"):
         if "size" in names:
-            out["size"] = np.log(np.where(cap > 0, cap, np.nan))
+            part["size"] = np.log(np.where(cap[:, lo:hi] > 0, cap[:, lo:hi], np.nan))
         if "momentum" in names:
-            s, c = ewm(logr, 126.0, 504, lag=21)
-            out["momentum"] = np.where(c >= 252, s, np.nan)
+            s, c = _window(logr, 126.0, 504, 21, lo, hi)
+            part["momentum"] = np.where(c >= 252, s, np.nan)
         if "beta" in names or "residual_volatility" in names:
-            num, c = ewm(rm, 63.0, 252)
-            den, _ = ewm(mm, 63.0, 252)
-            out["beta"] = np.where((c >= 126) & (den > 0), num / den, np.nan)
-        if "residual_volatility" in names:
-            sq, c = ewm(returns * returns, 42.0, 252)
-            w, _ = ewm(np.where(np.isfinite(returns), 1.0, np.nan), 42.0, 252)
-            out["residual_volatility"] = np.where(c >= 63, np.sqrt(sq / w), np.nan)
+            part |= _beta_and_volatility(returns, market, names, lo, hi)
         if "liquidity" in names:
             if turnover is None:
-                out["liquidity"] = np.full(returns.shape, np.nan)
+                part["liquidity"] = np.full((n, max(hi - lo, 0)), np.nan)
             else:
-                ones = np.ones(1)
-                parts = []
-                for length, months in ((21, 1), (63, 3), (252, 12)):
-                    s, c = window_sums(turnover, np.repeat(ones, length), columns=columns)
-                    full = s / c * length  # the window's sum, missing days at the mean
-                    parts.append(np.where(c >= length / 2, np.log(full / months), np.nan))
-                out["liquidity"] = 0.35 * parts[0] + 0.35 * parts[1] + 0.3 * parts[2]
+                part["liquidity"] = _liquidity(turnover, lo, hi)
         if "reversal" in names:
-            s, c = ewm(logr, 5.0, 21)
-            out["reversal"] = np.where(c >= 10, s, np.nan)
-    return {name: out[name] for name in names}
+            s, c = _window(logr, 5.0, 21, 0, lo, hi)
+            part["reversal"] = np.where(c >= 10, s, np.nan)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        out[name] = np.empty((n, n_t))
+        out[name][:, :lo] = np.nan
+        out[name][:, hi:] = np.nan
+        out[name][:, lo:hi] = part[name]
+    return out
+
+
+def _kernel_args(names: list[str]) -> tuple[int, np.ndarray, int, np.ndarray]:
+    """The rows of the stacked descriptors to make orthogonal, and to what (-1: none)."""
+    idx = {name: s for s, name in enumerate(names)}
+    rv = idx.get("residual_volatility", -1)
+    rv_on = np.asarray([idx[b] for b in ("size", "beta") if b in idx], dtype=np.int64)
+    liq = idx["liquidity"] if "liquidity" in idx and "size" in idx else -1
+    liq_on = np.asarray([idx["size"]] if liq >= 0 else [], dtype=np.int64)
+    return rv, rv_on, liq, liq_on
+
+
+def _standardised(
+    raw: np.ndarray, cap: np.ndarray, stocks: np.ndarray, names: list[str], liq_any: np.ndarray
+) -> np.ndarray:
+    """`style_kernel.exposure_kernel` over raw (S x n x K) and cap (n x K)."""
+    from eqrisk.model.style_kernel import exposure_kernel  # numba: imported by builds only
+
+    out = np.full(raw.shape, np.nan)
+    rv, rv_on, liq, liq_on = _kernel_args(names)
+    exposure_kernel(
+        np.ascontiguousarray(raw, dtype=np.float64), np.ascontiguousarray(cap, dtype=np.float64),
+        np.ascontiguousarray(stocks, dtype=np.bool_), rv, rv_on, liq, liq_on,
+        np.ascontiguousarray(liq_any, dtype=np.bool_), ROUNDS, LIMIT, LIMIT + TOLERANCE, out,
+    )  # fmt: skip
+    return out
 
 
 def standardise(x: np.ndarray, cap: np.ndarray) -> np.ndarray:
     """One session's descriptor (n,) over the rows with a cap: cap-weighted mean 0, equal-
     weighted standard deviation 1, limited to +-LIMIT in rounds; 0 where the row
     has a cap but no descriptor, NaN where it has no cap (see the module docstring)."""
-    has_cap = np.isfinite(cap) & (cap > 0)
-    ok = has_cap & np.isfinite(x)
-    out = np.where(has_cap, 0.0, np.nan)
-    if ok.sum() < 2:
-        return out
-    v = x[ok]
-    c = cap[ok]
-    for _ in range(ROUNDS):
-        v = v - np.sum(c * v) / np.sum(c)
-        sd = float(np.std(v))
-        if not sd > 0:
-            return out
-        v = v / sd
-        if np.abs(v).max() <= LIMIT + TOLERANCE:
-            break
-        v = np.clip(v, -LIMIT, LIMIT)
-    out[ok] = v
-    return out
-
-
-def orthogonalise(y: np.ndarray, on: list[np.ndarray], cap: np.ndarray) -> np.ndarray:
-    """One session's standardised exposure (n,) made orthogonal (equal weights) to others,
-    then standardised again; NaN rows stay NaN."""
-    ok = np.isfinite(y)
-    for z in on:
-        ok &= np.isfinite(z)
-    if ok.sum() <= len(on) + 1:
-        return y
-    a = np.column_stack([np.ones(int(ok.sum()))] + [z[ok] for z in on])
-    coef, *_ = np.linalg.lstsq(a, y[ok], rcond=None)
-    resid = np.where(ok, np.nan, y)
-    resid[ok] = y[ok] - a @ coef
-    return standardise(np.where(np.isfinite(y) & ~ok, 0.0, resid), cap)
+    n = len(x)
+    stocks = np.ones(n, dtype=np.bool_)
+    z = _standardised(x.reshape(1, n, 1), cap.reshape(n, 1), stocks, ["x"], np.zeros(1, bool))
+    return z[0, :, 0]
 
 
 def style_exposures(
@@ -228,18 +261,15 @@ def style_exposures(
 ) -> np.ndarray:
     """Standardised exposures (S x n x len(columns)) of the sessions `columns` (the descriptors
     and caps of those sessions' closes), over the rows `stocks` (n,) bool only (NaN elsewhere).
-    Residual volatility is made orthogonal to size and beta, liquidity to size, where present."""
+    Residual volatility is made orthogonal to size and beta (the residual of an equal-weight
+    cross-sectional regression on an intercept and them), liquidity to size, where present
+    (liquidity in the sessions where some row has the descriptor), each standardised again.
+    All the sessions at once (`style_kernel`)."""
     names = list(raw)
-    n = cap.shape[0]
-    out = np.full((len(names), n, len(columns)), np.nan)
-    for k, t in enumerate(columns):
-        c = np.where(stocks, cap[:, t], np.nan)
-        z = {name: standardise(raw[name][:, t], c) for name in names}
-        if "residual_volatility" in z:
-            base = [z[b] for b in ("size", "beta") if b in z]
-            z["residual_volatility"] = orthogonalise(z["residual_volatility"], base, c)
-        if "liquidity" in z and "size" in z and np.isfinite(raw["liquidity"][:, t]).any():
-            z["liquidity"] = orthogonalise(z["liquidity"], [z["size"]], c)
-        for s, name in enumerate(names):
-            out[s, :, k] = z[name]
-    return out
+    cols = np.asarray(columns, dtype=np.int64)
+    if not names:
+        return np.full((0, cap.shape[0], len(cols)), np.nan)
+    block = np.stack([raw[name][:, cols] for name in names])
+    liq = raw.get("liquidity")
+    liq_any = np.zeros(len(cols), bool) if liq is None else np.isfinite(liq[:, cols]).any(axis=0)
+    return _standardised(block, cap[:, cols], stocks, names, liq_any)
