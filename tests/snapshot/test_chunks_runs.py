@@ -217,3 +217,28 @@ def test_forgotten_rows_lend_their_memory_to_the_next_pass(
     for r in range(4, 8):
         _same(opened["b"][r], fields["b"][r])
     assert given == [True] * 4  # every row of the pass assembled into recycled memory
+
+
+def test_every_span_reads_back_bitwise_and_close_files_before_keeps_the_later_chunks(
+    tmp_path: Path,
+) -> None:
+    """`a[r0:r1, c0:c1]` (the risk model's reads of a written version: each chunk's part
+    copied from its own file or its group's runs) is the field's bits for every range of rows
+    and sessions, whatever the missing runs; `close_files(before=s)` unmaps the chunks that end
+    at or before session s only, and the reads after it are the same bits (reopened or not)."""
+    fields = _fields()
+    opened = chunks.open_arrays(tmp_path / "v", _write(tmp_path / "v", fields))
+    store = opened["a"]._store
+    for name, want in fields.items():
+        for r0, r1 in ((0, 11), (1, 4), (3, 9), (5, 6), (7, 7)):
+            for c0, c1 in ((0, 53), (5, 30), (8, 16), (23, 33), (47, 53), (12, 12)):
+                _same(opened[name][r0:r1, c0:c1], want[r0:r1, c0:c1])
+    assert {c for c in store._file_chunk.values()} == set(range(GRID.chunks))
+    chunks.close_files(opened, before=20)  # chunks 0 and 1 end at or before session 20
+    assert {c for c in store._file_chunk.values()} == set(range(2, GRID.chunks))
+    assert set(store._files) == set(store._file_chunk)
+    assert all(c >= 2 for _b, c in [*store._groups, *store._cells])
+    for name, want in fields.items():
+        _same(opened[name][:, 3:50], want[:, 3:50])
+    chunks.close_files(opened)
+    assert not store._files and not store._file_chunk and not store._groups

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from eqrisk.bench.incremental import _cut, synthetic_market
 from eqrisk.build.pipeline import publish_panel
@@ -72,7 +73,7 @@ def test_the_manifest_records_each_files_checksum(shared: VersionStore) -> None:
     for version in shared.versions():
         folder = shared.path(version)
         recorded = json.loads((folder / "manifest.json").read_text())["checksums"]
-        assert recorded["algorithm"] == "blake2b-128"
+        assert recorded["algorithm"] == "xxh3-128"
         on_disk = sorted(
             str(p.relative_to(folder))
             for p in folder.rglob("*")
@@ -80,8 +81,7 @@ def test_the_manifest_records_each_files_checksum(shared: VersionStore) -> None:
         )
         assert sorted(recorded["files"]) == on_disk
         for rel, digest in recorded["files"].items():
-            h = hashlib.blake2b((folder / rel).read_bytes(), digest_size=16)
-            assert h.hexdigest() == digest, rel
+            assert xxhash.xxh3_128((folder / rel).read_bytes()).hexdigest() == digest, rel
 
 
 def _verify(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -125,7 +125,7 @@ def test_verify_names_a_damaged_shared_file_with_every_version(tmp_path: Path) -
     assert found["damaged"] == [
         {
             "files": [rel],
-            "problem": "does not match its checksum (blake2b-128)",
+            "problem": "does not match its checksum (xxh3-128)",
             "versions": [first, second],
         }
     ]
@@ -146,3 +146,62 @@ def test_a_version_is_named_by_its_full_name_or_its_ascii_number(shared: Version
     for name in ("¹8", "v¹", "٢", f"v{number}x"):
         with pytest.raises(UnknownVersion, match="kept: "):
             shared.resolve(name)
+
+
+def _as_blake2b(folder: Path) -> dict[str, str]:
+    """Rewrite a version's manifest as a version written before xxh3-128 records it: the
+    blake2b-128 of each file (hashlib's, independent of `integrity`)."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    files = {
+        rel: hashlib.blake2b((folder / rel).read_bytes(), digest_size=16).hexdigest()
+        for rel in manifest["checksums"]["files"]
+    }
+    manifest["checksums"] = {"algorithm": "blake2b-128", "files": files}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return files
+
+
+def test_an_old_blake2b_version_still_verifies_beside_a_new_xxh3_one(tmp_path: Path) -> None:
+    """The first version records blake2b-128 (as versions before xxh3-128 did), the second,
+    which shares most files with it by hard links, xxh3-128: both verify; one damaged byte in a
+    shared file is found by either algorithm and named with both versions."""
+    from eqrisk.snapshot import integrity
+
+    store = _two_versions(tmp_path / "snapshots", 0o022)
+    first, second = store.versions()
+    old = _as_blake2b(store.path(first))
+    new = json.loads((store.path(second) / "manifest.json").read_text())["checksums"]
+    assert new["algorithm"] == "xxh3-128"
+    common = sorted(set(old) & set(new["files"]))
+    assert common and all(old[rel] != new["files"][rel] for rel in common)
+    report = store.verify()
+    assert report.ok and not report.unrecorded and report.versions == [first, second]
+    # A shared file is hashed once per algorithm.
+    inodes = {
+        (v, (store.path(v) / rel).stat().st_ino)
+        for v, files in ((first, old), (second, new["files"]))
+        for rel in files
+    }
+    assert report.files == len(inodes)
+    assert integrity.file_digest(store.path(first) / common[0], "blake2b-128") == old[common[0]]
+
+    shared = next(
+        store.path(first) / rel
+        for rel in common
+        if (store.path(first) / rel).samefile(store.path(second) / rel)
+    )
+    rel = str(shared.relative_to(store.path(first)))
+    data = bytearray(shared.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shared.write_bytes(bytes(data))
+    damaged = store.verify().damaged
+    assert [d.describe() for d in damaged] == [
+        {
+            "files": [rel],
+            "problem": "does not match its checksum (blake2b-128)",
+            "versions": [first, second],
+        }
+    ]
+    # The new version alone finds it by its own algorithm.
+    alone = store.verify([second]).damaged
+    assert [d.problem for d in alone] == ["does not match its checksum (xxh3-128)"]

@@ -346,7 +346,9 @@ def write_risk(
         etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
         tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev)
         save_state(folder, c + 1, tracked, previous, _state_parts(prev_state))
-        chunks.close_files(fields)
+        # Unmapped: the chunks the next run no longer reads (its history starts at `hi -
+        # history`); those it reads again stay mapped (read once, not once per run).
+        chunks.close_files(fields, before=max(hi - max(history, prev_inputs.history()), 0))
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).
         _save_state(folder, _rel("state", c + 1, "npz"), state, previous)

@@ -1,7 +1,7 @@
 """Snapshot versions on an S3-compatible bucket: content-addressed chunk files shared between
 versions, each version's manifest written last.
 
-    <prefix>/chunks/<digest>          one file of some version, named by its blake2b-128
+    <prefix>/chunks/<digest>          one file of some version, named by its checksum
     <prefix>/versions/<name>.json     a version's manifest: it is published once this exists
     <prefix>/CURRENT                  the name of the version the fleet serves
     <prefix>/PINNED                   versions pruning never removes, one a line
@@ -19,7 +19,6 @@ from the usual AWS_* variables; `endpoint` names a non-AWS server (MinIO, Ceph, 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -81,14 +80,22 @@ class Pushed:
         }
 
 
-def manifest_files(manifest: dict[str, Any]) -> dict[str, str]:
-    """{relative path: digest} of a version's files, from its manifest's checksums."""
+def manifest_algorithm(manifest: dict[str, Any]) -> str:
+    """The checksum algorithm a version's manifest records (one of `integrity.ALGORITHMS`:
+    xxh3-128 since it replaced blake2b-128, which older versions record)."""
     block = manifest.get("checksums")
-    if not isinstance(block, dict) or block.get("algorithm") != integrity.ALGORITHM:
-        raise BucketError(
-            f"{manifest.get('model_version')} records no {integrity.ALGORITHM} checksums"
-        )
-    return {str(rel): str(d) for rel, d in block["files"].items()}
+    if not isinstance(block, dict) or block.get("algorithm") not in integrity.ALGORITHMS:
+        known = " or ".join(integrity.ALGORITHMS)
+        raise BucketError(f"{manifest.get('model_version')} records no {known} checksums")
+    return str(block["algorithm"])
+
+
+def manifest_files(manifest: dict[str, Any]) -> dict[str, str]:
+    """{relative path: digest} of a version's files, from its manifest's checksums (by the
+    algorithm `manifest_algorithm` names). Digests of the two algorithms are 128 bits each:
+    a chunk is addressed by either, never both."""
+    manifest_algorithm(manifest)
+    return {str(rel): str(d) for rel, d in manifest["checksums"]["files"].items()}
 
 
 class Bucket:
@@ -245,6 +252,7 @@ class Bucket:
             manifest["checksums"] = integrity.record(folder)
             raw = json.dumps(manifest, indent=2, default=str).encode()
         files = manifest_files(manifest)
+        algorithm = manifest_algorithm(manifest)
         have = {str(m["path"])[len(CHUNKS) :] for m in self._list(CHUNKS)}
         pushed = Pushed(version)
         done: set[str] = set()
@@ -253,7 +261,7 @@ class Bucket:
                 pushed.shared += 1
                 continue
             path = folder / rel
-            if integrity.file_digest(path) != digest:
+            if integrity.file_digest(path, algorithm) != digest:
                 raise BucketError(
                     f"{version}/{rel} does not match its checksum: run `eqrisk snapshots "
                     "verify`; nothing of it was published"
@@ -295,20 +303,23 @@ class Bucket:
         versions = self.versions()
         report = integrity.Report(versions=list(versions))
         places: dict[str, list[tuple[str, str]]] = {}
+        algorithms: dict[str, str] = {}
         for version in versions:
             try:
-                files = manifest_files(self.manifest(version))
+                manifest = self.manifest(version)
+                files = manifest_files(manifest)
             except BucketError:
                 report.unrecorded.append(version)
                 continue
             for rel, digest in files.items():
                 places.setdefault(digest, []).append((version, rel))
+                algorithms[digest] = manifest_algorithm(manifest)
         sizes = {str(m["path"])[len(CHUNKS) :]: int(m["size"]) for m in self._list(CHUNKS)}
         for digest, where in sorted(places.items()):
             if digest not in sizes:
                 report.damaged.append(integrity.Damage("is missing from the bucket", where))
                 continue
-            h = hashlib.blake2b(digest_size=16)
+            h = integrity.hasher(algorithms[digest])
             try:
                 for part in self.stream(self.chunk_key(digest)):
                     h.update(part)
@@ -318,7 +329,7 @@ class Bucket:
             report.files += 1
             report.bytes += sizes[digest]
             if h.hexdigest() != digest:
-                problem = f"does not match its checksum ({integrity.ALGORITHM})"
+                problem = f"does not match its checksum ({algorithms[digest]})"
                 report.damaged.append(integrity.Damage(problem, where))
         return report
 

@@ -13,7 +13,6 @@ runs one per host, in its main process).
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -25,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from eqrisk.snapshot import integrity
-from eqrisk.snapshot.bucket import Bucket, BucketError, local_digests, manifest_files
+from eqrisk.snapshot.bucket import (
+    Bucket,
+    BucketError,
+    local_digests,
+    manifest_algorithm,
+    manifest_files,
+)
 from eqrisk.snapshot.store import BUILDING_PREFIX, VersionStore, fsync_dir, fsync_tree
 
 log = logging.getLogger("eqrisk.snapshot")
@@ -64,9 +69,9 @@ def _link(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _download(bucket: Bucket, digest: str, target: Path) -> int:
-    """One chunk into `target`, checked against its digest; returns its size."""
-    h = hashlib.blake2b(digest_size=16)
+def _download(bucket: Bucket, digest: str, target: Path, algorithm: str) -> int:
+    """One chunk into `target`, checked against its digest (by `algorithm`); returns its size."""
+    h = integrity.hasher(algorithm)
     size = 0
     with open(target, "wb") as fh:
         for part in bucket.stream(bucket.chunk_key(digest)):
@@ -119,7 +124,9 @@ def _assemble(
 ) -> None:
     raw = bucket.manifest_bytes(name)
     try:
-        files = manifest_files(json.loads(raw))
+        manifest = json.loads(raw)
+        files = manifest_files(manifest)
+        algorithm = manifest_algorithm(manifest)
     except ValueError as exc:
         raise BucketError(f"the manifest of {name} in {bucket.url} is damaged: {exc}") from None
     have = local_digests(store)
@@ -134,7 +141,7 @@ def _assemble(
                 pulled.linked += 1
                 continue
             try:
-                pulled.downloaded_bytes += _download(bucket, digest, target)
+                pulled.downloaded_bytes += _download(bucket, digest, target, algorithm)
             except FileNotFoundError:
                 raise BucketError(
                     f"{bucket.url} lacks a chunk of {name} ({rel}): run `eqrisk snapshots verify "

@@ -5,6 +5,9 @@ Versions share files by hard links, so one damaged file damages every version th
 a damaged file is reported once, with every version it belongs to. A file is hashed once per
 check however many versions link it (by its inode), and a build hashes only the files it
 wrote: a file linked from the previous version keeps the checksum recorded there.
+
+New versions record xxh3-128 (`ALGORITHM`); versions written before it record blake2b-128 and
+still verify: a manifest names its algorithm and is checked with it (`ALGORITHMS`).
 """
 
 from __future__ import annotations
@@ -12,20 +15,49 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-ALGORITHM = "blake2b-128"
+import xxhash
+
 MANIFEST = "manifest.json"
-_BLOCK = 1 << 20
+_BLOCK = 4 << 20
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        while block := fh.read(_BLOCK):
-            h.update(block)
+class Hasher(Protocol):
+    """What `ALGORITHMS` make: hashlib's and xxhash's hash objects."""
+
+    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _blake2b() -> Hasher:
+    return hashlib.blake2b(digest_size=16)
+
+
+ALGORITHMS: dict[str, Callable[[], Hasher]] = {
+    "xxh3-128": xxhash.xxh3_128,
+    "blake2b-128": _blake2b,  # versions written before xxh3-128: still verified
+}
+ALGORITHM = "xxh3-128"  # what a new version records
+
+
+def hasher(algorithm: str = ALGORITHM) -> Hasher:
+    """A new hash object of `algorithm` (a name of `ALGORITHMS`)."""
+    return ALGORITHMS[algorithm]()
+
+
+def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
+    """The hex digest of a file's bytes, read in blocks into one reused buffer."""
+    h = hasher(algorithm)
+    buffer = bytearray(_BLOCK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            h.update(view[:n])
     return h.hexdigest()
 
 
@@ -117,9 +149,11 @@ class Report:
 
 
 def verify(root: Path, versions: list[str]) -> Report:
-    """Check every file each of `versions` (folders of `root`) records a checksum for."""
+    """Check every file each of `versions` (folders of `root`) records a checksum for, with the
+    algorithm its manifest names: a file (an inode) is hashed once per algorithm, so a file an
+    old blake2b version shares with a new xxh3 one is read twice, once for each."""
     report = Report(versions=list(versions))
-    digests: dict[tuple[int, int], str] = {}
+    digests: dict[tuple[int, int, str], str] = {}
     places: dict[tuple[int, int], list[tuple[str, str]]] = {}
     bad: dict[tuple[int, int], str] = {}
     missing: list[Damage] = []
@@ -131,12 +165,13 @@ def verify(root: Path, versions: list[str]) -> Report:
             missing.append(Damage(f"is unreadable ({exc})", [(version, MANIFEST)]))
             continue
         block = manifest.get("checksums")
-        if not isinstance(block, dict) or block.get("algorithm") != ALGORITHM:
+        if not isinstance(block, dict) or block.get("algorithm") not in ALGORITHMS:
             report.unrecorded.append(version)
             for rel in _files(folder):  # still tell which versions share a damaged file
                 st = (folder / rel).stat()
                 places.setdefault((st.st_dev, st.st_ino), []).append((version, rel))
             continue
+        algorithm = str(block["algorithm"])
         for rel, expected in sorted(block["files"].items()):
             path = folder / rel
             try:
@@ -146,18 +181,32 @@ def verify(root: Path, versions: list[str]) -> Report:
                 continue
             key = (st.st_dev, st.st_ino)
             places.setdefault(key, []).append((version, rel))
-            if key not in digests:
-                try:
-                    digests[key] = file_digest(path)
-                except OSError as exc:
-                    digests[key] = f"unreadable: {exc}"
-                report.files += 1
-                report.bytes += st.st_size
-            if digests[key] != expected and key not in bad:
+            found = _digest_once(path, st, algorithm, digests, report)
+            if found != expected and key not in bad:
                 bad[key] = (
-                    f"cannot be read ({digests[key][12:]})"
-                    if digests[key].startswith("unreadable")
-                    else f"does not match its checksum ({ALGORITHM})"
+                    f"cannot be read ({found[12:]})"
+                    if found.startswith("unreadable")
+                    else f"does not match its checksum ({algorithm})"
                 )
     report.damaged = [Damage(problem, places[key]) for key, problem in bad.items()] + missing
     return report
+
+
+def _digest_once(
+    path: Path,
+    st: os.stat_result,
+    algorithm: str,
+    digests: dict[tuple[int, int, str], str],
+    report: Report,
+) -> str:
+    """The digest of the file (inode) `st` by `algorithm`, hashed the first time it is asked
+    (counted in `report` then)."""
+    key = (st.st_dev, st.st_ino, algorithm)
+    if key not in digests:
+        try:
+            digests[key] = file_digest(path, algorithm)
+        except OSError as exc:
+            digests[key] = f"unreadable: {exc}"
+        report.files += 1
+        report.bytes += st.st_size
+    return digests[key]

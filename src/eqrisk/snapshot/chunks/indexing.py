@@ -23,6 +23,9 @@ class ChunkStore(Protocol):
     def nan_row(self) -> np.ndarray: ...
     def run(self, name: str, b: int, c: int, local: int) -> np.ndarray | None: ...
     def dense(self, name: str, b: int, c: int) -> np.ndarray | None: ...
+    def copy_part(
+        self, name: str, b: int, c: int, rows: slice, cols: slice, out: np.ndarray
+    ) -> None: ...
     def is_long(self, lo: int, hi: int) -> bool: ...
     def cached_row(self, r: int) -> np.ndarray: ...
     def forget(self) -> None: ...
@@ -168,20 +171,24 @@ class ChunkedArray(FieldIndexing):
 
     def span(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """Rows [r0, r1) at sessions [c0, c1): `outer` of two ranges, each chunk's part copied
-        as one slice (no index arrays)."""
+        as one slice (no index arrays) straight from its file or group (`copy_part`)."""
         g = self.grid
         out = np.full((r1 - r0, c1 - c0), np.nan)
+        if self._position < 0:
+            return out  # never stored: all NaN
         for b in range(r0 // g.block, -(-r1 // g.block)):
             top, bottom = max(r0, b * g.block), min(r1, (b + 1) * g.block)
+            rows = slice(top - b * g.block, bottom - b * g.block)
             for c in range(c0 // g.chunk, -(-c1 // g.chunk)):
-                arr = self.chunk(b, c)
-                if arr is None:
-                    continue
                 left, right = max(c0, c * g.chunk), min(c1, (c + 1) * g.chunk)
-                out[top - r0 : bottom - r0, left - c0 : right - c0] = arr[
-                    top - b * g.block : bottom - b * g.block,
-                    left - c * g.chunk : right - c * g.chunk,
-                ]
+                self.store.copy_part(
+                    self.name,
+                    b,
+                    c,
+                    rows,
+                    slice(left - c * g.chunk, right - c * g.chunk),
+                    out[top - r0 : bottom - r0, left - c0 : right - c0],
+                )
         return out
 
     def __getitem__(self, key: Any) -> Any:

@@ -53,6 +53,18 @@ class _Cell:
     own: list[tuple[int, np.ndarray]]
 
 
+@dataclass(frozen=True)
+class _Group:
+    """The group file of chunk (b, c) (`data`, (runs x L)), its index (`runs`, (rows x
+    members)), each field's column in `runs` (`slot`) and the chunk's width; `data` and `runs`
+    None when no field of the chunk is grouped."""
+
+    width: int
+    data: np.ndarray | None
+    runs: np.ndarray | None
+    slot: dict[int, int]
+
+
 def _copies(kinds: list[tuple[int, int]]) -> list[Copy]:
     """Merge per-position sources ((position, run offset or -1 for NaN), positions ascending)
     into slices: consecutive positions with consecutive offsets (or both NaN) are one copy."""
@@ -120,7 +132,9 @@ class ChunkStore:
             table.append((_KERNEL_OPS[op], len(self.fields) - 1, *at, *[-1] * (3 - len(at))))
         self._derive_table = np.array(table, dtype=np.int64).reshape(-1, 5)
         self._files: dict[Path, np.ndarray] = {}
+        self._file_chunk: dict[Path, int] = {}  # each opened file's time chunk
         self._cells: dict[tuple[int, int], _Cell] = {}
+        self._groups: dict[tuple[int, int], _Group] = {}
         self._plans: dict[int, tuple[Any, ...]] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._spare: list[np.ndarray] = []  # evicted rows' memory, for the next (`_recycle`)
@@ -131,11 +145,13 @@ class ChunkStore:
         self.nan_row = np.full(grid.t, np.nan)  # what a field never stored reads as
         self.nan_row.flags.writeable = False
 
-    def _file(self, rel: Path) -> np.ndarray:
+    def _file(self, rel: Path, c: int) -> np.ndarray:
+        """The file `rel` of time chunk c, memory-mapped once (until `close_files`)."""
         arr = self._files.get(rel)
         if arr is None:
             arr = np.asarray(np.load(self.folder / rel, mmap_mode="r"))
             self._files[rel] = arr
+            self._file_chunk[rel] = c
         return arr
 
     def cell(self, b: int, c: int) -> _Cell:
@@ -146,23 +162,39 @@ class ChunkStore:
             self._cells[b, c] = found
         return found
 
-    def _open_cell(self, b: int, c: int) -> _Cell:
+    def group(self, b: int, c: int) -> _Group:
+        """The group file of chunk (b, c) and its index, opened once: what a read of a whole
+        field's chunk needs (`dense`, `copy_part`), without the row-assembly tables `cell`
+        builds (their `np.unique` of the runs' pattern costs more than the read)."""
+        found = self._groups.get((b, c))
+        if found is None:
+            found = self._open_group(b, c)
+            self._groups[b, c] = found
+        return found
+
+    def _open_group(self, b: int, c: int) -> _Group:
         c0, c1 = self.grid.cols(c)
-        r0, r1 = self.grid.rows(b)
         # Group file order: as the writer stacked them.
         grouped = [n for n in sorted(self.codes, key=self._order) if self.codes[n][b][c] == GROUPED]
         slot = {self.position[n]: j for j, n in enumerate(grouped)}
         data = runs = None
-        present = np.zeros((r1 - r0, 0), dtype=bool)
-        first = np.zeros(r1 - r0, dtype=np.int64)
         if grouped:
-            data = self._file(group_path(b, c))
+            data = self._file(group_path(b, c), c)
             if self.layout == DENSE_GROUPS:  # every run stored, in row-major order
                 rows, k, width = data.shape
                 data = data.reshape(rows * k, width)
                 runs = np.arange(rows * k, dtype=np.int32).reshape(rows, k)
             else:
-                runs = np.array(self._file(runs_path(b, c)))
+                runs = np.array(self._file(runs_path(b, c), c))
+        return _Group(width=c1 - c0, data=data, runs=runs, slot=slot)
+
+    def _open_cell(self, b: int, c: int) -> _Cell:
+        r0, r1 = self.grid.rows(b)
+        group = self.group(b, c)
+        data, runs, slot = group.data, group.runs, group.slot
+        present = np.zeros((r1 - r0, 0), dtype=bool)
+        first = np.zeros(r1 - r0, dtype=np.int64)
+        if runs is not None:
             present = runs >= 0
             # A row's runs are consecutive in member order: its first one is its least.
             first = np.where(present, runs, np.iinfo(np.int32).max).min(axis=1)
@@ -185,12 +217,12 @@ class ChunkStore:
                     sources.append((i, -1))
             copies.append(_copies(sources))
         own = [
-            (i, self._file(chunk_path(name, b, c)))
+            (i, self._file(chunk_path(name, b, c), c))
             for i, name in enumerate(self.names)
             if self.codes[name][b][c] not in (EMPTY, GROUPED)
         ]
         return _Cell(
-            width=c1 - c0,
+            width=group.width,
             data=data,
             runs=runs,
             slot=slot,
@@ -207,7 +239,7 @@ class ChunkStore:
         if code == EMPTY:
             return None
         if code != GROUPED:
-            own: np.ndarray = self._file(chunk_path(name, b, c))[local]
+            own: np.ndarray = self._file(chunk_path(name, b, c), c)[local]
             return own
         cell = self.cell(b, c)
         assert cell.runs is not None and cell.data is not None
@@ -221,14 +253,35 @@ class ChunkStore:
         if code == EMPTY:
             return None
         if code != GROUPED:
-            return self._file(chunk_path(name, b, c))
-        cell = self.cell(b, c)
-        assert cell.runs is not None and cell.data is not None
-        at = cell.runs[:, cell.slot[self.position[name]]]
-        out = np.full((len(at), cell.width), np.nan)
+            return self._file(chunk_path(name, b, c), c)
+        group = self.group(b, c)
+        assert group.runs is not None and group.data is not None
+        at = group.runs[:, group.slot[self.position[name]]]
+        out = np.full((len(at), group.width), np.nan)
         kept = at >= 0
-        out[kept] = cell.data[at[kept]]
+        out[kept] = group.data[at[kept]]
         return out
+
+    def copy_part(
+        self, name: str, b: int, c: int, rows: slice, cols: slice, out: np.ndarray
+    ) -> None:
+        """Rows `rows` at columns `cols` (both local to chunk (b, c)) of one field into `out`
+        (float64, NaN where nothing is stored: the caller's fill): straight from the chunk's
+        file or its group's runs, without the whole chunk `dense` would make first."""
+        code = self.codes[name][b][c]
+        if code == EMPTY:
+            return
+        if code != GROUPED:
+            out[...] = self._file(chunk_path(name, b, c), c)[rows, cols]
+            return
+        group = self.group(b, c)
+        assert group.runs is not None and group.data is not None
+        at = group.runs[rows, group.slot[self.position[name]]]
+        kept = np.flatnonzero(at >= 0)
+        if len(kept) == len(at):
+            out[...] = group.data[at, cols]
+        elif len(kept):
+            out[kept] = group.data[at[kept], cols]
 
     def is_long(self, lo: int, hi: int) -> bool:
         """Whether a read of sessions [lo, hi) of one row spans more than two chunks: a
@@ -271,13 +324,26 @@ class ChunkStore:
             while self._rows:
                 self._recycle(self._rows.popitem()[1])
 
-    def close_files(self) -> None:
+    def close_files(self, before: int | None = None) -> None:
         """Unmap every chunk file opened so far (and the cells that view them): a pass over
         the whole version (a build writing its tables) calls it between its steps, so the
-        mapped pages it read leave this process instead of adding up to the version's size."""
+        mapped pages it read leave this process instead of adding up to the version's size.
+        With `before` (a session), only the files of the time chunks that end at or before
+        it: a pass whose next step reads from session `before` on (the risk model, a chunk and
+        its history at a time) keeps the chunks it reads again mapped."""
         with self._lock:
-            self._files.clear()
-            self._cells.clear()
+            if before is None:
+                self._files.clear()
+                self._file_chunk.clear()
+                self._cells.clear()
+                self._groups.clear()
+                return
+            last = before // self.grid.chunk  # chunks < last end at or before `before`
+            for rel in [r for r, c in self._file_chunk.items() if c < last]:
+                del self._files[rel], self._file_chunk[rel]
+            for table in (self._cells, self._groups):
+                for key in [k for k in table if k[1] < last]:
+                    del table[key]
 
     def _block_plan(self, b: int) -> tuple[Any, ...]:
         """The tables `row_kernel.assemble` walks for a row of block b (built once)."""
@@ -349,13 +415,14 @@ class ChunkStore:
         return found
 
 
-def close_files(fields: Mapping[str, Any]) -> None:
-    """`ChunkStore.close_files` of each store behind these fields (the chunked ones)."""
+def close_files(fields: Mapping[str, Any], before: int | None = None) -> None:
+    """`ChunkStore.close_files` of each store behind these fields (the chunked ones): every
+    file, or with `before` those of the time chunks that end at or before that session."""
     stores = {
         id(s): s for f in fields.values() if isinstance(s := getattr(f, "_store", None), ChunkStore)
     }
     for store in stores.values():
-        store.close_files()
+        store.close_files(before)
 
 
 def open_arrays(folder: Path, arrays: Mapping[str, Any]) -> dict[str, FieldArray]:
