@@ -19,44 +19,58 @@ from numba import njit
 
 
 @njit(cache=True, error_model="numpy")
-def _qr(at, m, p, q, r):  # pragma: no cover - compiled
+def _dot(a, b, lo, hi):  # pragma: no cover - compiled
+    """sum of a[i] * b[i], i in [lo, hi), in four interleaved partial sums (a fixed order:
+    the same numbers give the same sum; four chains instead of one dependent one)."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    i = lo
+    while i + 3 < hi:
+        s0 += a[i] * b[i]
+        s1 += a[i + 1] * b[i + 1]
+        s2 += a[i + 2] * b[i + 2]
+        s3 += a[i + 3] * b[i + 3]
+        i += 4
+    while i < hi:
+        s0 += a[i] * b[i]
+        i += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, error_model="numpy")
+def _qr(at, m, p, qt, r):  # pragma: no cover - compiled
     """Householder QR of the (m x p) matrix held transposed in at[:p, :m] (destroyed): the
-    thin Q into q[:m, :p] and R into r[:p, :p]."""
+    thin Q, transposed, into qt[:p, :m] and R into r[:p, :p]."""
     beta = np.zeros(p)
     for k in range(p):
-        norm2 = 0.0
-        for i in range(k, m):
-            norm2 += at[k, i] * at[k, i]
-        norm = np.sqrt(norm2)
-        alpha = -norm if at[k, k] >= 0.0 else norm
-        at[k, k] -= alpha
-        vv = 0.0
-        for i in range(k, m):
-            vv += at[k, i] * at[k, i]
+        vk = at[k]
+        norm = np.sqrt(_dot(vk, vk, k, m))
+        alpha = -norm if vk[k] >= 0.0 else norm
+        vk[k] -= alpha
+        vv = _dot(vk, vk, k, m)
         beta[k] = 2.0 / vv if vv > 0.0 else 0.0
         for j in range(k + 1, p):
-            s = 0.0
+            vj = at[j]
+            f = beta[k] * _dot(vk, vj, k, m)
             for i in range(k, m):
-                s += at[k, i] * at[j, i]
-            f = beta[k] * s
-            for i in range(k, m):
-                at[j, i] -= f * at[k, i]
+                vj[i] -= f * vk[i]
         for j in range(p):
             r[k, j] = 0.0
         r[k, k] = alpha
         for j in range(k + 1, p):
             r[k, j] = at[j, k]
-    for i in range(m):
-        for j in range(p):
-            q[i, j] = 1.0 if i == j else 0.0
+    for j in range(p):
+        for i in range(m):
+            qt[j, i] = 1.0 if i == j else 0.0
     for k in range(p - 1, -1, -1):
+        vk = at[k]
         for j in range(k, p):
-            s = 0.0
+            qj = qt[j]
+            f = beta[k] * _dot(vk, qj, k, m)
             for i in range(k, m):
-                s += at[k, i] * q[i, j]
-            f = beta[k] * s
-            for i in range(k, m):
-                q[i, j] -= f * at[k, i]
+                qj[i] -= f * vk[i]
 
 
 @njit(cache=True, error_model="numpy")
@@ -131,22 +145,26 @@ def style_returns_kernel(
     rows = np.empty(n, np.int64)
     cols = np.empty(width, np.int64)
     at = np.empty((width, n))
-    q = np.empty((n, width))
+    qt = np.empty((width, n))
     r = np.empty((width, width))
     rinv = np.empty((width, width))
     params = np.empty(width)
+    yw = np.empty(n)
+    lev = np.empty(n)
     shift = 1 if intercept else 0
     for t in range(n_s):
         m, p = _session_design(exposures, w, resid, t, intercept, rows, cols)
         if m < max(min_stocks, 2 * p + 1) or p == 0:
             continue
         _fill(exposures, w, rows, cols, m, p, t, at)
-        _qr(at, m, p, q, r)
-        for j in range(p):  # Q' W^1/2 y
-            s = 0.0
+        _qr(at, m, p, qt, r)
+        for k in range(m):
+            yw[k] = resid[t, rows[k]] * np.sqrt(w[t, rows[k]])
+            lev[k] = 0.0
+        for j in range(p):  # Q' W^1/2 y; the leverage, sum over j of Q_kj^2
+            params[j] = _dot(qt[j], yw, 0, m)
             for k in range(m):
-                s += q[k, j] * (resid[t, rows[k]] * np.sqrt(w[t, rows[k]]))
-            params[j] = s
+                lev[k] += qt[j, k] * qt[j, k]
         for j in range(p - 1, -1, -1):
             s = params[j]
             for k in range(j + 1, p):
@@ -166,10 +184,7 @@ def style_returns_kernel(
             ssr += w[t, i] * e * e
             wsum += w[t, i]
             wy += w[t, i] * resid[t, i]
-            h = 0.0
-            for j in range(p):
-                h += q[k, j] * q[k, j]
-            leverage[t, i] = h
+            leverage[t, i] = lev[k]
             used[t, i] = True
         tss = 0.0
         mean = wy / wsum
@@ -205,10 +220,11 @@ def estimation_noise_kernel(
     cols = np.empty(p_all, np.int64)
     est = np.empty(p_all, np.int64)
     at = np.empty((p_all, n))
-    q = np.empty((n, p_all))
+    qt = np.empty((p_all, n))
     r = np.empty((p_all, p_all))
     rinv = np.empty((p_all, p_all))
     omega = np.empty(n)
+    scaled = np.empty(n)
     mid = np.empty((p_all, p_all))
     cov = np.empty((p_all, p_all))
     for t in range(n_s):
@@ -241,13 +257,13 @@ def estimation_noise_kernel(
                 cols[p] = j - shift
                 p += 1
         _fill(exposures, w, rows, cols, m, p, t, at)
-        _qr(at, m, p, q, r)
+        _qr(at, m, p, qt, r)
         _r_inverse(r, p, rinv)
         for a in range(p):  # Q' (W Omega) Q
+            for k in range(m):
+                scaled[k] = qt[a, k] * (w[t, rows[k]] * omega[k])
             for b in range(a, p):
-                s = 0.0
-                for k in range(m):
-                    s += q[k, a] * (w[t, rows[k]] * omega[k]) * q[k, b]
+                s = _dot(scaled, qt[b], 0, m)
                 mid[a, b] = s
                 mid[b, a] = s
         for a in range(p):  # R^-1 M R^-T, the upper triangle
