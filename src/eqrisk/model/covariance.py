@@ -43,22 +43,6 @@ def bartlett(nw_lags: int) -> np.ndarray:
     return 1.0 - np.arange(1, nw_lags + 1) / (nw_lags + 1.0)
 
 
-def newey_west_variance(
-    sums: np.ndarray, weights: np.ndarray, count: np.ndarray, nw: np.ndarray, min_obs: int
-) -> np.ndarray:
-    """Per series, from EWMA sums of x_t x_t-l (lags 0..L, first axis) and their weight sums:
-    M_0 + 2 sum_l c_l M_l. A lag with no product yet adds nothing; a negative sum (a strong
-    reversal) keeps M_0; NaN where fewer than `min_obs` lag-0 observations (`count`)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        m = sums / weights
-    out = m[0].copy()
-    for lag in range(1, m.shape[0]):
-        out += 2.0 * nw[lag - 1] * np.where(np.isfinite(m[lag]), m[lag], 0.0)
-    var: np.ndarray = np.where(out > 0.0, out, m[0])
-    var[~(count >= min_obs)] = np.nan
-    return var
-
-
 @dataclass(frozen=True)
 class CovarianceParams:
     """How F is estimated: half-lives in sessions, Newey-West lags, observations needed."""
@@ -91,22 +75,6 @@ class OwnMoments:
     def empty(cls, lags: int, k: int) -> OwnMoments:
         return cls(np.zeros((lags + 1, k)), np.zeros((lags + 1, k)), np.zeros(k))
 
-    def update(self, lam: float, x: np.ndarray, lagged: np.ndarray) -> None:
-        """Age every sum by one session, then add this session's products (NaN = none)."""
-        for lag, y in enumerate([x, *lagged]):
-            prod = x * y
-            seen = np.isfinite(prod)
-            self.sums[lag] = lam * self.sums[lag] + np.where(seen, prod, 0.0)
-            self.weights[lag] = lam * self.weights[lag] + seen
-        self.count += np.isfinite(x)
-
-    def remove(self, noise: np.ndarray, x: np.ndarray) -> None:
-        """Take a session's noise (K,) out of the lag-0 sums just updated with x."""
-        self.sums[0] -= np.where(np.isfinite(x), noise, 0.0)
-
-    def variance(self, nw: np.ndarray, min_obs: int) -> np.ndarray:
-        return newey_west_variance(self.sums, self.weights, self.count, nw, min_obs)
-
     def copy(self) -> OwnMoments:
         return OwnMoments(self.sums.copy(), self.weights.copy(), self.count.copy())
 
@@ -123,28 +91,6 @@ class PairMoments:
     @classmethod
     def empty(cls, k: int) -> PairMoments:
         return cls(np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k)))
-
-    def update(self, lam: float, x: np.ndarray) -> None:
-        seen = np.isfinite(x)
-        x0 = np.where(seen, x, 0.0)
-        joint = np.outer(seen, seen)
-        self.cross = lam * self.cross + np.outer(x0, x0)
-        self.own = lam * self.own + np.where(joint, (x0 * x0)[:, None], 0.0)
-        self.count += joint
-
-    def remove(self, noise: np.ndarray, x: np.ndarray) -> None:
-        """Take a session's noise (K x K) out of the sums just updated with x."""
-        joint = np.outer(np.isfinite(x), np.isfinite(x))
-        self.cross -= np.where(joint, noise, 0.0)
-        self.own -= np.where(joint, noise.diagonal()[:, None], 0.0)
-
-    def correlation(self, min_obs: int) -> np.ndarray:
-        """rho_jk; 0 for a pair with fewer than `min_obs` joint days, 1 on the diagonal."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rho = self.cross / np.sqrt(self.own * self.own.T)
-        rho = np.where((self.count >= min_obs) & np.isfinite(rho), rho, 0.0)
-        np.fill_diagonal(rho, 1.0)
-        return rho
 
     def copy(self) -> PairMoments:
         return PairMoments(self.cross.copy(), self.own.copy(), self.count.copy())
@@ -245,33 +191,17 @@ def factor_covariance(
     signal = None if noise is None else np.ones((n_t - start, k))
     if noise is not None and st.noise is None:
         st.noise = np.zeros(k)
-    for t in range(start, n_t):
-        # The forecast of t from the sums of sessions <= t-1, then session t joins the sums.
-        v = st.vol.variance(nw, params.min_obs)
-        with np.errstate(invalid="ignore"):  # less noise than estimation error: no forecast
-            vol[t - start] = np.sqrt(v)
-        obs[t - start] = st.vol.count
-        cov[t - start] = st.corr.correlation(params.min_obs) * np.outer(
-            vol[t - start], vol[t - start]
-        )
-        if signal is not None and st.noise is not None:
-            signal[t - start] = signal_share(st.vol.sums[0], st.noise)
-        x = f[:, t]
-        st.vol.update(lam_v, x, st.lagged)
-        if params.corr_standardised:
-            scale = 1.0 / vol[t - start]  # NaN before a factor has its forecast: not counted
-            st.corr.update(lam_c, x * scale)
-        else:
-            scale = np.ones(k)
-            st.corr.update(lam_c, x)
-        if noise is not None:
-            st.vol.remove(noise[t - start].diagonal(), x)
-            st.corr.remove(noise[t - start] * np.outer(scale, scale), x * scale)
-            assert st.noise is not None
-            seen = np.where(np.isfinite(x), noise[t - start].diagonal(), 0.0)
-            st.noise = lam_v * st.noise + seen
-        if params.nw_lags:
-            st.lagged = np.vstack([x[None, :], st.lagged[:-1]])
+    from eqrisk.model.risk_kernel import covariance_kernel  # numba: builds only
+
+    assert st.noise is not None or noise is None
+    covariance_kernel(
+        np.ascontiguousarray(f), start, lam_v, lam_c, nw, params.min_obs, params.corr_standardised,
+        np.zeros((1, 1, 1)) if noise is None else np.ascontiguousarray(noise, dtype=np.float64),
+        noise is not None, st.vol.sums, st.vol.weights, st.vol.count, st.corr.cross,
+        st.corr.own, st.corr.count, st.lagged,
+        np.zeros(k) if st.noise is None else st.noise, cov, vol, obs,
+        np.ones((1, 1)) if signal is None else signal,
+    )  # fmt: skip
     st.session = n_t
     clipped = _make_psd(cov, vol, obs)
     return FactorCovariance(start, cov, vol, obs, clipped, st, signal)

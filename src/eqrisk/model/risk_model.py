@@ -346,39 +346,14 @@ class RiskModel:
     def factor_var(self) -> np.ndarray:
         """(n, T - start): h' F h of each row and session over the slots of the level used
         (NaN where the row has no exposures or a factor of it no covariance)."""
-        idx, v, level = self.exposures.index, self.exposures.values, self.exposures.level
-        cov = self.factor_cov.cov
-        days = np.arange(cov.shape[0])[None, :]
-        out = np.zeros(v.shape[1:])
-        for a in range(3):
-            for b in range(3):
-                ia, ib = idx[:, a], idx[:, b]
-                has = (ia >= 0) & (ib >= 0)
-                term = v[a, has] * v[b, has] * cov[days, ia[has, None], ib[has, None]]
-                active = (level[has] > a) & (level[has] > b)
-                out[has] += np.where(active, term, 0.0)
-        if self.exposures.style is not None:
-            out += self._style_var()
-        out[level == 0] = np.nan
-        return out
+        from eqrisk.model.risk_kernel import factor_var_kernel  # numba: builds only
 
-    def _style_var(self) -> np.ndarray:
-        """(n, T - start): h_s' F_ss h_s + 2 h_etf' F_es h_s, the second layer's part of each
-        row's factor variance (a factor without a covariance yet has exposure 0)."""
-        hs = self.exposures.style
-        assert hs is not None
-        k0 = self.n_etf
-        cov = np.nan_to_num(self.factor_cov.cov)
-        out: np.ndarray = np.einsum("ant,tab,bnt->nt", hs, cov[:, k0:, k0:], hs)
-        idx, v, level = self.exposures.index, self.exposures.values, self.exposures.level
-        days = np.arange(cov.shape[0])[None, :]
-        for j in range(3):
-            ij = idx[:, j]
-            has = ij >= 0
-            cross = np.zeros((int(has.sum()), cov.shape[0]))
-            for a in range(len(hs)):
-                cross += cov[days, ij[has, None], k0 + a] * hs[a, has]
-            out[has] += 2.0 * np.where(level[has] > j, v[j, has] * cross, 0.0)
+        ex = self.exposures
+        out = np.empty(ex.level.shape)
+        style = np.zeros((0, 0, 0)) if ex.style is None else ex.style
+        factor_var_kernel(
+            ex.index, ex.values, ex.level, self.factor_cov.cov, style, self.n_etf, out
+        )
         return out
 
     @cached_property

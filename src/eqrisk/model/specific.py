@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eqrisk.model.covariance import bartlett, decay, newey_west_variance
+from eqrisk.model.covariance import bartlett, decay
 
 MIN_GROUP = 5
 
@@ -133,54 +133,19 @@ def specific_variance(
     start = st.session
     if not first_column <= start <= n_t:
         raise ValueError(f"the state's session {start} is outside {first_column}..{n_t}")
-    lam = decay(params.halflife)
-    nw = bartlett(params.nw_lags)
+    from eqrisk.model.risk_kernel import specific_kernel  # numba: builds only
+
     raw = np.full((n, n_t - start), np.nan)
     evidence = np.zeros((n, n_t - start))
-    for t in range(start, n_t):
-        raw[:, t - start] = newey_west_variance(st.sums, st.weights, st.count, nw, params.min_obs)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            evidence[:, t - start] = np.where(st.squares > 0, st.weights[0] ** 2 / st.squares, 0.0)
-        x = e[:, t - first_column]
-        for lag, y in enumerate([x, *st.lagged]):
-            prod = x * y
-            seen = np.isfinite(prod)
-            st.sums[lag] = lam * st.sums[lag] + np.where(seen, prod, 0.0)
-            st.weights[lag] = lam * st.weights[lag] + seen
-            if lag == 0:
-                st.squares = lam * lam * st.squares + seen
-                st.count += seen
-        if params.nw_lags:
-            st.lagged = np.vstack([x[None, :], st.lagged[:-1]])
+    var = np.full((n, n_t - start), np.nan)
+    g2 = (g[:, None] if g.ndim == 1 else g).astype(np.int64)
+    n_groups = max(int(g2.max(initial=-1)) + 1, 0)
+    specific_kernel(
+        np.ascontiguousarray(e[:, start - first_column :]), start, start, g2 if g.ndim == 1
+        else np.ascontiguousarray(g2[:, start - first_column :]), n_groups, MIN_GROUP,
+        decay(params.halflife), bartlett(params.nw_lags), params.min_obs,
+        float(params.prior_obs), params.floor**2, st.sums, st.weights, st.squares, st.count,
+        st.lagged, raw, evidence, var,
+    )  # fmt: skip
     st.session = n_t
-    var = np.empty_like(raw)
-    for t in range(start, n_t):
-        day_groups = g if g.ndim == 1 else g[:, t - first_column]
-        var[:, t - start] = shrink(raw[:, t - start], evidence[:, t - start], day_groups, params)
     return SpecificVariance(start=start, raw=raw, evidence=evidence, var=var, state=st)
-
-
-def shrink(
-    var: np.ndarray, evidence: np.ndarray, groups: np.ndarray, params: SpecificParams
-) -> np.ndarray:
-    """One session's specific variances (n,), NaN = not forecast, shrunk toward their group's
-    mean variance by the weight of their evidence (see the module docstring) and floored."""
-    ok = np.isfinite(var)
-    out = np.full(var.shape, np.nan)
-    if not ok.any():
-        return out
-    g = np.where(ok, groups, -1).astype(np.int64)
-    sizes = np.bincount(g[g >= 0], minlength=1)
-    rest = len(sizes)  # stocks in no group or a small one: shrunk toward the cross-section
-    in_group = g >= 0
-    in_group[in_group] = sizes[g[in_group]] >= MIN_GROUP
-    g = np.where(in_group, g, rest)[ok]
-    x = var[ok]
-    count = np.bincount(g, minlength=rest + 1)
-    mean = np.bincount(g, weights=x, minlength=rest + 1) / np.maximum(count, 1)
-    mean[rest] = x.mean()
-    n_i = evidence[ok]
-    n0 = params.prior_obs
-    post = (n_i * x + n0 * mean[g]) / (n_i + n0) if n0 > 0 else x
-    out[ok] = np.maximum(post, params.floor**2)
-    return out

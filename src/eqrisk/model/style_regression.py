@@ -80,51 +80,49 @@ def style_returns(
     """The regression of every session (columns of `residuals` (n x S'), of `exposures`
     (styles x n x S'), of `cap` (n x S'), the caps of the session before); the intercept, when
     asked, is the first factor."""
+    from eqrisk.model.risk_kernel import style_returns_kernel  # numba: builds only
+
     n_style, n, n_s = exposures.shape
     p_all = n_style + int(intercept)
-    out = StyleReturns(
-        returns=np.full((p_all, n_s), np.nan),
-        tstat=np.full((p_all, n_s), np.nan),
-        r2=np.full(n_s, np.nan),
-        stocks=np.zeros(n_s, dtype=np.int64),
-        residuals=residuals.copy(),
-        used=np.zeros((n, n_s), dtype=bool),
-        leverage=np.zeros((n, n_s)),
+    # The kernel reads and writes session-major copies (T, n, ...): a session's stocks are
+    # contiguous there, and (n, T) arrays read one session at a time missed the cache.
+    resid_t = _session_major(residuals)
+    used, leverage = np.zeros((n_s, n), dtype=bool), np.zeros((n_s, n))
+    returns, tstat = np.full((p_all, n_s), np.nan), np.full((p_all, n_s), np.nan)
+    r2, stocks = np.full(n_s, np.nan), np.zeros(n_s, dtype=np.int64)
+    fitted = resid_t.copy()
+    style_returns_kernel(
+        resid_t, _session_major(exposures), _session_major(regression_weights(cap, power)),
+        intercept, min_stocks, returns, tstat, r2, stocks, fitted, used, leverage,
+    )  # fmt: skip
+    return StyleReturns(
+        returns=returns, tstat=tstat, r2=r2, stocks=stocks, residuals=_unit_major(fitted),
+        used=_unit_major(used), leverage=_unit_major(leverage),
+    )  # fmt: skip
+
+
+def _session_major(a: np.ndarray) -> np.ndarray:
+    """(..., n, T) -> (T, n, ...) contiguous, float64 (bool kept)."""
+    a = np.asarray(a)
+    out: np.ndarray = np.ascontiguousarray(
+        np.moveaxis(a, (-1, -2), (0, 1)), dtype=None if a.dtype == bool else np.float64
     )
-    for t in range(n_s):
-        y = residuals[:, t]
-        x = exposures[:, :, t].T
-        c = cap[:, t]
-        ok = np.isfinite(y) & np.isfinite(x).all(axis=1) & np.isfinite(c) & (c > 0)
-        cols = np.flatnonzero(np.any(x[ok] != 0.0, axis=0))
-        design = x[np.ix_(ok, cols)]
-        if intercept:
-            design = np.column_stack([np.ones(int(ok.sum())), design])
-            cols = np.concatenate([[-1], cols]) + 1
-        m = int(ok.sum())
-        if m < max(min_stocks, 2 * len(cols) + 1) or len(cols) == 0:
-            continue
-        fit = wls(y[ok], design, c[ok] ** power, centred=intercept)
-        out.returns[cols, t] = fit.params
-        out.tstat[cols, t] = fit.tstat
-        out.r2[t] = fit.r2
-        out.stocks[t] = m
-        out.residuals[ok, t] = fit.resid
-        out.used[ok, t] = True
-        assert out.leverage is not None
-        out.leverage[ok, t] = fit.leverage
     return out
 
 
-def _design(exposures: np.ndarray, reg: StyleReturns, t: int) -> tuple[np.ndarray, np.ndarray]:
-    """Session t's design matrix over its regression's stocks and the factors it estimated."""
-    est = np.flatnonzero(np.isfinite(reg.returns[:, t]))
-    intercept = reg.returns.shape[0] == exposures.shape[0] + 1
-    rows = reg.used[:, t]
-    x = exposures[:, rows, t].T
-    if intercept:
-        x = np.column_stack([np.ones(int(rows.sum())), x])
-    return x[:, est], est
+def _unit_major(a: np.ndarray) -> np.ndarray:
+    """(T, n) -> (n, T) contiguous."""
+    out: np.ndarray = np.ascontiguousarray(a.T)
+    return out
+
+
+def regression_weights(cap: np.ndarray, power: float) -> np.ndarray:
+    """cap ** power where the cap is finite and positive (NaN elsewhere: out of the layer)."""
+    c = np.asarray(cap, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(c) & (c > 0)
+    out: np.ndarray = np.where(ok, np.where(ok, c, 1.0) ** power, np.nan)
+    return out
 
 
 def estimation_noise(
@@ -139,25 +137,15 @@ def estimation_noise(
     variances forecast for that session (a stock without one: the session's median). The
     estimated factor returns carry it on top of the true ones; the same specific returns are
     counted again in D, so the factor covariance leaves it out."""
+    from eqrisk.model.risk_kernel import estimation_noise_kernel  # numba: builds only
+
     p, n_s = reg.returns.shape
     out = np.zeros((n_s, p, p))
-    for t in range(n_s):
-        if reg.stocks[t] == 0:
-            continue
-        x, est = _design(exposures, reg, t)
-        rows = reg.used[:, t]
-        w = cap[rows, t] ** power
-        omega = specific_var[rows, t]
-        known = np.isfinite(omega)
-        if not known.any():
-            continue
-        omega = np.where(known, omega, np.median(omega[known]))
-        xw = x * w[:, None]
-        a = np.linalg.solve(xw.T @ x, xw.T)  # (X'WX)^-1 X'W
-        cov = (a * omega) @ a.T
-        # The upper triangle mirrored: the product is symmetric only to rounding, and the
-        # noise taken out of F's sums would leave F asymmetric by as much.
-        out[t][np.ix_(est, est)] = np.triu(cov) + np.triu(cov, 1).T
+    estimation_noise_kernel(
+        _session_major(exposures), _session_major(regression_weights(cap, power)),
+        _session_major(reg.used), np.isfinite(reg.returns) & (reg.stocks > 0)[None, :],
+        _session_major(specific_var), p == exposures.shape[0] + 1, out,
+    )  # fmt: skip
     return out
 
 

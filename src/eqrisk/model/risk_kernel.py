@@ -1,0 +1,530 @@
+"""The risk model's per-session loops as numba kernels: the second layer's cross-sectional
+regressions (`style_regression.style_returns`, `estimation_noise`), the specific variances'
+recursion and shrinkage (`specific.specific_variance`) and each row's factor variance
+(`RiskModel.factor_var`). One pass over the sessions of a run, no numpy call per session.
+
+Each session is computed from that session's numbers alone, in a fixed order (rows in order,
+factors in order), so a session's result does not depend on the run or the chunk it is part of:
+an incremental build equals a full one bit for bit. The regression is a Householder QR of
+W^1/2 X over the session's stocks (as `style_regression.wls`, numerically the same method);
+the specific recursion does numpy's elementwise operations in numpy's order (bit for bit those
+of the vectorised code it replaces); group means are sums in row order (numpy's `bincount`), the
+cross-section's mean too (numpy's pairwise sum differed from it in the last bit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, error_model="numpy")
+def _dot(a, b, lo, hi):  # pragma: no cover - compiled
+    """sum of a[i] * b[i], i in [lo, hi), in four interleaved partial sums (a fixed order:
+    the same numbers give the same sum; four chains instead of one dependent one)."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    i = lo
+    while i + 3 < hi:
+        s0 += a[i] * b[i]
+        s1 += a[i + 1] * b[i + 1]
+        s2 += a[i + 2] * b[i + 2]
+        s3 += a[i + 3] * b[i + 3]
+        i += 4
+    while i < hi:
+        s0 += a[i] * b[i]
+        i += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, error_model="numpy")
+def _qr(at, m, p, qt, r):  # pragma: no cover - compiled
+    """Householder QR of the (m x p) matrix held transposed in at[:p, :m] (destroyed): the
+    thin Q, transposed, into qt[:p, :m] and R into r[:p, :p]."""
+    beta = np.zeros(p)
+    for k in range(p):
+        vk = at[k]
+        norm = np.sqrt(_dot(vk, vk, k, m))
+        alpha = -norm if vk[k] >= 0.0 else norm
+        vk[k] -= alpha
+        vv = _dot(vk, vk, k, m)
+        beta[k] = 2.0 / vv if vv > 0.0 else 0.0
+        for j in range(k + 1, p):
+            vj = at[j]
+            f = beta[k] * _dot(vk, vj, k, m)
+            for i in range(k, m):
+                vj[i] -= f * vk[i]
+        for j in range(p):
+            r[k, j] = 0.0
+        r[k, k] = alpha
+        for j in range(k + 1, p):
+            r[k, j] = at[j, k]
+    for j in range(p):
+        for i in range(m):
+            qt[j, i] = 1.0 if i == j else 0.0
+    for k in range(p - 1, -1, -1):
+        vk = at[k]
+        for j in range(k, p):
+            qj = qt[j]
+            f = beta[k] * _dot(vk, qj, k, m)
+            for i in range(k, m):
+                qj[i] -= f * vk[i]
+
+
+@njit(cache=True, error_model="numpy")
+def _r_inverse(r, p, out):  # pragma: no cover - compiled
+    """out[:p, :p] = R^-1 (upper triangular), by back substitution on the identity."""
+    for c in range(p):
+        for j in range(p - 1, -1, -1):
+            s = 1.0 if j == c else 0.0
+            for k in range(j + 1, p):
+                s -= r[j, k] * out[k, c]
+            out[j, c] = s / r[j, j]
+
+
+@njit(cache=True, error_model="numpy")
+def _session_design(exposures, w, resid, t, intercept, rows, cols):  # pragma: no cover
+    """The stocks (into rows) and factors (into cols, -1 the intercept) of session t's
+    regression: finite residual, exposures and weight; a style without a non-zero exposure
+    among them is left out. Returns (m, number of columns)."""
+    n, n_style = exposures.shape[1], exposures.shape[2]
+    m = 0
+    for i in range(n):
+        good = np.isfinite(resid[t, i]) and np.isfinite(w[t, i])
+        for s in range(n_style):
+            good = good and np.isfinite(exposures[t, i, s])
+        if good:
+            rows[m] = i
+            m += 1
+    p = 0
+    if intercept:
+        cols[0] = -1
+        p = 1
+    for s in range(n_style):
+        for k in range(m):
+            if exposures[t, rows[k], s] != 0.0:
+                cols[p] = s
+                p += 1
+                break
+    return m, p
+
+
+@njit(cache=True, error_model="numpy")
+def _fill(exposures, w, rows, cols, m, p, t, at):  # pragma: no cover - compiled
+    """at[:p, :m] = (W^1/2 X)' of session t's design."""
+    for k in range(m):
+        sw = np.sqrt(w[t, rows[k]])
+        for j in range(p):
+            c = cols[j]
+            x = 1.0 if c < 0 else exposures[t, rows[k], c]
+            at[j, k] = x * sw
+
+
+@njit(cache=True, error_model="numpy")
+def style_returns_kernel(
+    resid,
+    exposures,
+    w,
+    intercept,
+    min_stocks,
+    returns,
+    tstat,
+    r2,
+    stocks,
+    residuals,
+    used,
+    leverage,
+):  # pragma: no cover - compiled
+    """Every session's weighted least squares (style_regression.style_returns), into the
+    output arrays (returns, tstat: rows are the intercept first when asked, then the styles).
+    `w`: the regression weights (NaN where a stock has no usable cap)."""
+    n_s, n, n_style = exposures.shape
+    width = n_style + 1
+    rows = np.empty(n, np.int64)
+    cols = np.empty(width, np.int64)
+    at = np.empty((width, n))
+    qt = np.empty((width, n))
+    r = np.empty((width, width))
+    rinv = np.empty((width, width))
+    params = np.empty(width)
+    yw = np.empty(n)
+    lev = np.empty(n)
+    shift = 1 if intercept else 0
+    for t in range(n_s):
+        m, p = _session_design(exposures, w, resid, t, intercept, rows, cols)
+        if m < max(min_stocks, 2 * p + 1) or p == 0:
+            continue
+        _fill(exposures, w, rows, cols, m, p, t, at)
+        _qr(at, m, p, qt, r)
+        for k in range(m):
+            yw[k] = resid[t, rows[k]] * np.sqrt(w[t, rows[k]])
+            lev[k] = 0.0
+        for j in range(p):  # Q' W^1/2 y; the leverage, sum over j of Q_kj^2
+            params[j] = _dot(qt[j], yw, 0, m)
+            for k in range(m):
+                lev[k] += qt[j, k] * qt[j, k]
+        for j in range(p - 1, -1, -1):
+            s = params[j]
+            for k in range(j + 1, p):
+                s -= r[j, k] * params[k]
+            params[j] = s / r[j, j]
+        ssr = 0.0
+        wsum = 0.0
+        wy = 0.0
+        for k in range(m):
+            i = rows[k]
+            fitted = 0.0
+            for j in range(p):
+                c = cols[j]
+                fitted += (1.0 if c < 0 else exposures[t, i, c]) * params[j]
+            e = resid[t, i] - fitted
+            residuals[t, i] = e
+            ssr += w[t, i] * e * e
+            wsum += w[t, i]
+            wy += w[t, i] * resid[t, i]
+            leverage[t, i] = lev[k]
+            used[t, i] = True
+        tss = 0.0
+        mean = wy / wsum
+        for k in range(m):
+            y = resid[t, rows[k]]
+            d = y - mean if intercept else y
+            tss += w[t, rows[k]] * d * d
+        sigma2 = ssr / (m - p)
+        _r_inverse(r, p, rinv)
+        for j in range(p):
+            s = 0.0
+            for k in range(p):
+                s += rinv[j, k] * rinv[j, k]
+            row = cols[j] + shift
+            returns[row, t] = params[j]
+            tstat[row, t] = params[j] / np.sqrt(sigma2 * s)
+        r2[t] = 1.0 - ssr / tss
+        stocks[t] = m
+
+
+@njit(cache=True, error_model="numpy")
+def estimation_noise_kernel(
+    exposures, w, used, estimated, specific_var, intercept, out
+):  # pragma: no cover - compiled
+    """Every session's (X'WX)^-1 X'W Omega W X (X'WX)^-1 = R^-1 Q' (W Omega) Q R^-T over its
+    regression's stocks (`used`) and estimated factors (`estimated`, rows of `out`), W^1/2 X
+    = QR; Omega: the stocks' specific variances (a missing one: the session's median); the
+    upper triangle mirrored, so that it is exactly symmetric."""
+    n_s, n = exposures.shape[0], exposures.shape[1]
+    p_all = out.shape[1]
+    shift = 1 if intercept else 0
+    rows = np.empty(n, np.int64)
+    cols = np.empty(p_all, np.int64)
+    est = np.empty(p_all, np.int64)
+    at = np.empty((p_all, n))
+    qt = np.empty((p_all, n))
+    r = np.empty((p_all, p_all))
+    rinv = np.empty((p_all, p_all))
+    omega = np.empty(n)
+    scaled = np.empty(n)
+    mid = np.empty((p_all, p_all))
+    cov = np.empty((p_all, p_all))
+    for t in range(n_s):
+        m = 0
+        known = 0
+        for i in range(n):
+            if used[t, i]:
+                rows[m] = i
+                omega[m] = specific_var[t, i]
+                if np.isfinite(omega[m]):
+                    known += 1
+                m += 1
+        if m == 0 or known == 0:
+            continue
+        if known < m:
+            have = np.empty(known)
+            h = 0
+            for k in range(m):
+                if np.isfinite(omega[k]):
+                    have[h] = omega[k]
+                    h += 1
+            fill = np.median(have)
+            for k in range(m):
+                if not np.isfinite(omega[k]):
+                    omega[k] = fill
+        p = 0
+        for j in range(p_all):
+            if estimated[j, t]:
+                est[p] = j
+                cols[p] = j - shift
+                p += 1
+        _fill(exposures, w, rows, cols, m, p, t, at)
+        _qr(at, m, p, qt, r)
+        _r_inverse(r, p, rinv)
+        for a in range(p):  # Q' (W Omega) Q
+            for k in range(m):
+                scaled[k] = qt[a, k] * (w[t, rows[k]] * omega[k])
+            for b in range(a, p):
+                s = _dot(scaled, qt[b], 0, m)
+                mid[a, b] = s
+                mid[b, a] = s
+        for a in range(p):  # R^-1 M R^-T, the upper triangle
+            for b in range(a, p):
+                s = 0.0
+                for c in range(a, p):
+                    inner = 0.0
+                    for d in range(b, p):
+                        inner += mid[c, d] * rinv[b, d]
+                    s += rinv[a, c] * inner
+                cov[a, b] = s
+        for a in range(p):
+            for b in range(a, p):
+                out[t, est[a], est[b]] = cov[a, b]
+                out[t, est[b], est[a]] = cov[a, b]
+
+
+@njit(cache=True, error_model="numpy")
+def _shrink_session(
+    raw, evidence, groups, c, g_col, n_groups, min_group, prior_obs, floor2, var
+):  # pragma: no cover - compiled
+    """One session's shrinkage of raw[:, c] into var[:, c] (specific's docstring): a stock's
+    EWMA variance toward its group's mean (a group of the session's forecast stocks with at
+    least `min_group` of them; else the whole cross-section's) by its evidence, floored."""
+    n = raw.shape[0]
+    sizes = np.zeros(n_groups + 1)
+    sums = np.zeros(n_groups + 1)
+    count = np.zeros(n_groups + 1)
+    for i in range(n):
+        g = groups[i, g_col]
+        if np.isfinite(raw[i, c]) and g >= 0:
+            sizes[g] += 1.0
+    total = 0.0
+    seen = 0
+    for i in range(n):
+        x = raw[i, c]
+        if not np.isfinite(x):
+            continue
+        g = groups[i, g_col]
+        if g < 0 or sizes[g] < min_group:
+            g = n_groups
+        sums[g] += x
+        count[g] += 1.0
+        total += x
+        seen += 1
+    for i in range(n):
+        x = raw[i, c]
+        if not np.isfinite(x):
+            var[i, c] = np.nan
+            continue
+        g = groups[i, g_col]
+        if g < 0 or sizes[g] < min_group:
+            g = n_groups
+        mean = total / seen if g == n_groups else sums[g] / max(count[g], 1.0)
+        n_i = evidence[i, c]
+        post = (n_i * x + prior_obs * mean) / (n_i + prior_obs) if prior_obs > 0 else x
+        var[i, c] = post if (post >= floor2 or post != post) else floor2
+
+
+@njit(cache=True, error_model="numpy")
+def specific_kernel(
+    e,
+    first_column,
+    start,
+    groups,
+    n_groups,
+    min_group,
+    lam,
+    nw,
+    min_obs,
+    prior_obs,
+    floor2,
+    sums,
+    weights,
+    squares,
+    count,
+    lagged,
+    raw,
+    evidence,
+    var,
+):  # pragma: no cover - compiled
+    """The specific recursion of sessions start..T-1 (specific.specific_variance): the
+    forecast of each from the state (EWMA sums of lagged products, weights, squared weights,
+    counts, last residuals), updated in place, then the session's residuals join it."""
+    n, n_cols = e.shape
+    n_lags = nw.shape[0]
+    lam2 = lam * lam
+    for t in range(start, first_column + n_cols):
+        c = t - start
+        col = t - first_column
+        for i in range(n):
+            m0 = sums[0, i] / weights[0, i]
+            out = m0
+            for lag in range(1, n_lags + 1):
+                ml = sums[lag, i] / weights[lag, i]
+                out += 2.0 * nw[lag - 1] * (ml if np.isfinite(ml) else 0.0)
+            v = out if out > 0.0 else m0
+            raw[i, c] = v if count[i] >= min_obs else np.nan
+            sq = squares[i]
+            evidence[i, c] = weights[0, i] * weights[0, i] / sq if sq > 0 else 0.0
+            x = e[i, col]
+            for lag in range(n_lags + 1):
+                prod = x * (x if lag == 0 else lagged[lag - 1, i])
+                ok = np.isfinite(prod)
+                sums[lag, i] = lam * sums[lag, i] + (prod if ok else 0.0)
+                weights[lag, i] = lam * weights[lag, i] + (1.0 if ok else 0.0)
+                if lag == 0:
+                    squares[i] = lam2 * squares[i] + (1.0 if ok else 0.0)
+                    count[i] += 1.0 if ok else 0.0
+            for lag in range(n_lags - 1, 0, -1):
+                lagged[lag, i] = lagged[lag - 1, i]
+            if n_lags:
+                lagged[0, i] = x
+        g_col = col if groups.shape[1] > 1 else 0
+        _shrink_session(
+            raw, evidence, groups, c, g_col, n_groups, min_group, prior_obs, floor2, var
+        )
+
+
+@njit(cache=True, error_model="numpy")
+def factor_var_kernel(index, values, level, cov, style, k0, out):  # pragma: no cover
+    """h' F h of each row and session (RiskModel.factor_var): the ETF slots of the level used,
+    then (with `style`, S x n x T; an empty first axis without) the second layer's part
+    h_s' F_ss h_s + 2 h_etf' F_es h_s over F with its NaN as 0. Sessions in tiles, so that
+    the tile's F stays in cache while the rows go by."""
+    n, n_t = level.shape
+    n_style = style.shape[0]
+    n_k = cov.shape[1]
+    tile = 32
+    block = np.empty((tile, n_k, n_style))  # F[:, k0 + a] of the tile's sessions, NaN as 0
+    for t0 in range(0, n_t, tile):
+        t1 = min(t0 + tile, n_t)
+        for t in range(t0, t1):
+            for k in range(n_k):
+                for a in range(n_style):
+                    f = cov[t, k, k0 + a]
+                    block[t - t0, k, a] = f if f == f else 0.0
+        for i in range(n):
+            for t in range(t0, t1):
+                lv = level[i, t]
+                if lv == 0:
+                    out[i, t] = np.nan
+                    continue
+                total = 0.0
+                for a in range(3):
+                    for b in range(3):
+                        ia, ib = index[i, a], index[i, b]
+                        if ia >= 0 and ib >= 0 and lv > a and lv > b:
+                            total += values[a, i, t] * values[b, i, t] * cov[t, ia, ib]
+                if n_style:
+                    quad = 0.0
+                    for a in range(n_style):
+                        for b in range(n_style):
+                            quad += style[a, i, t] * block[t - t0, k0 + a, b] * style[b, i, t]
+                    for j in range(3):
+                        ij = index[i, j]
+                        if ij < 0 or lv <= j:
+                            continue
+                        cross = 0.0
+                        for a in range(n_style):
+                            cross += block[t - t0, ij, a] * style[a, i, t]
+                        quad += 2.0 * (values[j, i, t] * cross)
+                    total += quad
+                out[i, t] = total
+
+
+@njit(cache=True, error_model="numpy")
+def covariance_kernel(
+    f,
+    start,
+    lam_v,
+    lam_c,
+    nw,
+    min_obs,
+    standardised,
+    noise,
+    has_noise,
+    vs,
+    vw,
+    vc,
+    cross,
+    own,
+    pc,
+    lagged,
+    nsum,
+    cov,
+    vol,
+    obs,
+    signal,
+):  # pragma: no cover - compiled
+    """The factor covariance's recursion (covariance.factor_covariance) over sessions
+    start..T-1 of f (K x T), the state (own moments vs, vw, vc; pair moments cross, own, pc;
+    lagged returns; noise sums) updated in place: numpy's elementwise operations of the
+    vectorised code in its order, so the numbers are the same bit for bit."""
+    k, n_t = f.shape
+    n_lags = nw.shape[0]
+    x = np.empty(k)
+    xs = np.empty(k)
+    scale = np.empty(k)
+    for t in range(start, n_t):
+        c = t - start
+        for j in range(k):
+            m0 = vs[0, j] / vw[0, j]
+            acc = m0
+            for lag in range(1, n_lags + 1):
+                ml = vs[lag, j] / vw[lag, j]
+                acc += 2.0 * nw[lag - 1] * (ml if np.isfinite(ml) else 0.0)
+            v = acc if acc > 0.0 else m0
+            vol[c, j] = np.sqrt(v) if vc[j] >= min_obs else np.nan
+            obs[c, j] = vc[j]
+        for a in range(k):
+            for b in range(k):
+                if a == b:
+                    rho = 1.0
+                else:
+                    rho = cross[a, b] / np.sqrt(own[a, b] * own[b, a])
+                    if not (pc[a, b] >= min_obs and np.isfinite(rho)):
+                        rho = 0.0
+                cov[c, a, b] = rho * (vol[c, a] * vol[c, b])
+        if has_noise:
+            for j in range(k):
+                total = vs[0, j] + nsum[j]
+                kappa = min(max(vs[0, j] / total, 0.0), 1.0)
+                signal[c, j] = kappa if (nsum[j] > 0 and total > 0) else 1.0
+        for j in range(k):
+            x[j] = f[j, t]
+            scale[j] = 1.0 / vol[c, j] if standardised else 1.0
+            xs[j] = x[j] * scale[j] if standardised else x[j]
+        for j in range(k):  # the own moments
+            for lag in range(n_lags + 1):
+                prod = x[j] * (x[j] if lag == 0 else lagged[lag - 1, j])
+                ok = np.isfinite(prod)
+                vs[lag, j] = lam_v * vs[lag, j] + (prod if ok else 0.0)
+                vw[lag, j] = lam_v * vw[lag, j] + (1.0 if ok else 0.0)
+            vc[j] += 1.0 if np.isfinite(x[j]) else 0.0
+        for a in range(k):  # the pair moments
+            sa = np.isfinite(xs[a])
+            xa = xs[a] if sa else 0.0
+            for b in range(k):
+                sb = np.isfinite(xs[b])
+                xb = xs[b] if sb else 0.0
+                cross[a, b] = lam_c * cross[a, b] + xa * xb
+                own[a, b] = lam_c * own[a, b] + (xa * xa if (sa and sb) else 0.0)
+                pc[a, b] += 1.0 if (sa and sb) else 0.0
+        if has_noise:
+            for j in range(k):
+                if np.isfinite(x[j]):
+                    vs[0, j] -= noise[c, j, j]
+            for a in range(k):
+                if not np.isfinite(xs[a]):
+                    continue
+                diag = noise[c, a, a] * (scale[a] * scale[a])
+                for b in range(k):
+                    if np.isfinite(xs[b]):
+                        cross[a, b] -= noise[c, a, b] * (scale[a] * scale[b])
+                        own[a, b] -= diag
+            for j in range(k):
+                nsum[j] = lam_v * nsum[j] + (noise[c, j, j] if np.isfinite(x[j]) else 0.0)
+        for lag in range(n_lags - 1, 0, -1):
+            for j in range(k):
+                lagged[lag, j] = lagged[lag - 1, j]
+        if n_lags:
+            for j in range(k):
+                lagged[0, j] = x[j]
