@@ -250,27 +250,30 @@ def _portfolio_days(
     acc_c = np.zeros((n_p, 3, BLOCK))
     got = np.zeros((n_p, k, BLOCK), dtype=np.uint8)
     held = np.zeros((n_p, BLOCK), dtype=np.bool_)
-    x = np.zeros((k, n_p))  # exposures, a portfolio a column (in `order`)
-    q = np.zeros((k, n_p), dtype=np.uint8)  # the factors of its quadratic form
-    qp = np.zeros((max(k_prev, 1), n_p), dtype=np.uint8)
+    # A block's exposures by session, a portfolio a column (in `order`), and the factors of its
+    # quadratic form (of the previous model's too: the first K' of them, none for a hedged one)
+    xb = np.zeros((BLOCK, k, n_p))
+    qb = np.zeros((BLOCK, k, n_p), dtype=np.uint8)
     var = np.zeros(n_p)
     p_var = np.zeros(n_p)
     for t0 in range(0, avail.shape[0], BLOCK):
+        n_l = min(BLOCK, avail.shape[0] - t0)
         _block(t0, avail, index, level, values, style, cols, buf, flag)
         _books(members, weights, twin, avail, t0, index, buf, flag, acc, acc_c, got, held)
-        for t in range(t0, min(t0 + BLOCK, avail.shape[0])):
-            ts = t - t0
-            for j in range(n_p):  # a hedged portfolio's risk: the second layer's factors only
-                p = order[j]
-                for f in range(k):
-                    x[f, j] = acc[p, f, ts]
-                    q[f, j] = held[p, ts] and got[p, f, ts] != 0 and (f >= n_etf or not hedged[p])
-                for f in range(k_prev):
-                    qp[f, j] = q[f, j]
+        for j in range(n_p):  # a hedged portfolio's risk: the second layer's factors only
+            p = order[j]
+            for f in range(k):
+                counts = f >= n_etf or not hedged[p]
+                for ts in range(n_l):
+                    xb[ts, f, j] = acc[p, f, ts]
+                    qb[ts, f, j] = held[p, ts] and got[p, f, ts] != 0 and counts
+        for ts in range(n_l):
+            t = t0 + ts
+            x, q = xb[ts], qb[ts]
             _quadratic(cov[t], x, q, 0, 0, n_plain, var)
             _quadratic(cov[t], x, q, n_etf, n_plain, n_p, var)
             if k_prev > 0:
-                _quadratic(p_cov[t], x, qp, 0, 0, n_plain, p_var)
+                _quadratic(p_cov[t], x, q, 0, 0, n_plain, p_var)
             for j in range(n_p):
                 p = order[j]
                 if not held[p, ts]:
