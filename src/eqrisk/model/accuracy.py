@@ -24,10 +24,11 @@ are the portfolios and the direct, whole-history computation that record is test
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from eqrisk.model.outcome_kernel import portfolio_days
+from eqrisk.model.outcome_kernel import portfolio_days, twins
 from eqrisk.model.risk_model import RiskModel
 
 HEDGED_SIZES = (10, 50, 100, 200)  # equal-weight books hedged at L3, by number of names
@@ -52,6 +53,18 @@ class Portfolios:
 
     def members(self) -> tuple[np.ndarray, np.ndarray]:
         """Each portfolio's rows and weights, padded with -1 and 0 (P x largest size)."""
+        return self._members
+
+    def twins(self) -> np.ndarray:
+        """(P,) each portfolio's first earlier one with the same positions (`twins`)."""
+        return self._twins
+
+    @cached_property
+    def _twins(self) -> np.ndarray:
+        return twins(*self._members)
+
+    @cached_property
+    def _members(self) -> tuple[np.ndarray, np.ndarray]:
         held = self.weights != 0
         width = max(int(held.sum(axis=1).max()), 1) if len(held) else 1
         rows = np.full((len(held), width), -1, dtype=np.int64)

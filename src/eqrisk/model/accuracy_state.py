@@ -38,7 +38,7 @@ from eqrisk.model.accuracy import (
     Portfolios,
     make_portfolios,
 )
-from eqrisk.model.outcome_kernel import accumulate, held_returns, portfolio_days
+from eqrisk.model.outcome_kernel import accumulate, held_returns, portfolio_days, window_done
 from eqrisk.model.risk_model import RiskModel, RiskParams
 
 HORIZONS = (1, 21)
@@ -90,20 +90,9 @@ class Running:
                 self._window_done(j, family)
 
     def _window_done(self, j: int, family: np.ndarray) -> None:
-        order = [(j - BLOCKS + 1 + a) % BLOCKS for a in range(BLOCKS)]
-        sums = np.zeros((3, self.blocks.shape[2]))
-        for a in order:
-            sums += self.blocks[a]
-        b = _std(sums[0], sums[1], sums[2], YEAR // 2)
-        ok = np.isfinite(b)
-        self.mad_sum += np.where(ok, np.abs(b - 1.0), 0.0)
-        self.mad_count += ok
-        for f in range(len(ROW_FAMILIES)):
-            at = ok & (family == f)
-            if at.any():
-                med = float(np.median(b[at]))
-                if not med <= self.worst[f]:  # NaN (none yet) or higher
-                    self.worst[f] = med
+        order = np.array([(j - BLOCKS + 1 + a) % BLOCKS for a in range(BLOCKS)])
+        window_done(self.blocks, order, family, YEAR // 2, self.mad_sum, self.mad_count,
+                    self.worst)  # fmt: skip
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {
@@ -266,14 +255,26 @@ def accuracy_step(
         style = np.zeros((0, n, s_count))
     p = len(ports.family)
     real1, model1, base1 = (np.full((p, s_count), np.nan) for _ in range(3))
+    # The previous model is measured on the same positions: on the served model's first-layer
+    # exposures when they are its own (the same hedges: one pass over the members for both).
+    prev1 = np.full((p, s_count), np.nan)
+    shared = previous is not None and _same_exposures(previous, model)
     portfolio_days(members, weights, ports.hedged, avail, index, level, values, cov,
                    model.specific.var, np.nan_to_num(returns), np.nan_to_num(factor_returns),
-                   vol_before, fbase, style, real1, model1, base1)  # fmt: skip
+                   vol_before, fbase, style, real1, model1, base1,
+                   (previous.factor_cov.cov, previous.specific.var, prev1)
+                   if shared and previous is not None else None, ports.twins())  # fmt: skip
+    if previous is None:
+        before = np.full((n + p, s_count), np.nan)
+    elif shared:
+        before = np.vstack([previous.predicted["risk_total_vol"], prev1])
+    else:
+        before = _previous_forecast(previous, ports, avail, returns, factor_returns,
+                                    vol_before, fbase)  # fmt: skip
     forecast = {
         "model": np.vstack([model.predicted["risk_total_vol"], model1]),
         "baseline": np.vstack([vol_before, base1]),
-        "previous": _previous_forecast(previous, ports, avail, returns, factor_returns,
-                                       vol_before, fbase),
+        "previous": before,
     }
     realised = np.vstack([np.where(np.isfinite(returns), returns, np.nan), real1])
     t0 = state.session
@@ -297,15 +298,15 @@ def accuracy_step(
         e0, width = lo - (t0 - TAIL), hi - lo
         r_sum = np.zeros((n, width))
         f_sum = np.zeros((f_ext.shape[0], width))
+        r_ext, f_ext0 = np.nan_to_num(ext["r"]), np.nan_to_num(ext["f"])
         for a in range(h):  # each start's sum in the order of its sessions
-            r_sum += np.nan_to_num(ext["r"][:, e0 + a : e0 + a + width])
-            f_sum += np.nan_to_num(ext["f"][:, e0 + a : e0 + a + width])
+            r_sum += r_ext[:, e0 + a : e0 + a + width]
+            f_sum += f_ext0[:, e0 + a : e0 + a + width]
         held = np.full((p, width), np.nan)
         cols = slice(e0, e0 + width)
-        held_returns(members, weights, ports.hedged, np.ascontiguousarray(ext["avail"][:, cols]),
-                     index, np.ascontiguousarray(ext["level"][:, cols]),
-                     np.ascontiguousarray(ext["values"][:, :, cols]), r_sum, f_sum,
-                     held)  # fmt: skip
+        held_returns(members, weights, ports.hedged, ext["avail"][:, cols], index,
+                     ext["level"][:, cols], ext["values"][:, :, cols], r_sum, f_sum, held,
+                     ports.twins())  # fmt: skip
         stock = np.where(np.isfinite(ext["r"][:, cols]), r_sum, np.nan)
         real = np.vstack([stock, held])
         scale = np.sqrt(h)
@@ -326,8 +327,19 @@ def previous_params(params: RiskParams) -> RiskParams:
     return RiskParams(level=params.level, covariance=covariance, specific=params.specific)
 
 
+def _same_exposures(a: RiskModel, b: RiskModel) -> bool:
+    """Whether the two models hold the same first-layer exposures, bit for bit."""
+    x, y = a.exposures, b.exposures
+    return bool(
+        np.array_equal(x.index, y.index)
+        and np.array_equal(x.level, y.level)
+        and x.values.shape == y.values.shape
+        and np.array_equal(x.values.view(np.uint64), y.values.view(np.uint64))
+    )
+
+
 def _previous_forecast(
-    previous: RiskModel | None,
+    previous: RiskModel,
     ports: Portfolios,
     avail: np.ndarray,
     returns: np.ndarray,
@@ -336,11 +348,9 @@ def _previous_forecast(
     fbase: np.ndarray,
 ) -> np.ndarray:
     """(n + P, S) the previous model's forecasts of the stocks and of the books, the books'
-    members those the served model counts (`avail`: the same outcomes); NaN without one."""
+    members those the served model counts (`avail`: the same outcomes), on its own exposures."""
     n, s_count = returns.shape
     p = len(ports.family)
-    if previous is None:
-        return np.full((n + p, s_count), np.nan)
     members, weights = ports.members()
     ex = previous.exposures
     real, fc, base = (np.full((p, s_count), np.nan) for _ in range(3))
