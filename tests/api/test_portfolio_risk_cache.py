@@ -267,7 +267,11 @@ def test_the_estimate_tells_the_caps_and_a_larger_book_is_a_free_400(
         json={"endpoint": "batch/analyze", "params": {"tickers": ["NVDA"]}},
         headers=AUTH,
     ).json()
-    assert batch["limits"] == {"tickers": 100}
+    assert batch["limits"] == {
+        "tickers": 100,
+        "series_years_per_ticker": 5,
+        "series_min_charged_tickers": 5,
+    }
     before = _balance(client)
     too_many = {f"ZZ{i:05d}": 1e-3 for i in range(5001)}
     for big in ({"positions": too_many}, {"positions": {"NVDA": 1.0}, "benchmark": too_many}):

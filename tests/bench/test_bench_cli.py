@@ -86,11 +86,11 @@ def _serve(doc: dict[str, Any]) -> None:
 
 def _wire(doc: dict[str, Any]) -> None:
     rows = doc["results"]
-    assert len(rows) == 18
+    assert len(rows) == 24  # 6 answers x identity, gzip, br, zstd
     # Its `/daily` request asks for symbols the served market holds (a fixed list once
     # answered 404 on the 16-year demo market).
     daily = [r for r in rows if r["target"].startswith("/daily")]
-    assert [r["encoding"] for r in daily] == ["identity", "gzip", "br"]
+    assert [r["encoding"] for r in daily] == ["identity", "gzip", "br", "zstd"]
     assert daily[0]["bytes"] == daily[0]["identity_bytes"] > 0
     assert all(r["ratio"] == r["identity_bytes"] / r["bytes"] for r in rows)
 
