@@ -30,7 +30,6 @@ def client(demo_settings: Settings) -> TestClient:
     return TestClient(create_app(demo_settings))
 
 
-
 def _balance(client: TestClient) -> float:
     doc: dict[str, Any] = client.get("/api/balance", headers=AUTH).json()
     return float(doc["balance_tokens"])

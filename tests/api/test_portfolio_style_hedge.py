@@ -32,7 +32,6 @@ def client(demo_settings: Settings) -> TestClient:
     return TestClient(create_app(demo_settings))
 
 
-
 def _post(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
     resp = client.post("/api/portfolio/risk", json=body, headers=AUTH)
     assert resp.status_code == 200, resp.text

@@ -213,6 +213,8 @@ def test_a_portfolio_is_charged_per_position_used_as_estimated(
     used = len(resp.json()["portfolio"]["positions"])
     # one unit per position used, and at least one per SENT_PER_UNIT positions sent
     bench = doc.get("benchmark")
-    sent = len(doc["positions"]) + (len(bench) if isinstance(bench, dict) else int(bench is not None))
+    sent = len(doc["positions"]) + (
+        len(bench) if isinstance(bench, dict) else int(bench is not None)
+    )
     floor = -(-sent // SENT_PER_UNIT)
     assert spent == meter.prices["portfolio/risk"].cost(max(used, floor))

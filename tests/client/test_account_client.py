@@ -41,7 +41,10 @@ def test_sign_up_claim_usage_keys_and_a_top_up_through_the_client(
             up = anyone.signup("Ada", "ada@example.com")
             assert up["state"] == "created" and up["account_id"].startswith("acc_")
             token = up["claim_token"]
-            assert anyone.signup_claim(token) == {"state": "pending", "account_id": up["account_id"]}
+            assert anyone.signup_claim(token) == {
+                "state": "pending",
+                "account_id": up["account_id"],
+            }
             # The card, confirmed on Stripe's side; its signed event verifies the account.
             setup = up["setup_client_secret"].split("_secret_")[0]
             sdk.v1.setup_intents.confirm(setup, params={"payment_method": card(sdk)})

@@ -90,5 +90,7 @@ def test_style_exposures_frame_holds_the_routes_numbers_in_json_and_parquet(
             s[name].to_numpy(float), d.loc[s.index, f"style_{name}"].to_numpy(float)
         )
     p = client.style_exposures("2024-03-01", format="parquet")
-    np.testing.assert_array_equal(p.loc[s.index, list(s.columns)].to_numpy(float), s.to_numpy(float))
+    np.testing.assert_array_equal(
+        p.loc[s.index, list(s.columns)].to_numpy(float), s.to_numpy(float)
+    )
     assert client.last_call is not None and client.last_call.cost_usd == pytest.approx(0.02)

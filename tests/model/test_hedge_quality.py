@@ -90,7 +90,9 @@ def test_evaluate_reports_the_per_level_hedge_quality_of_the_real_data(real_cli:
         doc,
     )
     assert quoted is not None
-    assert [float(x) for x in quoted.groups()] == [round(x, 3) for x in printed], " ".join(f"{x:.3f}" for x in printed)
+    assert [float(x) for x in quoted.groups()] == [round(x, 3) for x in printed], " ".join(
+        f"{x:.3f}" for x in printed
+    )
 
 
 def test_vasicek_shrinkage_by_hand() -> None:

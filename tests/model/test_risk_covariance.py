@@ -122,8 +122,15 @@ def test_standardised_correlations_equal_pandas_ewm_of_returns_over_their_foreca
             assert both.sum() > 50
             np.testing.assert_allclose(got[both], expected[both], rtol=1e-10, atol=1e-18)
             np.testing.assert_array_equal(fc.cov[:, b, a], got)
-            differs = max(differs, float(np.nanmax(np.abs(got - raw.cov[:, a, b])[both]
-                                                   / (sigma[a] * sigma[b]).to_numpy()[both])))
+            differs = max(
+                differs,
+                float(
+                    np.nanmax(
+                        np.abs(got - raw.cov[:, a, b])[both]
+                        / (sigma[a] * sigma[b]).to_numpy()[both]
+                    )
+                ),
+            )
     # The volatility regime of sessions 400-500 weighs less in them than in the raw ones.
     assert differs > 0.01
 

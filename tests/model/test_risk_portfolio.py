@@ -302,7 +302,9 @@ def test_a_style_factor_without_a_forecast_is_left_out_of_the_answer() -> None:
     w = rng.normal(0.0, 1.0, 60) / 60
     positions = dict(zip(day.symbols.tolist(), w.tolist(), strict=True))
     risk = portfolio_risk(without, positions).portfolio
-    assert "momentum" not in risk.factors.keys and len(risk.factors.keys) == len(day.factor_keys) - 1
+    assert (
+        "momentum" not in risk.factors.keys and len(risk.factors.keys) == len(day.factor_keys) - 1
+    )
     assert "size" in risk.factors.keys
     keep = np.flatnonzero(without.served)
     h = np.zeros((60, len(day.factor_keys)))

@@ -362,8 +362,11 @@ def test_the_style_block_is_scaled_by_a_power_of_the_signal_share(
     risk_case: Case, both_layers: RiskModel
 ) -> None:
     plain = risk_case.run(
-        RiskParams(covariance=PARAMS.covariance,
-                   styles=StyleParams(**{**STYLES.__dict__, "shrink": False}), regime=REGIME),
+        RiskParams(
+            covariance=PARAMS.covariance,
+            styles=StyleParams(**{**STYLES.__dict__, "shrink": False}),
+            regime=REGIME,
+        ),
         style_inputs=_style_inputs(risk_case),
     )
     shrunk = both_layers

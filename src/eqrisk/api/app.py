@@ -274,9 +274,7 @@ def create_app(
     app.state.cpu_budget_s = settings.cpu_budget_ms / 1000
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     timeouts = Timeouts(settings.database_connect_timeout_s, settings.database_timeout_s)
-    engine = make_engine(
-        settings.home_dir, database_url, timeouts=timeouts, pool=Pool.of(settings)
-    )
+    engine = make_engine(settings.home_dir, database_url, timeouts=timeouts, pool=Pool.of(settings))
     app.state.accounts = Accounts(engine, retry_s=settings.backend_retry_s)
     app.state.accounts.ensure_demo_key(settings.demo_key.get_secret_value())
     app.state.accounts.starting_credit = usd_to_tokens(settings.starting_credit_usd)

@@ -70,13 +70,7 @@ def evaluate(
                 params,
                 halflives=tuple(halflife) if halflife else DEFAULT_HALFLIVES,
                 market_etf=settings.market_etf,
-                risk=(
-                    RiskParams.served()
-                    if styles
-                    else RiskParams()
-                )
-                if risk
-                else None,
+                risk=(RiskParams.served() if styles else RiskParams()) if risk else None,
                 hedges=hedges,
                 progress=say,
             )

@@ -74,7 +74,9 @@ class RiskParams:
     def served(cls) -> RiskParams:
         """Both layers, regime, standardised correlations (docs/decisions/risk-forecast.md)."""
         styles, regime = StyleParams.calibrated(), RegimeParams.calibrated()
-        return cls(covariance=CovarianceParams(corr_standardised=True), styles=styles, regime=regime)
+        return cls(
+            covariance=CovarianceParams(corr_standardised=True), styles=styles, regime=regime
+        )
 
     def __post_init__(self) -> None:
         if self.level not in LEVEL_HR:
