@@ -10,28 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from eqrisk.model.outcome_kernel import twins
+from eqrisk.model.outcome_kernel import gross, twins
 
 A = np.ndarray
-
-
-@njit
-def gross(members, weights, avail, p):  # fmt: skip
-    """Portfolio p's long and short gross weight (both >= 0) over its members available in
-    `avail` (n,): the sums its long weights are scaled by to 1 and its short ones to -1."""
-    pos = 0.0
-    neg = 0.0
-    for a in range(members.shape[1]):
-        i = members[p, a]
-        if i < 0:
-            break
-        if avail[i]:
-            w = weights[p, a]
-            if w > 0:
-                pos += w
-            else:
-                neg -= w
-    return pos, neg
 
 
 def _by_session(a: np.ndarray) -> np.ndarray:
