@@ -300,3 +300,21 @@ def test_a_book_of_unknown_tickers_is_charged_per_positions_sent(client: TestCli
     small = {"positions": {"NVDA": 0.5, "NOSUCH": 0.5}, "benchmark": "SPY"}
     resp = client.post("/api/portfolio/risk", json=small, headers=AUTH)
     assert float(resp.headers["x-api-cost-usd"]) == pytest.approx(0.01, rel=1e-12)
+
+
+def test_an_upper_case_book_is_read_in_one_pass_and_others_add_up() -> None:
+    """The positions' check keeps an upper-case, unpadded book as sent (the same dict, no
+    per-ticker work: the usual 5,000-position book); lower case, padding and the same ticker
+    twice go the long way and add up."""
+    from eqrisk.api.endpoints.portfolio_risk import PortfolioRiskParams, as_sent
+
+    book = {f"T{i:04d}": (i + 1) / 5000 for i in range(5000)}
+    assert as_sent(list(book))  # the one-pass path (a newline join had made it unreachable)
+    for other in (["NVDA", "aapl"], ["NVDA", " AAPL"], ["BRK B"], ["ﬁ"], ["ß"]):
+        assert not as_sent(other), other
+    assert PortfolioRiskParams._upper(book) is book
+    assert PortfolioRiskParams._upper({"NVDA": 0.5, "BRK.B": 0.25}) == {"NVDA": 0.5, "BRK.B": 0.25}
+    mixed = {"nvda": 0.5, " NVDA": 0.25, "AAPL\t": 0.125, "ﬁ": 1.0}
+    assert PortfolioRiskParams._upper(mixed) == {"NVDA": 0.75, "AAPL": 0.125, "FI": 1.0}
+    with pytest.raises(ValueError, match="is not a ticker"):
+        PortfolioRiskParams._upper({"NVDA": 0.5, "  ": 0.5})

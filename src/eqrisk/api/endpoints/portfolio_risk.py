@@ -53,6 +53,15 @@ LEVELS = {"L1": 1, "L2": 2, "L3": 3}
 _SPACE = re.compile(r"\s")  # a ticker with white space anywhere is stripped one by one
 
 
+def as_sent(tickers: list[str]) -> bool:
+    """Whether every ticker is already upper-case and free of white space, told in a few
+    passes in C over the tickers joined: joined with no separator, white space found is a
+    ticker's own, and `str.upper` maps each character to one or more, so an unchanged whole
+    means every ticker unchanged."""
+    joined = "".join(tickers)
+    return joined.upper() == joined and not _SPACE.search(joined)
+
+
 class PortfolioRiskParams(BodyParams, VersionedParams):
     positions: dict[str, float] = Field(
         min_length=1,
@@ -97,8 +106,7 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
         # map() over str methods, not a Python loop per position: a book of 5,000 positions
         # and its benchmark are read in well under a millisecond.
         given = list(value)
-        joined = "\n".join(given)
-        if joined.upper() == joined and not _SPACE.search(joined):
+        if as_sent(given):
             keys = given  # already upper-case and stripped (the usual book): one pass, in C
         else:
             keys = list(map(str.upper, map(str.strip, given)))
