@@ -46,16 +46,16 @@ BROTLI_QUALITY = 5  # of 0-11: near gzip -9's ratio, faster than gzip -6 on JSON
 # Larger bodies get fast encoders: on a 50 MB batch answer brotli 5 took 1.43 s of CPU and 1
 # took 0.23 s (11.7 -> 12.3 MB); zlib's gzip 6 3.2 s, ISA-L's gzip 2 0.17 s (20.6 -> 21.3 MB),
 # so what a large answer costs the server stays near its price (docs/decisions/answers.md).
-# From 256 KiB on (the bodies compressed off the loop): on the 1.0 MB answer of a 5,000-position
-# portfolio brotli 5 took 20-22 ms of CPU, more than the rest of the call, quality 1 3.2 ms
-# (231 kB either way); on the 672 kB answer of a 5,000/5,000 book 3.7 and 0.6 ms (27 -> 37 kB).
-FAST_BYTES = 256 * 1024
+# From 16 KiB on: on the 252 kB answer of a year of `/api/ticker-returns` brotli 5 took 5.7 ms of
+# CPU for 62.7 kB, zstd 1 0.5 ms for 61.5 kB; on a 40 kB answer 0.8 and 0.07 ms, with zstd 1's
+# body no larger (docs/decisions/answers.md). brotli 5 keeps the smaller bodies under that.
+FAST_BYTES = 16 * 1024
 FAST_GZIP_LEVEL = 2  # of ISA-L's 0-3
 FAST_BROTLI_QUALITY = 1
 ZSTD_LEVEL = 3  # zstd's default
 FAST_ZSTD_LEVEL = 1
 # Preferred first when equally acceptable: brotli's ratio on small answers (its dictionary knows
-# JSON's words), zstd's speed on large ones (docs/decisions/answers.md has the figures).
+# JSON's words), zstd's speed and ratio from 16 KiB on (docs/decisions/answers.md has the figures).
 ENCODINGS = ("br", "zstd", "gzip")
 FAST_ENCODINGS = ("zstd", "br", "gzip")
 _TEXT_TYPES = (
