@@ -70,6 +70,8 @@ def _cost(doc: dict[str, Any]) -> None:
         routes[0]
     )
     assert all(r["cpu_ms"] >= 0 and r["usd"] >= 0 for r in routes)
+    turns = [r for r in routes if "a new stock each call" in r["case"]]  # nothing cached
+    assert len(turns) == 4 and all(r["status"] == "200" and r["usd"] > 0 for r in turns)
     assert doc["summary"] and doc["health_alone"] and doc["health_under_load"]
 
 

@@ -45,6 +45,9 @@ class Case:
     demo: bool = False
     repeats: int | None = None  # None: the run's
     encoding: str | None = None  # Accept-Encoding; None: httpx's (gzip, deflate, br, zstd)
+    # The path's `{ticker}` is each of these in turn: every call a new answer, neither rendered
+    # nor compressed before (a caller going through the market pays for no cache).
+    rotate: tuple[str, ...] = ()
 
 
 def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
@@ -101,6 +104,17 @@ def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
             "GET",
             "/api/ticker-returns?ticker=NVDA&years=15&format=parquet&nocache=true",
         ),
+        *(
+            Case(
+                "ticker-returns",
+                f"a new stock each call, {n} year{'s' * (n > 1)}{label}",
+                "GET",
+                f"/api/ticker-returns?ticker={{ticker}}&years={n}{query}",
+                rotate=tuple(stocks),
+            )
+            for n in (1, 15)
+            for label, query in (("", ""), (", Parquet", "&format=parquet"))
+        ),
         Case("batch/analyze", f"100 tickers, {years} years", "POST", "/api/batch/analyze", batch),
         Case(
             "batch/analyze",
@@ -130,17 +144,20 @@ def _call(client: httpx.Client, base: str, case: Case, key: str) -> tuple[int, f
     headers = {"Authorization": f"Bearer {DEMO_KEY if case.demo else key}"}
     if case.encoding is not None:
         headers["Accept-Encoding"] = case.encoding
+    path = case.path
+    if case.rotate:
+        turn = _TURNS[id(case)] = _TURNS.get(id(case), -1) + 1
+        path = path.format(ticker=case.rotate[turn % len(case.rotate)])
     if case.json is None:
-        response = client.request(case.method, base + case.path, headers=headers)
+        response = client.request(case.method, base + path, headers=headers)
     else:  # the body encoded once per case: the client's own JSON work is not what is timed
         headers["Content-Type"] = "application/json"
-        response = client.request(
-            case.method, base + case.path, content=_body(case), headers=headers
-        )
+        response = client.request(case.method, base + path, content=_body(case), headers=headers)
     return response.status_code, float(response.headers.get("x-api-cost-usd") or 0.0)
 
 
 _BODIES: dict[int, bytes] = {}
+_TURNS: dict[int, int] = {}  # a rotating case's last ticker
 
 
 def _body(case: Case) -> bytes:
