@@ -234,3 +234,31 @@ def test_outputs_the_kernel_cannot_write_in_place_are_refused(panel) -> None:
         rolling_cascade(returns, factors, fidx, **kwargs, start=5)
     with pytest.raises(ValueError, match="start"):
         rolling_std(returns, **kwargs, out=np.empty(returns.shape), start=returns.shape[1] + 1)
+
+
+@pytest.mark.parametrize("halflife", [None, HALFLIFE])
+def test_the_one_sample_loop_equals_the_three_sample_loop_bitwise(panel, halflife) -> None:
+    """A stock whose sessions serve all its levels or none runs `_stock_cascade_one`; the
+    general loop gives it the same bits (both run here on each such stock's scratch), and the
+    panel has stocks of both kinds."""
+    from eqrisk.model import cascade as kernel
+
+    returns, factors, fidx = panel
+    n_t = returns.shape[1]
+    lam = _lam(halflife)
+    one_sample = 0
+    for i in range(1, returns.shape[0]):
+        k = 1 + int((fidx[i] >= 0).sum())
+        z = np.empty((n_t, kernel.NV))
+        lev = np.empty(n_t, dtype=np.int8)
+        if kernel._load_stock(returns, factors, fidx, i, k, 0, z, lev):
+            assert set(np.unique(lev)) - {0, k - 1}
+            continue
+        one_sample += 1
+        outs = [tuple(np.full((i + 1, n_t), -1.0) for _ in CASCADE_FIELDS) for _ in range(2)]
+        kernel._stock_cascade(z, lev, 0, i, k, WINDOW, MIN_OBS, lam, 0, outs[0])
+        kernel._stock_cascade_one(z, lev, 0, i, k, WINDOW, MIN_OBS, lam, 0, outs[1])
+        for a, b in zip(*outs, strict=True):
+            assert np.array_equal(bits(a[i]), bits(b[i]))
+        assert np.isfinite(outs[1][0][i]).sum() > 0
+    assert 10 <= one_sample < returns.shape[0] - 1

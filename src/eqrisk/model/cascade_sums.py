@@ -121,3 +121,19 @@ def plus(a, b):
         a[6] + b[6], a[7] + b[7], a[8] + b[8], a[9] + b[9], a[10] + b[10], a[11] + b[11],
         a[12] + b[12], a[13] + b[13],
     )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def window_sums_one(z, lev, lo, hi, lam, r0, r1, r2, r3):
+    """`window_sums` where every day serves all the stock's levels or none: one sample."""
+    s_a = 0.0
+    n_a = 0
+    acc_a = ZERO14
+    w = 1.0
+    for t in range(hi, lo - 1, -1):
+        if lev[t] > 0:
+            s_a += w
+            n_a += 1
+            acc_a = add_day(acc_a, w, z[t, 0] - r0, z[t, 1] - r1, z[t, 2] - r2, z[t, 3] - r3)
+        w *= lam
+    return s_a, n_a, acc_a
