@@ -71,9 +71,21 @@ def _sessions() -> np.ndarray:
         except (OSError, ValueError):
             pass
     sessions = np.asarray(nyse().sessions.tz_localize(None).to_numpy(), dtype="datetime64[ns]")
-    if path is not None:
-        _keep(path, sessions)
+    if path is not None and path == _cache_file(path.parent) == _built_on(path.parent):
+        _keep(path, sessions)  # (not a calendar built the day before, near midnight)
     return sessions
+
+
+def _built_on(folder: Path) -> Path | None:
+    """The file of the day the calendar's default end was set on (when exchange_calendars was
+    imported: a year before it); None when this version does not say."""
+    from exchange_calendars import exchange_calendar
+
+    end = getattr(exchange_calendar, "GLOBAL_DEFAULT_END", None)
+    if not isinstance(end, pd.Timestamp):
+        return None
+    day = (end - pd.DateOffset(years=1)).date()
+    return folder / f"{_PREFIX}{metadata.version('exchange_calendars')}-{day}.npy"
 
 
 def _keep(path: Path, sessions: np.ndarray) -> None:
