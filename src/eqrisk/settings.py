@@ -1,10 +1,13 @@
 """The one settings object of eqrisk: environment variables `EQRISK_*` and an optional `eqrisk.toml`.
 
-Everything the CLI and the servers write lives under `home`; nothing else on disk is touched.
+Everything the CLI and the servers write lives under `home`; nothing else on disk is touched
+but the NYSE sessions list the data commands keep in `calendar_cache` (a cache: one small file
+a day, rebuilt from exchange_calendars when missing).
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -64,6 +67,12 @@ class Settings(BaseSettings):
     snapshots: Path | None = Field(
         default=None,
         description="Snapshot store (a path every server host mounts); None = <home>/snapshots.",
+    )
+    calendar_cache: Path | None = Field(
+        default=None,
+        description="Where the data commands keep the NYSE sessions list between processes (one "
+        "small file a day, instead of building the calendar in each); None = eqrisk under "
+        "$XDG_CACHE_HOME (~/.cache).",
     )
     snapshot_check_ms: int = Field(
         default=0,
@@ -501,6 +510,15 @@ class Settings(BaseSettings):
     def snapshots_dir(self) -> Path:
         """Where the versions live: `snapshots` (shared by several servers), else under home."""
         return (self.snapshots or self.home / "snapshots").expanduser()
+
+    @property
+    def calendar_cache_dir(self) -> Path:
+        """Where the NYSE sessions list is kept: `calendar_cache`, else the user's cache folder
+        (`$XDG_CACHE_HOME/eqrisk`, `~/.cache/eqrisk`): never in the home, which only the
+        commands' own writes change."""
+        if self.calendar_cache is not None:
+            return self.calendar_cache.expanduser()
+        return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "eqrisk"
 
     def masked(self) -> dict[str, Any]:
         """Settings as a JSON-ready dict, secrets masked (for `eqrisk config`)."""

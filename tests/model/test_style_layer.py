@@ -26,7 +26,14 @@ from eqrisk.model.risk_model import (
 )
 from eqrisk.model.specific import SpecificState
 from eqrisk.model.style_regression import estimation_noise, style_returns, wls
-from eqrisk.model.styles import StyleParams, descriptors, standardise, style_exposures
+from eqrisk.model.styles import (
+    STYLE_NAMES,
+    StyleParams,
+    descriptor_columns,
+    descriptors,
+    standardise,
+    style_exposures,
+)
 from helpers import shared_file
 from model.risk_case import Case
 
@@ -105,6 +112,21 @@ def test_a_descriptor_depends_on_its_window_only(slice_data: dict[str, np.ndarra
     part = descriptors(r[:, :700], mkt[:, :700], cap[:, :700], None, columns=slice(650, 700))
     for name in full:
         np.testing.assert_array_equal(part[name][:, 650:700], full[name][:, 650:700])
+
+
+def test_a_runs_descriptor_columns_are_the_descriptors_of_those_sessions(
+    slice_data: dict[str, np.ndarray],
+) -> None:
+    """What the second layer computes (`descriptor_columns`: sessions lo .. hi - 1 alone, with
+    turnover) is `descriptors`' columns there, bit for bit; the (n x T) answer is NaN outside."""
+    r, mkt, cap = slice_data["returns"], slice_data["market"], slice_data["cap"]
+    turnover = np.abs(r) * 1e-2 + 1e-3
+    whole = descriptors(r, mkt, cap, turnover, columns=slice(600, 790))
+    part = descriptor_columns(r, mkt, cap, turnover, STYLE_NAMES, 600, 790)
+    assert list(part) == list(whole)
+    for name in whole:
+        np.testing.assert_array_equal(part[name], whole[name][:, 600:790])
+        assert np.isnan(whole[name][:, :600]).all() and np.isnan(whole[name][:, 790:]).all()
 
 
 def test_standardised_exposures_keep_their_identities(slice_data: dict[str, np.ndarray]) -> None:

@@ -219,6 +219,33 @@ def _any_cap(cap: Any) -> bool:
     return False
 
 
+class _Kept:
+    """Columns of the fields read once for several runs: the last chunk's run, the previous
+    model's and the next session's forecast read sessions within the first's (the history of
+    the second layer's windows), which is read from the version once and kept (the model reads its inputs, never
+    writes them)."""
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self.fields = fields
+        self.kept: dict[str, tuple[int, np.ndarray]] = {}
+
+    def cols(self, name: str, lo: int, hi: int, pad: int) -> np.ndarray:
+        """Sessions [lo, hi) of field `name` as float64, then `pad` columns of NaN."""
+        kept = self.kept.get(name)
+        if kept is None or not kept[0] <= lo <= hi <= kept[0] + kept[1].shape[1]:
+            values = _columns(self.fields[name], lo, hi)
+            kept = self.kept[name] = (lo, values)
+        at, values = kept
+        if pad == 0 and (lo, hi) == (at, at + values.shape[1]):
+            return values
+        out = np.empty((len(values), hi - lo + pad))
+        out[:, : hi - lo] = values[:, lo - at : hi - at]
+        out[:, hi - lo :] = np.nan
+        if pad:  # the next session's forecast, the last to read them: let them go
+            del self.kept[name]
+        return out
+
+
 def _run(
     fields: Mapping[str, Any],
     inputs: RiskInputs,
@@ -228,11 +255,15 @@ def _run(
     hi: int,
     state: RiskState | None,
     pad: int = 0,
+    kept: _Kept | None = None,
 ) -> RiskModel:
     """The model over sessions [first, hi) (+ `pad` sessions of no data: the next session's
-    forecast), resumed from `state` (the whole calendar's sessions)."""
+    forecast), resumed from `state` (the whole calendar's sessions); the columns read through
+    `kept` when given."""
 
     def cols(name: str) -> np.ndarray:
+        if kept is not None:
+            return kept.cols(name, first, hi, pad)
         out = _columns(fields[name], first, hi)
         return np.hstack([out, np.full((len(out), pad), np.nan)]) if pad else out
 
@@ -324,6 +355,9 @@ def write_risk(
         tracked = start_state(inputs.fidx, stocks, inputs.keys)
     if max(grid.cols(c0)[0] - history, 0) < inputs.first:
         raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s run")
+    # The last chunk's columns, kept for the previous model's run and the next session's
+    # forecast (which read within them): a one-session update reads them once.
+    kept = _Kept(fields)
     for c in range(c0, grid.chunks):
         lo, hi = grid.cols(c)
         # The run of chunk c reads sessions lo - history .. hi - 1 only (the hedge of the
@@ -331,7 +365,8 @@ def write_risk(
         # those columns, its state moved to their origin and back, so memory holds a chunk
         # and its history of the fields, never the (n x T) history.
         first = max(lo - history, 0)
-        model = _run(fields, inputs, symbols, stocks, first, hi, state)
+        last = kept if c == grid.chunks - 1 else None
+        model = _run(fields, inputs, symbols, stocks, first, hi, state, kept=last)
         _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
         predicted["risk_specific_var"] = model.specific.var
@@ -341,7 +376,7 @@ def write_risk(
             _save(folder, _rel(prefix, c), values, previous)
         state = model.state.moved(first)
         p_first = max(lo - prev_inputs.history(), 0)
-        prev = _run(fields, prev_inputs, symbols, stocks, p_first, hi, prev_state)
+        prev = _run(fields, prev_inputs, symbols, stocks, p_first, hi, prev_state, kept=last)
         prev_state = prev.state.moved(p_first)
         etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
         tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev)
@@ -355,10 +390,11 @@ def write_risk(
     if grid.t > 0 and state is not None:
         # The forecast for the session after the last close (F, D, exposures of t = T).
         first = max(grid.t - history, 0)
-        ahead = _run(fields, inputs, symbols, stocks, first, grid.t, state, pad=1)
+        ahead = _run(fields, inputs, symbols, stocks, first, grid.t, state, pad=1, kept=kept)
         for prefix, values in next_day_parts(ahead, grid.t - first).items():
             _save(folder, Path(RISK_DIR) / f"{prefix}.npy", values, previous)
         chunks.close_files(fields)
+        kept.kept.clear()
         block["next"] = _next_date(sessions)
     block["linked_chunks"] = c0
     block["accuracy_record"] = accuracy_figures(tracked)  # tables: the `risk_accuracy`

@@ -122,6 +122,13 @@ def _check_files(paths: list[Path]) -> None:
             raise fail(f"no such file: {path}", 2)
 
 
+def use_calendar_cache(settings: Settings) -> None:
+    """The data commands keep the NYSE sessions list in `calendar_cache` (data.calendar)."""
+    from eqrisk.data.calendar import use_cache
+
+    use_cache(settings.calendar_cache_dir)
+
+
 def _ingest(
     settings: Settings, prices: list[Path], master: Path | None, **options: Any
 ) -> IngestReport:
@@ -132,6 +139,7 @@ def _ingest(
     from eqrisk.data.ingest_report import IngestError
     from eqrisk.data.master import Mappings
 
+    use_calendar_cache(settings)
     if options.get("max_move") is None and not options.get("merge"):
         options["max_move"] = settings.max_move
     if settings.min_price >= settings.max_price:
@@ -330,6 +338,7 @@ def _build(
     from eqrisk.model.run import ModelParams
     from eqrisk.snapshot.store import VersionStore
 
+    use_calendar_cache(settings)
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
         with stages("build") as say:

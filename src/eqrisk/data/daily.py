@@ -164,8 +164,10 @@ def fresh_rows(new: pd.DataFrame, old: pd.DataFrame, columns: list[str]) -> np.n
         return np.zeros(0, dtype=bool)
     keys = ["symbol", "date"]
     left = new[columns].reset_index(drop=True)
-    joined = left.merge(old[columns], on=keys, how="left", suffixes=("", "_old"),
-                        indicator=True)  # fmt: skip
+    # Only the stored rows of the new rows' sessions can match: the join reads those alone
+    # (a one-session merge: one session of the year or so of rows it was given).
+    old = old.loc[old["date"].isin(new["date"].unique()).to_numpy(dtype=bool), columns]
+    joined = left.merge(old, on=keys, how="left", suffixes=("", "_old"), indicator=True)
     fresh = (joined["_merge"] != "both").to_numpy().copy()
     for col in columns:
         if col in keys:

@@ -160,9 +160,12 @@ class Stats:
         """These statistics with those of `parts` recomputed from `rows` (their new content)."""
         new = Stats.of(rows)
 
+        # A partition as one number (block, year) -> block * 100,000 + year: vectorised.
+        gone = np.asarray([b * 100_000 + y for b, y in parts], dtype=np.int64)
+
         def keep(frame: pd.DataFrame) -> pd.DataFrame:
-            key = list(zip(frame["block"], frame["year"], strict=True))
-            return frame[[(int(b), int(y)) not in parts for b, y in key]]
+            key = frame["block"].to_numpy(np.int64) * 100_000 + frame["year"].to_numpy(np.int64)
+            return frame[~np.isin(key, gone)]
 
         index = pd.concat([keep(self.index), new.index], ignore_index=True)
         days = pd.concat([keep(self.days), new.days], ignore_index=True)

@@ -140,14 +140,18 @@ def _short_histories(
     """Symbols of `new` with fewer than MIN_HISTORY rows of `rows` before their first new row
     while the stored set holds rows of theirs before `start`."""
     firsts = new.groupby("symbol")["date"].min()
-    began = found.stats.symbols().set_index("symbol")["first"]
-    older = [s for s in firsts.index if s in began.index and began[s] < start]
-    if not older:
+    began = found.stats.symbols().set_index("symbol")["first"].reindex(firsts.index)
+    older = firsts.index[(began < start).to_numpy(dtype=bool)]  # (none stored: NaT, not older)
+    if not len(older):
         return []
-    mine = rows.loc[rows["symbol"].isin(older), ["symbol", "date"]]
-    mine = mine.loc[mine["date"].to_numpy() < firsts.reindex(mine["symbol"]).to_numpy()]
-    counts = mine.groupby("symbol").size().reindex(older, fill_value=0)
-    return [str(s) for s in counts.index[counts < MIN_HISTORY]]
+    # Each row's symbol as its place in `older` (-1: another), its rows before its first new
+    # one counted, vectorised.
+    at = pd.Index(older).get_indexer(rows["symbol"])
+    mine = at >= 0
+    first = firsts.reindex(older).to_numpy()
+    before = rows["date"].to_numpy()[mine] < first[at[mine]]
+    counts = np.bincount(at[mine][before], minlength=len(older))
+    return [str(s) for s in older[counts < MIN_HISTORY]]
 
 
 def _sort(frame: pd.DataFrame) -> pd.DataFrame:

@@ -78,8 +78,16 @@ class PriceRows:
     @classmethod
     def of(cls, frame: pd.DataFrame, groups: dict[str, str] | None = None) -> PriceRows:
         """From an ingest frame (sorted by symbol, date) and symbol -> group."""
-        sym = frame["symbol"].to_numpy(dtype=object)
-        group = pd.Series(sym).map(groups or {}).to_numpy(dtype=object)
+        # Each distinct name converted (and mapped to its group) once, then taken per row: the
+        # same strings as a row-by-row conversion, without one Python object a row.
+        codes, names = pd.factorize(frame["symbol"])
+        if (codes < 0).any():  # a missing symbol (never stored): converted row by row
+            sym = frame["symbol"].to_numpy(dtype=object)
+            group = pd.Series(sym).map(groups or {}).to_numpy(dtype=object)
+        else:
+            unique = np.asarray(names, dtype=object)
+            sym = unique[codes]
+            group = pd.Series(unique).map(groups or {}).to_numpy(dtype=object)[codes]
 
         def col(name: str) -> np.ndarray:
             if name not in frame:

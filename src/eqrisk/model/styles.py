@@ -193,6 +193,29 @@ def descriptors(
     the other sessions are NaN)."""
     n, n_t = returns.shape
     lo, hi = _bounds(columns, n_t)
+    part = descriptor_columns(returns, market, cap, turnover, names, lo, hi)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        out[name] = np.empty((n, n_t))
+        out[name][:, :lo] = np.nan
+        out[name][:, hi:] = np.nan
+        out[name][:, lo:hi] = part[name]
+    return out
+
+
+def descriptor_columns(
+    returns: np.ndarray,
+    market: np.ndarray,
+    cap: np.ndarray,
+    turnover: np.ndarray | None,
+    names: tuple[str, ...],
+    lo: int,
+    hi: int,
+) -> dict[str, np.ndarray]:
+    """`descriptors`' sessions lo .. hi - 1 only (n x (hi - lo) each): what a run that needs
+    no other session's reads, without the NaN of the others (the windows still read the
+    sessions before lo)."""
+    n = returns.shape[0]
     part: dict[str, np.ndarray] = {}
     logr = _log1p(returns) if {"momentum", "reversal"} & set(names) else returns
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -211,13 +234,7 @@ def descriptors(
         if "reversal" in names:
             s, c = _window(logr, 5.0, 21, 0, lo, hi)
             part["reversal"] = np.where(c >= 10, s, np.nan)
-    out: dict[str, np.ndarray] = {}
-    for name in names:
-        out[name] = np.empty((n, n_t))
-        out[name][:, :lo] = np.nan
-        out[name][:, hi:] = np.nan
-        out[name][:, lo:hi] = part[name]
-    return out
+    return {name: part[name] for name in names}
 
 
 def _kernel_args(names: list[str]) -> tuple[int, np.ndarray, int, np.ndarray]:

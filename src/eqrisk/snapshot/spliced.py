@@ -49,10 +49,14 @@ class Spliced:
             raise IndexError("a spliced array takes unit-step slices")
         if lo >= s:
             return self.tail[rows, lo - s : hi - s]
-        head = self._read_before(rows, lo, min(hi, s))
         if hi <= s:
-            return head
-        return np.concatenate([head, self.tail[rows, 0 : hi - s]], axis=-1)
+            return self._read_before(rows, lo, hi)
+        # Both: the previous version's sessions read into the answer, the tail copied after.
+        whole = self._read_before(rows, lo, s, more=hi - s)
+        if whole.shape[-1] == hi - lo:
+            whole[..., s - lo :] = self.tail[rows, 0 : hi - s]
+            return whole
+        return np.concatenate([whole, self.tail[rows, 0 : hi - s]], axis=-1)
 
     def __len__(self) -> int:
         return int(self.shape[0])
@@ -73,10 +77,11 @@ class Spliced:
         whole = np.asarray(self[:, 0 : self.shape[1]], dtype=np.float64)
         return whole if dtype is None else whole.astype(dtype)
 
-    def _read_before(self, rows: Any, lo: int, hi: int) -> np.ndarray:
+    def _read_before(self, rows: Any, lo: int, hi: int, more: int = 0) -> np.ndarray:
         """Sessions [lo, hi) of `rows` from the previous version: for a slice of rows of a
         chunked field, copied chunk by chunk (the long table's monthly file reads a year of
-        every row this way); otherwise through the field's own indexing."""
+        every row this way), into an array of `more` columns more (for the caller to fill);
+        otherwise through the field's own indexing (no columns more)."""
         before = self._before()
         if not isinstance(before, chunks.ChunkedArray) or not isinstance(rows, slice):
             return np.asarray(before[rows, lo:hi], dtype=np.float64)
@@ -84,7 +89,7 @@ class Spliced:
         if step != 1:
             return np.asarray(before[rows, lo:hi], dtype=np.float64)
         g = before.grid
-        out = np.empty((max(0, r1 - r0), max(0, hi - lo)))
+        out = np.empty((max(0, r1 - r0), max(0, hi - lo) + more))
         for b in range(r0 // g.block, -(-r1 // g.block)):
             b0, b1 = g.rows(b)
             a0, a1 = max(r0, b0), min(r1, b1)
