@@ -106,10 +106,8 @@ class PortfolioRiskParams(BodyParams, VersionedParams):
         # map() over str methods, not a Python loop per position: a book of 5,000 positions
         # and its benchmark are read in well under a millisecond.
         given = list(value)
-        if as_sent(given):
-            keys = given  # already upper-case and stripped (the usual book): one pass, in C
-        else:
-            keys = list(map(str.upper, map(str.strip, given)))
+        # Already upper-case and stripped (the usual book): one pass, in C.
+        keys = given if as_sent(given) else list(map(str.upper, map(str.strip, given)))
         if not all(keys) or max(map(len, keys)) > 32:
             ticker = next(t for t, k in zip(given, keys, strict=True) if not k or len(k) > 32)
             raise ValueError(f"{ticker!r} is not a ticker")
