@@ -26,7 +26,14 @@ from eqrisk.model.risk_model import (
 )
 from eqrisk.model.specific import SpecificState
 from eqrisk.model.style_regression import estimation_noise, style_returns, wls
-from eqrisk.model.styles import StyleParams, descriptors, standardise, style_exposures
+from eqrisk.model.styles import (
+    StyleParams,
+    descriptor_columns,
+    descriptors,
+    exposures_of,
+    standardise,
+    style_exposures,
+)
 from helpers import shared_file
 from model.risk_case import Case
 
@@ -105,6 +112,26 @@ def test_a_descriptor_depends_on_its_window_only(slice_data: dict[str, np.ndarra
     part = descriptors(r[:, :700], mkt[:, :700], cap[:, :700], None, columns=slice(650, 700))
     for name in full:
         np.testing.assert_array_equal(part[name][:, 650:700], full[name][:, 650:700])
+
+
+def test_a_run_computes_the_descriptors_and_exposures_of_its_sessions_only(
+    slice_data: dict[str, np.ndarray],
+) -> None:
+    r, mkt, cap = slice_data["returns"], slice_data["market"], slice_data["cap"]
+    turnover = np.abs(r) + 0.01  # any positive series
+    cols = slice(600, 700)
+    full = descriptors(r, mkt, cap, turnover, columns=cols)
+    part = descriptor_columns(r, mkt, cap, turnover, columns=cols)
+    assert list(part) == list(full)
+    for name, values in part.items():
+        assert values.shape == (r.shape[0], 100)
+        np.testing.assert_array_equal(values, full[name][:, cols])
+        assert np.isnan(full[name][:, : cols.start]).all()
+    stocks = np.isfinite(cap[:, 650])
+    want = style_exposures(full, cap, stocks, range(600, 700))
+    have = exposures_of(part, cap[:, cols], stocks)
+    assert have.shape == want.shape and np.isfinite(have).any()
+    np.testing.assert_array_equal(have, want)
 
 
 def test_standardised_exposures_keep_their_identities(slice_data: dict[str, np.ndarray]) -> None:

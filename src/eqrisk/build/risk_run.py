@@ -219,8 +219,43 @@ def _any_cap(cap: Any) -> bool:
     return False
 
 
+class _Columns:
+    """The fields' sessions [lo, hi) as float64, each read once and shared by the runs of a
+    time chunk (the served model's, the previous model's, the accuracy record's): the runs
+    read the same columns, or the last ones of them."""
+
+    def __init__(self, fields: Mapping[str, Any], lo: int, hi: int) -> None:
+        self.fields, self.lo, self.hi = fields, lo, hi
+        self._read: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.fields
+
+    def __call__(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Sessions [lo, hi) of the field `name` (a copy unless they are all that was read)."""
+        if lo < self.lo or hi > self.hi:
+            return _columns(self.fields[name], lo, hi)
+        read = self._read.get(name)
+        if read is None:
+            read = self._read[name] = _columns(self.fields[name], self.lo, self.hi)
+        if (lo, hi) == (self.lo, self.hi):
+            return read
+        return np.ascontiguousarray(read[:, lo - self.lo : hi - self.lo])
+
+    def advance(self, lo: int, hi: int) -> None:
+        """Move on to sessions [lo, hi) (the next time chunk's runs, lo >= self.lo): the
+        columns held already are kept, only the new ones read (every field once in a build,
+        none of its chunk files left mapped for the next chunk's runs)."""
+        if not self.lo <= lo <= self.hi <= hi:
+            self._read = {}
+        for name, held in self._read.items():  # one field at a time: one extra copy at most
+            new = _columns(self.fields[name], self.hi, hi)
+            self._read[name] = np.concatenate([held[:, lo - self.lo :], new], axis=1)
+        self.lo, self.hi = lo, hi
+
+
 def _run(
-    fields: Mapping[str, Any],
+    fields: Mapping[str, Any] | _Columns,
     inputs: RiskInputs,
     symbols: np.ndarray,
     stocks: np.ndarray,
@@ -230,10 +265,12 @@ def _run(
     pad: int = 0,
 ) -> RiskModel:
     """The model over sessions [first, hi) (+ `pad` sessions of no data: the next session's
-    forecast), resumed from `state` (the whole calendar's sessions)."""
+    forecast), resumed from `state` (the whole calendar's sessions). `fields`: the version's
+    fields, or their columns read for this run and others (`_Columns`)."""
+    read = fields if isinstance(fields, _Columns) else _Columns(fields, first, hi)
 
     def cols(name: str) -> np.ndarray:
-        out = _columns(fields[name], first, hi)
+        out = read(name, first, hi)
         return np.hstack([out, np.full((len(out), pad), np.nan)]) if pad else out
 
     factors = np.asarray(inputs.factors, dtype=np.float64)[
@@ -245,7 +282,7 @@ def _run(
     style = None
     if params.styles is not None:
         names = ("market_cap", "volume", "close_raw")
-        style = style_inputs_of({k: cols(k) for k in names if k in fields}, stocks)
+        style = style_inputs_of({k: cols(k) for k in names if k in read}, stocks)
     return risk_model(
         cols("return"),
         factors,
@@ -307,6 +344,7 @@ def write_risk(
     prev_state: RiskState | None = None
     history = inputs.history()
     layer = layer_prefixes(params)
+    read: _Columns | None = None  # the fields' columns the runs of a chunk read
     if c0 > 0:
         assert previous is not None
         for c in range(c0):
@@ -331,7 +369,12 @@ def write_risk(
         # those columns, its state moved to their origin and back, so memory holds a chunk
         # and its history of the fields, never the (n x T) history.
         first = max(lo - history, 0)
-        model = _run(fields, inputs, symbols, stocks, first, hi, state)
+        start = min(first, max(lo - prev_inputs.history(), 0))
+        if read is None:
+            read = _Columns(fields, start, hi)
+        else:
+            read.advance(start, hi)
+        model = _run(read, inputs, symbols, stocks, first, hi, state)
         _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
         predicted["risk_specific_var"] = model.specific.var
@@ -341,21 +384,22 @@ def write_risk(
             _save(folder, _rel(prefix, c), values, previous)
         state = model.state.moved(first)
         p_first = max(lo - prev_inputs.history(), 0)
-        prev = _run(fields, prev_inputs, symbols, stocks, p_first, hi, prev_state)
+        prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state)
         prev_state = prev.state.moved(p_first)
         etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
-        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev)
+        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev, read)
         save_state(folder, c + 1, tracked, previous, _state_parts(prev_state))
-        # Unmapped: the chunks the next run no longer reads (its history starts at `hi -
-        # history`); those it reads again stay mapped (read once, not once per run).
-        chunks.close_files(fields, before=max(hi - max(history, prev_inputs.history()), 0))
+        # Unmapped: every chunk file read (the next chunk's runs read their new sessions only,
+        # the others are held in `read`): mapped pages of the grouped files would hold every
+        # field of the sessions read, not the few the model reads.
+        chunks.close_files(fields)
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).
         _save_state(folder, _rel("state", c + 1, "npz"), state, previous)
     if grid.t > 0 and state is not None:
         # The forecast for the session after the last close (F, D, exposures of t = T).
         first = max(grid.t - history, 0)
-        ahead = _run(fields, inputs, symbols, stocks, first, grid.t, state, pad=1)
+        ahead = _run(read or fields, inputs, symbols, stocks, first, grid.t, state, pad=1)
         for prefix, values in next_day_parts(ahead, grid.t - first).items():
             _save(folder, Path(RISK_DIR) / f"{prefix}.npy", values, previous)
         chunks.close_files(fields)

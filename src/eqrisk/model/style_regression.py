@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eqrisk.model.styles import StyleParams, descriptors, style_exposures
+from eqrisk.model.styles import StyleParams, descriptor_columns, exposures_of
 
 
 @dataclass(frozen=True)
@@ -184,15 +184,15 @@ def second_layer(
     market_row = np.where(factor_index[:, 0] >= 0, factor_index[:, 0], 0)
     market = np.where((factor_index[:, 0] >= 0)[:, None], factor_returns[market_row], np.nan)
     first = max(start - 1, 0)
-    raw = descriptors(
-        returns, market, inputs.cap, inputs.turnover, params.names,
-        columns=slice(first, max(n_t - 1, first)),
+    prev = slice(first, max(n_t - 1, first))  # the close before each forecast session t >= 1
+    raw = descriptor_columns(
+        returns, market, inputs.cap, inputs.turnover, params.names, columns=prev
     )  # fmt: skip
-    prev = range(first, max(n_t - 1, first))  # the close before each forecast session t >= 1
+    width = prev.stop - prev.start
     exposures = np.full((len(raw), n, n_t - start), np.nan)
-    if len(prev):
-        exposures[:, :, n_t - start - len(prev) :] = style_exposures(
-            raw, inputs.cap, inputs.stocks, prev
+    if width:
+        exposures[:, :, n_t - start - width :] = exposures_of(
+            raw, inputs.cap[:, prev], inputs.stocks
         )
     cap_prev = cap_before(inputs.cap, start)
     if params.intercept:

@@ -193,6 +193,29 @@ def descriptors(
     the other sessions are NaN)."""
     n, n_t = returns.shape
     lo, hi = _bounds(columns, n_t)
+    part = descriptor_columns(returns, market, cap, turnover, names, columns=columns)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        out[name] = np.empty((n, n_t))
+        out[name][:, :lo] = np.nan
+        out[name][:, hi:] = np.nan
+        out[name][:, lo:hi] = part[name]
+    return out
+
+
+def descriptor_columns(
+    returns: np.ndarray,
+    market: np.ndarray,
+    cap: np.ndarray,
+    turnover: np.ndarray | None,
+    names: tuple[str, ...] = STYLE_NAMES,
+    *,
+    columns: slice | None = None,
+) -> dict[str, np.ndarray]:
+    """`descriptors`' sessions `columns` only (n x their number each, in the order of
+    `names`): what a run that needs a few sessions of a long history keeps."""
+    n, n_t = returns.shape
+    lo, hi = _bounds(columns, n_t)
     part: dict[str, np.ndarray] = {}
     logr = _log1p(returns) if {"momentum", "reversal"} & set(names) else returns
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -211,13 +234,7 @@ def descriptors(
         if "reversal" in names:
             s, c = _window(logr, 5.0, 21, 0, lo, hi)
             part["reversal"] = np.where(c >= 10, s, np.nan)
-    out: dict[str, np.ndarray] = {}
-    for name in names:
-        out[name] = np.empty((n, n_t))
-        out[name][:, :lo] = np.nan
-        out[name][:, hi:] = np.nan
-        out[name][:, lo:hi] = part[name]
-    return out
+    return {name: part[name] for name in names}
 
 
 def _kernel_args(names: list[str]) -> tuple[int, np.ndarray, int, np.ndarray]:
@@ -265,11 +282,17 @@ def style_exposures(
     cross-sectional regression on an intercept and them), liquidity to size, where present
     (liquidity in the sessions where some row has the descriptor), each standardised again.
     All the sessions at once (`style_kernel`)."""
-    names = list(raw)
     cols = np.asarray(columns, dtype=np.int64)
+    return exposures_of({name: x[:, cols] for name, x in raw.items()}, cap[:, cols], stocks)
+
+
+def exposures_of(raw: dict[str, np.ndarray], cap: np.ndarray, stocks: np.ndarray) -> np.ndarray:
+    """`style_exposures` of the sessions of `raw` (n x K each: `descriptor_columns`) and
+    `cap` (n x K, the same sessions')."""
+    names = list(raw)
     if not names:
-        return np.full((0, cap.shape[0], len(cols)), np.nan)
-    block = np.stack([raw[name][:, cols] for name in names])
+        return np.full((0, *cap.shape), np.nan)
+    block = np.stack([raw[name] for name in names])
     liq = raw.get("liquidity")
-    liq_any = np.zeros(len(cols), bool) if liq is None else np.isfinite(liq[:, cols]).any(axis=0)
-    return _standardised(block, cap[:, cols], stocks, names, liq_any)
+    liq_any = np.zeros(cap.shape[1], bool) if liq is None else np.isfinite(liq).any(axis=0)
+    return _standardised(block, cap, stocks, names, liq_any)
