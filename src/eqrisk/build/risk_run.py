@@ -263,14 +263,19 @@ def _run(
     hi: int,
     state: RiskState | None,
     pad: int = 0,
+    hedge: _Columns | None = None,
 ) -> RiskModel:
     """The model over sessions [first, hi) (+ `pad` sessions of no data: the next session's
     forecast), resumed from `state` (the whole calendar's sessions). `fields`: the version's
-    fields, or their columns read for this run and others (`_Columns`)."""
+    fields, or their columns read for this run and others (`_Columns`); `hedge`: the hedge
+    ratios' (which the model reads from the session before its first forecast one only)."""
     read = fields if isinstance(fields, _Columns) else _Columns(fields, first, hi)
+    ratios = hedge if hedge is not None else read
+    start = 0 if state is None else state.session - first
+    h_first = first + max(start, 1) - 1  # `hedge_exposures` reads from start - 1 on
 
-    def cols(name: str) -> np.ndarray:
-        out = read(name, first, hi)
+    def cols(name: str, lo: int = first) -> np.ndarray:
+        out = (ratios if name in HEDGE_FIELDS else read)(name, lo, hi)
         return np.hstack([out, np.full((len(out), pad), np.nan)]) if pad else out
 
     factors = np.asarray(inputs.factors, dtype=np.float64)[
@@ -289,7 +294,7 @@ def _run(
         inputs.fidx,
         inputs.keys,
         symbols,
-        {name: cols(name) for name in HEDGE_FIELDS},
+        {name: cols(name, h_first) for name in HEDGE_FIELDS},
         params,
         state=None if state is None else state.moved(-first),
         style_inputs=style,
@@ -345,6 +350,7 @@ def write_risk(
     history = inputs.history()
     layer = layer_prefixes(params)
     read: _Columns | None = None  # the fields' columns the runs of a chunk read
+    hedge: _Columns | None = None  # the hedge ratios' (from the session before the chunk's)
     if c0 > 0:
         assert previous is not None
         for c in range(c0):
@@ -370,11 +376,13 @@ def write_risk(
         # and its history of the fields, never the (n x T) history.
         first = max(lo - history, 0)
         start = min(first, max(lo - prev_inputs.history(), 0))
-        if read is None:
+        if read is None or hedge is None:
             read = _Columns(fields, start, hi)
+            hedge = _Columns(fields, max(lo - 1, 0), hi)
         else:
             read.advance(start, hi)
-        model = _run(read, inputs, symbols, stocks, first, hi, state)
+            hedge.advance(max(lo - 1, 0), hi)
+        model = _run(read, inputs, symbols, stocks, first, hi, state, hedge=hedge)
         _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
         predicted["risk_specific_var"] = model.specific.var
@@ -384,7 +392,7 @@ def write_risk(
             _save(folder, _rel(prefix, c), values, previous)
         state = model.state.moved(first)
         p_first = max(lo - prev_inputs.history(), 0)
-        prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state)
+        prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state, hedge=hedge)
         prev_state = prev.state.moved(p_first)
         etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
         tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev, read)
@@ -399,7 +407,9 @@ def write_risk(
     if grid.t > 0 and state is not None:
         # The forecast for the session after the last close (F, D, exposures of t = T).
         first = max(grid.t - history, 0)
-        ahead = _run(read or fields, inputs, symbols, stocks, first, grid.t, state, pad=1)
+        ahead = _run(
+            read or fields, inputs, symbols, stocks, first, grid.t, state, pad=1, hedge=hedge
+        )
         for prefix, values in next_day_parts(ahead, grid.t - first).items():
             _save(folder, Path(RISK_DIR) / f"{prefix}.npy", values, previous)
         chunks.close_files(fields)
