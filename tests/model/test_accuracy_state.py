@@ -176,3 +176,30 @@ def test_the_figures_are_the_measure_of_every_sessions_outcomes(
         prev = entry["previous_model"]  # measured beside it, and not the same forecasts
         assert 0.5 < prev["bias"] < 1.5 and prev["mad_12m"] != entry["model"]["mad_12m"]
         assert 0 < entry["mad_12m_floor"] < entry["model"]["mad_12m"] + 0.1
+
+
+def test_the_stored_state_holds_the_books_members_and_reads_the_older_dense_form() -> None:
+    rng = np.random.default_rng(3)
+    n = 400
+    stocks = rng.random(n) > 0.1
+    state = new_state(stocks, np.where(stocks, rng.integers(0, 9, n), -1), 6)
+    parts = state.to_arrays()
+    weights = state.portfolios.weights
+    held = weights != 0
+    # the members only: each book's count, then its rows and weights in order
+    assert "p_weights" not in parts
+    assert parts["p_count"].tolist() == held.sum(axis=1).tolist()
+    assert parts["p_rows"].tolist() == np.nonzero(held)[1].tolist()
+    assert same_bits(parts["p_members"], weights[held])
+    assert parts["p_rows"].size < weights.size // 5
+    dense = {k: v for k, v in parts.items() if k not in ("p_count", "p_rows", "p_members")}
+    dense["p_weights"] = weights  # a state written before the members' form
+    for stored in (parts, dense):
+        back = AccuracyState.from_arrays({k: np.array(v) for k, v in stored.items()})
+        assert same_bits(back.portfolios.weights, weights)
+        for have, want in zip(back.portfolios.members(), state.portfolios.members(), strict=True):
+            assert same_bits(have, want)
+        again = back.to_arrays()
+        assert set(again) == set(parts)
+        for key, value in parts.items():
+            assert same_bits(np.asarray(again[key]), np.asarray(value)), key

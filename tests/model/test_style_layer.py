@@ -27,10 +27,10 @@ from eqrisk.model.risk_model import (
 from eqrisk.model.specific import SpecificState
 from eqrisk.model.style_regression import estimation_noise, style_returns, wls
 from eqrisk.model.styles import (
-    STYLE_NAMES,
     StyleParams,
     descriptor_columns,
     descriptors,
+    exposures_of,
     standardise,
     style_exposures,
 )
@@ -114,19 +114,24 @@ def test_a_descriptor_depends_on_its_window_only(slice_data: dict[str, np.ndarra
         np.testing.assert_array_equal(part[name][:, 650:700], full[name][:, 650:700])
 
 
-def test_a_runs_descriptor_columns_are_the_descriptors_of_those_sessions(
+def test_a_run_computes_the_descriptors_and_exposures_of_its_sessions_only(
     slice_data: dict[str, np.ndarray],
 ) -> None:
-    """What the second layer computes (`descriptor_columns`: sessions lo .. hi - 1 alone, with
-    turnover) is `descriptors`' columns there, bit for bit; the (n x T) answer is NaN outside."""
     r, mkt, cap = slice_data["returns"], slice_data["market"], slice_data["cap"]
-    turnover = np.abs(r) * 1e-2 + 1e-3
-    whole = descriptors(r, mkt, cap, turnover, columns=slice(600, 790))
-    part = descriptor_columns(r, mkt, cap, turnover, STYLE_NAMES, 600, 790)
-    assert list(part) == list(whole)
-    for name in whole:
-        np.testing.assert_array_equal(part[name], whole[name][:, 600:790])
-        assert np.isnan(whole[name][:, :600]).all() and np.isnan(whole[name][:, 790:]).all()
+    turnover = np.abs(r) + 0.01  # any positive series
+    cols = slice(600, 700)
+    full = descriptors(r, mkt, cap, turnover, columns=cols)
+    part = descriptor_columns(r, mkt, cap, turnover, columns=cols)
+    assert list(part) == list(full)
+    for name, values in part.items():
+        assert values.shape == (r.shape[0], 100)
+        np.testing.assert_array_equal(values, full[name][:, cols])
+        assert np.isnan(full[name][:, : cols.start]).all()
+    stocks = np.isfinite(cap[:, 650])
+    want = style_exposures(full, cap, stocks, range(600, 700))
+    have = exposures_of(part, cap[:, cols], stocks)
+    assert have.shape == want.shape and np.isfinite(have).any()
+    np.testing.assert_array_equal(have, want)
 
 
 def test_standardised_exposures_keep_their_identities(slice_data: dict[str, np.ndarray]) -> None:

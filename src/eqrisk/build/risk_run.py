@@ -219,35 +219,43 @@ def _any_cap(cap: Any) -> bool:
     return False
 
 
-class _Kept:
-    """Columns of the fields read once for several runs: the last chunk's run, the previous
-    model's and the next session's forecast read sessions within the first's (the history of
-    the second layer's windows), which is read from the version once and kept (the model reads its inputs, never
-    writes them)."""
+class _Columns:
+    """The fields' sessions [lo, hi) as float64, each read once and shared by the runs of a
+    time chunk (the served model's, the previous model's, the accuracy record's): the runs
+    read the same columns, or the last ones of them."""
 
-    def __init__(self, fields: Mapping[str, Any]) -> None:
-        self.fields = fields
-        self.kept: dict[str, tuple[int, np.ndarray]] = {}
+    def __init__(self, fields: Mapping[str, Any], lo: int, hi: int) -> None:
+        self.fields, self.lo, self.hi = fields, lo, hi
+        self._read: dict[str, np.ndarray] = {}
 
-    def cols(self, name: str, lo: int, hi: int, pad: int) -> np.ndarray:
-        """Sessions [lo, hi) of field `name` as float64, then `pad` columns of NaN."""
-        kept = self.kept.get(name)
-        if kept is None or not kept[0] <= lo <= hi <= kept[0] + kept[1].shape[1]:
-            values = _columns(self.fields[name], lo, hi)
-            kept = self.kept[name] = (lo, values)
-        at, values = kept
-        if pad == 0 and (lo, hi) == (at, at + values.shape[1]):
-            return values
-        out = np.empty((len(values), hi - lo + pad))
-        out[:, : hi - lo] = values[:, lo - at : hi - at]
-        out[:, hi - lo :] = np.nan
-        if pad:  # the next session's forecast, the last to read them: let them go
-            del self.kept[name]
-        return out
+    def __contains__(self, name: str) -> bool:
+        return name in self.fields
+
+    def __call__(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Sessions [lo, hi) of the field `name` (a copy unless they are all that was read)."""
+        if lo < self.lo or hi > self.hi:
+            return _columns(self.fields[name], lo, hi)
+        read = self._read.get(name)
+        if read is None:
+            read = self._read[name] = _columns(self.fields[name], self.lo, self.hi)
+        if (lo, hi) == (self.lo, self.hi):
+            return read
+        return np.ascontiguousarray(read[:, lo - self.lo : hi - self.lo])
+
+    def advance(self, lo: int, hi: int) -> None:
+        """Move on to sessions [lo, hi) (the next time chunk's runs, lo >= self.lo): the
+        columns held already are kept, only the new ones read (every field once in a build,
+        none of its chunk files left mapped for the next chunk's runs)."""
+        if not self.lo <= lo <= self.hi <= hi:
+            self._read = {}
+        for name, held in self._read.items():  # one field at a time: one extra copy at most
+            new = _columns(self.fields[name], self.hi, hi)
+            self._read[name] = np.concatenate([held[:, lo - self.lo :], new], axis=1)
+        self.lo, self.hi = lo, hi
 
 
 def _run(
-    fields: Mapping[str, Any],
+    fields: Mapping[str, Any] | _Columns,
     inputs: RiskInputs,
     symbols: np.ndarray,
     stocks: np.ndarray,
@@ -255,16 +263,19 @@ def _run(
     hi: int,
     state: RiskState | None,
     pad: int = 0,
-    kept: _Kept | None = None,
+    hedge: _Columns | None = None,
 ) -> RiskModel:
     """The model over sessions [first, hi) (+ `pad` sessions of no data: the next session's
-    forecast), resumed from `state` (the whole calendar's sessions); the columns read through
-    `kept` when given."""
+    forecast), resumed from `state` (the whole calendar's sessions). `fields`: the version's
+    fields, or their columns read for this run and others (`_Columns`); `hedge`: the hedge
+    ratios' (which the model reads from the session before its first forecast one only)."""
+    read = fields if isinstance(fields, _Columns) else _Columns(fields, first, hi)
+    ratios = hedge if hedge is not None else read
+    start = 0 if state is None else state.session - first
+    h_first = first + max(start, 1) - 1  # `hedge_exposures` reads from start - 1 on
 
-    def cols(name: str) -> np.ndarray:
-        if kept is not None:
-            return kept.cols(name, first, hi, pad)
-        out = _columns(fields[name], first, hi)
+    def cols(name: str, lo: int = first) -> np.ndarray:
+        out = (ratios if name in HEDGE_FIELDS else read)(name, lo, hi)
         return np.hstack([out, np.full((len(out), pad), np.nan)]) if pad else out
 
     factors = np.asarray(inputs.factors, dtype=np.float64)[
@@ -276,14 +287,14 @@ def _run(
     style = None
     if params.styles is not None:
         names = ("market_cap", "volume", "close_raw")
-        style = style_inputs_of({k: cols(k) for k in names if k in fields}, stocks)
+        style = style_inputs_of({k: cols(k) for k in names if k in read}, stocks)
     return risk_model(
         cols("return"),
         factors,
         inputs.fidx,
         inputs.keys,
         symbols,
-        {name: cols(name) for name in HEDGE_FIELDS},
+        {name: cols(name, h_first) for name in HEDGE_FIELDS},
         params,
         state=None if state is None else state.moved(-first),
         style_inputs=style,
@@ -338,6 +349,8 @@ def write_risk(
     prev_state: RiskState | None = None
     history = inputs.history()
     layer = layer_prefixes(params)
+    read: _Columns | None = None  # the fields' columns the runs of a chunk read
+    hedge: _Columns | None = None  # the hedge ratios' (from the session before the chunk's)
     if c0 > 0:
         assert previous is not None
         for c in range(c0):
@@ -355,9 +368,6 @@ def write_risk(
         tracked = start_state(inputs.fidx, stocks, inputs.keys)
     if max(grid.cols(c0)[0] - history, 0) < inputs.first:
         raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s run")
-    # The last chunk's columns, kept for the previous model's run and the next session's
-    # forecast (which read within them): a one-session update reads them once.
-    kept = _Kept(fields)
     for c in range(c0, grid.chunks):
         lo, hi = grid.cols(c)
         # The run of chunk c reads sessions lo - history .. hi - 1 only (the hedge of the
@@ -365,8 +375,14 @@ def write_risk(
         # those columns, its state moved to their origin and back, so memory holds a chunk
         # and its history of the fields, never the (n x T) history.
         first = max(lo - history, 0)
-        last = kept if c == grid.chunks - 1 else None
-        model = _run(fields, inputs, symbols, stocks, first, hi, state, kept=last)
+        start = min(first, max(lo - prev_inputs.history(), 0))
+        if read is None or hedge is None:
+            read = _Columns(fields, start, hi)
+            hedge = _Columns(fields, max(lo - 1, 0), hi)
+        else:
+            read.advance(start, hi)
+            hedge.advance(max(lo - 1, 0), hi)
+        model = _run(read, inputs, symbols, stocks, first, hi, state, hedge=hedge)
         _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
         predicted["risk_specific_var"] = model.specific.var
@@ -376,25 +392,27 @@ def write_risk(
             _save(folder, _rel(prefix, c), values, previous)
         state = model.state.moved(first)
         p_first = max(lo - prev_inputs.history(), 0)
-        prev = _run(fields, prev_inputs, symbols, stocks, p_first, hi, prev_state, kept=last)
+        prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state, hedge=hedge)
         prev_state = prev.state.moved(p_first)
         etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
-        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev)
+        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev, read)
         save_state(folder, c + 1, tracked, previous, _state_parts(prev_state))
-        # Unmapped: the chunks the next run no longer reads (its history starts at `hi -
-        # history`); those it reads again stay mapped (read once, not once per run).
-        chunks.close_files(fields, before=max(hi - max(history, prev_inputs.history()), 0))
+        # Unmapped: every chunk file read (the next chunk's runs read their new sessions only,
+        # the others are held in `read`): mapped pages of the grouped files would hold every
+        # field of the sessions read, not the few the model reads.
+        chunks.close_files(fields)
         # The state after the chunk (the next chunk's start; after the last one, where the
         # next build's first new chunk starts when this version ends on a chunk boundary).
         _save_state(folder, _rel("state", c + 1, "npz"), state, previous)
     if grid.t > 0 and state is not None:
         # The forecast for the session after the last close (F, D, exposures of t = T).
         first = max(grid.t - history, 0)
-        ahead = _run(fields, inputs, symbols, stocks, first, grid.t, state, pad=1, kept=kept)
+        ahead = _run(
+            read or fields, inputs, symbols, stocks, first, grid.t, state, pad=1, hedge=hedge
+        )
         for prefix, values in next_day_parts(ahead, grid.t - first).items():
             _save(folder, Path(RISK_DIR) / f"{prefix}.npy", values, previous)
         chunks.close_files(fields)
-        kept.kept.clear()
         block["next"] = _next_date(sessions)
     block["linked_chunks"] = c0
     block["accuracy_record"] = accuracy_figures(tracked)  # tables: the `risk_accuracy`

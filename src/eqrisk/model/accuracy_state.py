@@ -137,7 +137,7 @@ class AccuracyState:
             "session": np.array(self.session, dtype=np.int64),
             "first": np.array(self.first, dtype=np.int64),
             "n": np.array(self.n, dtype=np.int64),
-            "p_weights": self.portfolios.weights,
+            **_book_members(self.portfolios),
             "p_hedged": self.portfolios.hedged,
             "p_family": np.array(self.portfolios.family, dtype=str),
             "family": self.family,
@@ -151,7 +151,7 @@ class AccuracyState:
     def from_arrays(cls, a: dict[str, np.ndarray]) -> AccuracyState:
         ports = Portfolios(
             [str(f) for f in a["p_family"].tolist()],
-            np.array(a["p_weights"], dtype=np.float64),
+            _book_weights(a),
             np.array(a["p_hedged"], dtype=bool),
         )
         sums = {}
@@ -162,6 +162,27 @@ class AccuracyState:
         tail = {k[5:]: np.array(v) for k, v in a.items() if k.startswith("tail_")}
         return cls(int(a["session"]), int(a["first"]), int(a["n"]), ports,
                    np.array(a["family"], dtype=np.int64), tail, sums)  # fmt: skip
+
+
+def _book_members(ports: Portfolios) -> dict[str, np.ndarray]:
+    """The books' weights as stored: each book's number of members (`p_count`, P), then
+    their rows and weights, book after book (`p_rows`, `p_members`), not the (P x n) matrix."""
+    rows, weights = ports.members()
+    held = rows >= 0
+    return {"p_count": held.sum(axis=1).astype(np.int64), "p_rows": rows[held],
+            "p_members": weights[held]}  # fmt: skip
+
+
+def _book_weights(a: dict[str, np.ndarray]) -> np.ndarray:
+    """The books' (P x n) weights of a stored state (`_book_members`), or as a state written
+    before 2026-11-28 holds them (`p_weights`)."""
+    if "p_weights" in a:
+        return np.array(a["p_weights"], dtype=np.float64)
+    count = np.asarray(a["p_count"], dtype=np.int64)
+    weights = np.zeros((len(count), int(a["n"])))
+    book = np.repeat(np.arange(len(count)), count)
+    weights[book, np.asarray(a["p_rows"], dtype=np.int64)] = np.asarray(a["p_members"])
+    return weights
 
 
 def _keys() -> list[str]:

@@ -170,11 +170,17 @@ def hedge_exposures(
     own_factor: np.ndarray,
     level: int,
     start: int = 0,
+    n_t: int | None = None,
 ) -> Exposures:
     """Exposures of sessions start..T-1 from the published hedge ratios (n x T each, the
     `lk_*_hr` fields; columns start-1 .. T-1 are read). `own_factor` (n,): the factor row each
-    row is (-1 for a stock)."""
-    n, n_t = next(iter(hedge_ratios.values())).shape
+    row is (-1 for a stock). With `n_t` = T, the hedge ratios may hold their last columns only
+    (those read, at least)."""
+    n, width = next(iter(hedge_ratios.values())).shape
+    n_t = width if n_t is None else n_t
+    skip = n_t - width  # the sessions before the arrays' first column (never read)
+    if skip < 0 or max(start, 1) - 1 < skip:
+        raise ValueError(f"the hedge ratios hold {width} of {n_t} sessions, from start-1 on")
     index = np.where(own_factor[:, None] >= 0, -1, factor_index).astype(np.int64)
     index[own_factor >= 0, 0] = own_factor[own_factor >= 0]
     values = np.full((3, n, n_t - start), np.nan)
@@ -187,7 +193,7 @@ def hedge_exposures(
     depth = np.select([has[:, 2], has[:, 1], has[:, 0]], [3, 2, 1], default=3).astype(np.int8)
     for lev in range(level, 0, -1):
         names = LEVEL_HR[lev]
-        prev = [hedge_ratios[name][:, lo - 1 : n_t - 1] for name in names]
+        prev = [hedge_ratios[name][:, lo - 1 - skip : n_t - 1 - skip] for name in names]
         ok = np.ones((n, n_t - lo), dtype=bool)
         for j, hr in enumerate(prev):
             ok &= np.isfinite(hr) | (index[:, j] < 0)[:, None]
@@ -514,14 +520,16 @@ def risk_model(
     """The risk model of every session from `state.session` on (all of them without a state).
 
     `returns` (n x T), `factor_returns` (K x T, the layout's published rows), `factor_index`
-    (n x 3, into them), `hedge_ratios`: the cascade's `lk_*_hr` fields (n x T). `groups` (n,) or
+    (n x 3, into them), `hedge_ratios`: the cascade's `lk_*_hr` fields (n x T, or their last
+    columns from the session before the first forecast one: `hedge_exposures`). `groups` (n,) or
     (n x T): each row's shrinkage group for D, default its sector factor row. With
     `params.styles`, `style_inputs` (caps, turnover) and the sessions' history before `start`
     (StyleParams.history) in the arrays: the second layer's factors follow the K ETF-layer ones.
     """
     start = _check(params, state, style_inputs)
     own = np.array([factor_keys.index(s) if s in factor_keys else -1 for s in symbols.tolist()])
-    exposures = hedge_exposures(hedge_ratios, factor_index, own, params.level, start)
+    n_t = returns.shape[1]
+    exposures = hedge_exposures(hedge_ratios, factor_index, own, params.level, start, n_t)
     resid = specific_returns(returns, factor_returns, exposures, start)
     resid[own >= 0] = np.nan  # a factor's own row has no specific risk, and joins no group
     layers = _layers(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eqrisk.model.styles import StyleParams, descriptor_columns, style_exposures
+from eqrisk.model.styles import StyleParams, descriptor_columns, exposures_of
 
 
 @dataclass(frozen=True)
@@ -184,17 +184,15 @@ def second_layer(
     market_row = np.where(factor_index[:, 0] >= 0, factor_index[:, 0], 0)
     market = np.where((factor_index[:, 0] >= 0)[:, None], factor_returns[market_row], np.nan)
     first = max(start - 1, 0)
-    last = max(n_t - 1, first)
-    # The descriptors of the closes before each forecast session t >= 1 (columns first ..
-    # last - 1), alone: no (n x T) array of them.
+    prev = slice(first, max(n_t - 1, first))  # the close before each forecast session t >= 1
     raw = descriptor_columns(
-        returns, market, inputs.cap, inputs.turnover, params.names, first, last
-    )
-    prev = range(last - first)  # the close before each forecast session, in `raw`'s columns
+        returns, market, inputs.cap, inputs.turnover, params.names, columns=prev
+    )  # fmt: skip
+    width = prev.stop - prev.start
     exposures = np.full((len(raw), n, n_t - start), np.nan)
-    if len(prev):
-        exposures[:, :, n_t - start - len(prev) :] = style_exposures(
-            raw, inputs.cap[:, first:last], inputs.stocks, prev
+    if width:
+        exposures[:, :, n_t - start - width :] = exposures_of(
+            raw, inputs.cap[:, prev], inputs.stocks
         )
     cap_prev = cap_before(inputs.cap, start)
     if params.intercept:

@@ -193,7 +193,7 @@ def descriptors(
     the other sessions are NaN)."""
     n, n_t = returns.shape
     lo, hi = _bounds(columns, n_t)
-    part = descriptor_columns(returns, market, cap, turnover, names, lo, hi)
+    part = descriptor_columns(returns, market, cap, turnover, names, columns=columns)
     out: dict[str, np.ndarray] = {}
     for name in names:
         out[name] = np.empty((n, n_t))
@@ -208,14 +208,14 @@ def descriptor_columns(
     market: np.ndarray,
     cap: np.ndarray,
     turnover: np.ndarray | None,
-    names: tuple[str, ...],
-    lo: int,
-    hi: int,
+    names: tuple[str, ...] = STYLE_NAMES,
+    *,
+    columns: slice | None = None,
 ) -> dict[str, np.ndarray]:
-    """`descriptors`' sessions lo .. hi - 1 only (n x (hi - lo) each): what a run that needs
-    no other session's reads, without the NaN of the others (the windows still read the
-    sessions before lo)."""
-    n = returns.shape[0]
+    """`descriptors`' sessions `columns` only (n x their number each, in the order of
+    `names`): what a run that needs a few sessions of a long history keeps."""
+    n, n_t = returns.shape
+    lo, hi = _bounds(columns, n_t)
     part: dict[str, np.ndarray] = {}
     logr = _log1p(returns) if {"momentum", "reversal"} & set(names) else returns
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -282,11 +282,17 @@ def style_exposures(
     cross-sectional regression on an intercept and them), liquidity to size, where present
     (liquidity in the sessions where some row has the descriptor), each standardised again.
     All the sessions at once (`style_kernel`)."""
-    names = list(raw)
     cols = np.asarray(columns, dtype=np.int64)
+    return exposures_of({name: x[:, cols] for name, x in raw.items()}, cap[:, cols], stocks)
+
+
+def exposures_of(raw: dict[str, np.ndarray], cap: np.ndarray, stocks: np.ndarray) -> np.ndarray:
+    """`style_exposures` of the sessions of `raw` (n x K each: `descriptor_columns`) and
+    `cap` (n x K, the same sessions')."""
+    names = list(raw)
     if not names:
-        return np.full((0, cap.shape[0], len(cols)), np.nan)
-    block = np.stack([raw[name][:, cols] for name in names])
+        return np.full((0, *cap.shape), np.nan)
+    block = np.stack([raw[name] for name in names])
     liq = raw.get("liquidity")
-    liq_any = np.zeros(len(cols), bool) if liq is None else np.isfinite(liq[:, cols]).any(axis=0)
-    return _standardised(block, cap[:, cols], stocks, names, liq_any)
+    liq_any = np.zeros(cap.shape[1], bool) if liq is None else np.isfinite(liq).any(axis=0)
+    return _standardised(block, cap, stocks, names, liq_any)
