@@ -50,9 +50,13 @@ class Case:
     rotate: tuple[str, ...] = ()
 
 
-def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
-    """Each route's ordinary call and its worst cases, on the demo market's tickers."""
+def cases(tickers: list[str], etfs: list[str], live: list[str] | None = None) -> list[Case]:
+    """Each route's ordinary call and its worst cases, on the demo market's tickers; `live`:
+    the stocks still traded (a forecast on the last session), which the calls that walk the
+    market name in turn (a delisted one has no last year: a free 404)."""
     stocks = [t for t in tickers if t not in etfs]
+    alive = set(stocks if live is None else live)
+    walk = tuple(t for t in stocks if t in alive)
     rng = np.random.default_rng(3)
     known = stocks[: min(len(stocks), 5000)]
     pad = [f"ZZ{i:05d}" for i in range(5000 - len(known))]
@@ -110,7 +114,7 @@ def cases(tickers: list[str], etfs: list[str]) -> list[Case]:
                 f"a new stock each call, {n} year{'s' * (n > 1)}{label}",
                 "GET",
                 f"/api/ticker-returns?ticker={{ticker}}&years={n}{query}",
-                rotate=tuple(stocks),
+                rotate=walk,
             )
             for n in (1, 15)
             for label, query in (("", ""), (", Parquet", "&format=parquet"))
@@ -278,7 +282,8 @@ def run(
             etfs = sorted(
                 {r[f"{s}_factor"] for r in rows for s in ("market", "sector", "subsector")} - {None}
             )
-            all_cases = cases(tickers, etfs)
+            live = [r["ticker"] for r in rows if r.get("risk_total_vol") is not None]
+            all_cases = cases(tickers, etfs, live)
             results = []
             for case in all_cases:
                 say(f"{case.route}: {case.case}")
