@@ -85,15 +85,13 @@ def chunk_step(
     lo: int,
     hi: int,
     previous: RiskModel | None = None,
-    read: Callable[[str, int, int], np.ndarray] | None = None,
+    *,
+    read: Callable[[str, int, int], np.ndarray],
 ) -> AccuracyState:
     """Add sessions [lo, hi) of the version's `fields` (`factors`: the ETF layer's returns of
     those sessions) to the state, `model` being their risk model and `previous` the previous
     model's. `read(name, lo, hi)`: the returns of sessions [lo, hi) already read (float64)."""
-    if read is None:
-        returns = np.ascontiguousarray(fields["return"][:, lo:hi], dtype=np.float64)
-    else:
-        returns = read("return", lo, hi)
+    returns = read("return", lo, hi)
     vol = np.asarray(fields["vol_23d"][:, max(lo - 1, 0) : hi - 1], dtype=np.float64) / DAILY
     if lo == 0:
         vol = np.hstack([np.full((vol.shape[0], 1), np.nan), vol])

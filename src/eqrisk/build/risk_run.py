@@ -255,7 +255,7 @@ class _Columns:
 
 
 def _run(
-    fields: Mapping[str, Any] | _Columns,
+    read: _Columns,
     inputs: RiskInputs,
     symbols: np.ndarray,
     stocks: np.ndarray,
@@ -266,10 +266,9 @@ def _run(
     hedge: _Columns | None = None,
 ) -> RiskModel:
     """The model over sessions [first, hi) (+ `pad` sessions of no data: the next session's
-    forecast), resumed from `state` (the whole calendar's sessions). `fields`: the version's
-    fields, or their columns read for this run and others (`_Columns`); `hedge`: the hedge
-    ratios' (which the model reads from the session before its first forecast one only)."""
-    read = fields if isinstance(fields, _Columns) else _Columns(fields, first, hi)
+    forecast), resumed from `state` (the whole calendar's sessions). `read`: the fields'
+    columns, shared with the chunk's other runs; `hedge`: the hedge ratios' (which the model
+    reads from the session before its first forecast one only)."""
     ratios = hedge if hedge is not None else read
     start = 0 if state is None else state.session - first
     h_first = first + max(start, 1) - 1  # `hedge_exposures` reads from start - 1 on
@@ -349,8 +348,8 @@ def write_risk(
     prev_state: RiskState | None = None
     history = inputs.history()
     layer = layer_prefixes(params)
-    read: _Columns | None = None  # the fields' columns the runs of a chunk read
-    hedge: _Columns | None = None  # the hedge ratios' (from the session before the chunk's)
+    read = _Columns(fields, 0, 0)  # the fields' columns the runs of a chunk read
+    hedge = _Columns(fields, 0, 0)  # the hedge ratios' (from the session before the chunk's)
     if c0 > 0:
         assert previous is not None
         for c in range(c0):
@@ -376,12 +375,8 @@ def write_risk(
         # and its history of the fields, never the (n x T) history.
         first = max(lo - history, 0)
         start = min(first, max(lo - prev_inputs.history(), 0))
-        if read is None or hedge is None:
-            read = _Columns(fields, start, hi)
-            hedge = _Columns(fields, max(lo - 1, 0), hi)
-        else:
-            read.advance(start, hi)
-            hedge.advance(max(lo - 1, 0), hi)
+        read.advance(start, hi)
+        hedge.advance(max(lo - 1, 0), hi)
         model = _run(read, inputs, symbols, stocks, first, hi, state, hedge=hedge)
         _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
         predicted = dict(model.predicted)
@@ -395,7 +390,7 @@ def write_risk(
         prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state, hedge=hedge)
         prev_state = prev.state.moved(p_first)
         etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
-        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev, read)
+        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev, read=read)
         save_state(folder, c + 1, tracked, previous, _state_parts(prev_state))
         # Unmapped: every chunk file read (the next chunk's runs read their new sessions only,
         # the others are held in `read`): mapped pages of the grouped files would hold every
@@ -407,9 +402,7 @@ def write_risk(
     if grid.t > 0 and state is not None:
         # The forecast for the session after the last close (F, D, exposures of t = T).
         first = max(grid.t - history, 0)
-        ahead = _run(
-            read or fields, inputs, symbols, stocks, first, grid.t, state, pad=1, hedge=hedge
-        )
+        ahead = _run(read, inputs, symbols, stocks, first, grid.t, state, pad=1, hedge=hedge)
         for prefix, values in next_day_parts(ahead, grid.t - first).items():
             _save(folder, Path(RISK_DIR) / f"{prefix}.npy", values, previous)
         chunks.close_files(fields)
