@@ -106,12 +106,13 @@ def test_where_the_levels_share_their_sample_the_kernel_is_the_joint_one_bitwise
 
 
 def test_rolling_std_equals_the_reference_bitwise(panel) -> None:
-    returns = panel[0]
-    for window, min_obs in ((WINDOW, MIN_OBS), (23, 16)):
-        got = rolling_std(returns, window=window, min_obs=min_obs)
-        assert np.array_equal(
-            bits(got), bits(reference_std(returns, window=window, min_obs=min_obs))
-        )
+    """The kernel runs the rows two at a time: an odd number of rows too (the last alone)."""
+    for returns in (panel[0], panel[0][:-1], panel[0][:1]):
+        for window, min_obs in ((WINDOW, MIN_OBS), (23, 16)):
+            got = rolling_std(returns, window=window, min_obs=min_obs)
+            assert np.array_equal(
+                bits(got), bits(reference_std(returns, window=window, min_obs=min_obs))
+            )
 
 
 def test_outputs_are_written_into_memory_mapped_files(panel, tmp_path: Path) -> None:
@@ -211,7 +212,7 @@ def test_a_run_from_start_reads_one_window_before_its_anchor_only(panel, halflif
 
 
 def test_rolling_std_from_start_equals_the_full_run(panel) -> None:
-    returns = panel[0]
+    returns = panel[0][1:]  # an odd number of rows
     for window, min_obs in ((WINDOW, MIN_OBS), (23, 16)):
         full = reference_std(returns, window=window, min_obs=min_obs)
         for start in (0, 1, window - 1, window, window + 1, 200, returns.shape[1] - 1):
@@ -232,6 +233,10 @@ def test_outputs_the_kernel_cannot_write_in_place_are_refused(panel) -> None:
         rolling_cascade(returns, factors, fidx, **kwargs, out={**good, "l1_mkt_hr": strided})
     with pytest.raises(ValueError, match="out="):
         rolling_cascade(returns, factors, fidx, **kwargs, start=5)
+    with pytest.raises(ValueError, match="factor_index must be"):
+        rolling_cascade(returns.T.copy(), factors, fidx, **kwargs)  # (T, n): read past fidx
+    with pytest.raises(ValueError, match="factor rows"):
+        rolling_cascade(returns, factors, np.where(fidx >= 0, fidx + 1, -1), **kwargs)
     with pytest.raises(ValueError, match="start"):
         rolling_std(returns, **kwargs, out=np.empty(returns.shape), start=returns.shape[1] + 1)
 

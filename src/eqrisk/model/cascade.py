@@ -44,6 +44,7 @@ from eqrisk.model.cascade_sums import (
     window_sums,
     window_sums_one,
 )
+from eqrisk.model.std_kernel import rolling_std_all
 
 # Output fields, in the order of the kernel's first axis.
 CASCADE_FIELDS: tuple[str, ...] = (
@@ -86,27 +87,36 @@ def _load_stock(returns, factors, fidx, i, k, first, z, lev):
     out (session - first, variable) with NV = 4 variables whatever k is (absent levels and
     missing returns are zeros), so that every inner loop has a fixed trip count the compiler
     unrolls; `lev` is the number of levels each session serves: 0 without the stock's or the
-    market's return, else 1 plus the consecutive lower levels with a return."""
+    market's return, else 1 plus the consecutive lower levels with a return. The factor rows
+    are looked up once (an absent level reads the market's row, masked), and the cases are
+    selects, not branches."""
     n_t = returns.shape[1]
+    y_row = returns[i]
+    f_m = factors[fidx[i, 0]]
+    f_s = factors[fidx[i, 1] if k > 2 else fidx[i, 0]]
+    f_u = factors[fidx[i, 2] if k > 3 else fidx[i, 0]]
+    has_s = k > 2
+    has_u = k > 3
     mixed = False
     for t in range(first, n_t):
         s = t - first
-        y = returns[i, t]
-        ok = np.isfinite(y)
-        z[s, 0] = y if ok else 0.0
-        level = 0
-        for a in range(1, NV):
-            z[s, a] = 0.0
-            if a < k:
-                x = factors[fidx[i, a - 1], t]
-                if np.isfinite(x):
-                    z[s, a] = x
-                    if ok:
-                        level = a
-                else:
-                    ok = False
+        y = y_row[t]
+        x_m = f_m[t]
+        x_s = f_s[t]
+        x_u = f_u[t]
+        ok_m = np.isfinite(x_m)
+        ok_s = has_s & np.isfinite(x_s)
+        ok_u = has_u & np.isfinite(x_u)
+        l1 = np.isfinite(y) & ok_m
+        l2 = l1 & ok_s
+        l3 = l2 & ok_u
+        z[s, 0] = y if np.isfinite(y) else 0.0
+        z[s, 1] = x_m if ok_m else 0.0
+        z[s, 2] = x_s if ok_s else 0.0
+        z[s, 3] = x_u if ok_u else 0.0
+        level = np.int8(l1) + np.int8(l2) + np.int8(l3)
         lev[s] = level
-        mixed |= level != 0 and level != k - 1
+        mixed |= (level != 0) & (level != k - 1)
     return mixed
 
 
@@ -439,6 +449,13 @@ def rolling_cascade(
     fidx = np.ascontiguousarray(factor_index, dtype=np.int64)
     if window < 2 or min_obs < 2:
         raise ValueError("window and min_obs must be at least 2")
+    if fidx.shape != (returns.shape[0], 3) or factors.shape[1:] != returns.shape[1:]:
+        # The kernel reads without bounds checks: a mismatched index would read past its rows.
+        raise ValueError(
+            f"factor_index must be (n, 3) and factors (F, T) for returns {returns.shape}"
+        )
+    if fidx.size and (fidx.max() >= len(factors) or fidx.min() < -1):
+        raise ValueError(f"factor_index must name factor rows 0..{len(factors) - 1} or -1")
     start = _check_start(start, returns.shape[1], out)
     if out is None:
         block = np.empty((len(CASCADE_FIELDS), *returns.shape))
@@ -451,58 +468,6 @@ def rolling_cascade(
     with _slp_vectorized():
         _cascade_all(returns, factors, fidx, *args)
     return arrays
-
-
-@njit(parallel=True, cache=True)
-def _rolling_std_all(returns, window, min_obs, start, out):
-    n, n_t = returns.shape
-    for i in prange(n):
-        y = returns[i]
-        ref = 0.0
-        s1 = 0.0
-        s2 = 0.0
-        cnt = 0
-        since_anchor = window
-        for t in range(start - start % window, n_t):
-            if since_anchor == window:
-                since_anchor = 0
-                lo = max(0, t - window + 1)
-                ref = 0.0
-                m = 0
-                for s in range(lo, t + 1):
-                    if np.isfinite(y[s]):
-                        ref += y[s]
-                        m += 1
-                ref = ref / m if m > 0 else 0.0
-                s1 = 0.0
-                s2 = 0.0
-                cnt = 0
-                for s in range(lo, t + 1):
-                    if np.isfinite(y[s]):
-                        d = y[s] - ref
-                        s1 += d
-                        s2 += d * d
-                        cnt += 1
-            else:
-                if np.isfinite(y[t]):
-                    d = y[t] - ref
-                    s1 += d
-                    s2 += d * d
-                    cnt += 1
-                old = t - window
-                if old >= 0 and np.isfinite(y[old]):
-                    d = y[old] - ref
-                    s1 -= d
-                    s2 -= d * d
-                    cnt -= 1
-            since_anchor += 1
-            if t < start:
-                continue
-            if cnt >= min_obs and cnt > 1:
-                var = (s2 - s1 * s1 / cnt) / (cnt - 1)
-                out[i, t] = np.sqrt(var) if var > 0.0 else 0.0
-            else:
-                out[i, t] = np.nan
 
 
 def rolling_std(
@@ -521,5 +486,5 @@ def rolling_std(
     start = _check_start(start, returns.shape[1], out)
     out = np.empty_like(returns) if out is None else _check_out("std", out, returns.shape)
     with _slp_vectorized():
-        _rolling_std_all(returns, int(window), int(min_obs), start, out)
+        rolling_std_all(returns, int(window), int(min_obs), start, out)
     return out
