@@ -70,6 +70,12 @@ class Window:
     def since(self) -> pd.Timestamp:
         return pd.Timestamp(self.calendar[self.base])
 
+    @property
+    def digested(self) -> pd.Timestamp:
+        """The first session of the first chunk not proved: the price fields beyond the
+        model's are digested (and written) from there on only, read from its year on."""
+        return pd.Timestamp(self.calendar[self.proved * chunks.CHUNK_SESSIONS])
+
 
 def window_of(
     proof: dict[str, Any] | None,
