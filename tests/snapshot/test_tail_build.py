@@ -147,7 +147,9 @@ def _current(home: Path) -> str:
 
 def test_a_tail_plans_digests_are_the_whole_plans(real: dict[str, Any]) -> None:
     """Every input digest of the chunks a tail plan computes (from its window's `proved`
-    chunk on) equals the one the whole panel's plan computes: the warm-up is long enough."""
+    chunk on) equals the one the whole panel's plan computes: the warm-up is long enough; so
+    does a plan on the panel a tail build reads (`others_since`: the price fields beyond the
+    model's from the first digested chunk's year on)."""
     found, raw, master = open_universe(real["home"], Mappings.load(), "SPY")
     assert found is not None
     params = ModelParams()
@@ -166,14 +168,32 @@ def test_a_tail_plans_digests_are_the_whole_plans(real: dict[str, Any]) -> None:
         window = tail.Window(base, proved, calendar)
         panel = read_panel(found, raw, since=window.since)
         assert len(panel.sessions) == len(calendar) - base
-        breaks = return_breaks(breaks_list, panel.symbols, panel.sessions)
-        plan = plan_model(panel, master, params, exclude=breaks)
-        got = input_digests(plan, panel, master, breaks, base=base,
-                            proved=want["chunks"][:proved], sessions=len(calendar))  # fmt: skip
-        assert got["chunks"][proved:] == want["chunks"][proved:]
-        assert len(got["chunks"]) == len(want["chunks"])
-        for key in ("symbols", "method", "master", "layout"):
-            assert got["universe"][key] == want["universe"][key]
+        # As a tail build reads it: the fields beyond close and cap from the year of the first
+        # chunk not proved on (NaN before: nothing reads them there).
+        assert window.digested is not None
+        narrow = read_panel(found, raw, since=window.since, others_since=window.digested)
+        year = np.datetime64(f"{window.digested.year}-01-01", "D")
+        kept = int(np.searchsorted(panel.sessions, year))
+        assert kept <= proved * L - base
+        for name in ("close", "market_cap"):
+            np.testing.assert_array_equal(getattr(narrow, name), getattr(panel, name))
+        for name in ("open", "high", "low", "close_raw", "volume"):
+            np.testing.assert_array_equal(
+                getattr(narrow, name)[:, kept:], getattr(panel, name)[:, kept:]
+            )
+            assert np.isnan(getattr(narrow, name)[:, :kept]).all()
+        for read in (panel, narrow):
+            breaks = return_breaks(breaks_list, read.symbols, read.sessions)
+            plan = plan_model(read, master, params, exclude=breaks)
+            got = input_digests(plan, read, master, breaks, base=base,
+                                proved=want["chunks"][:proved], sessions=len(calendar))  # fmt: skip
+            assert got["chunks"][proved:] == want["chunks"][proved:]
+            assert len(got["chunks"]) == len(want["chunks"])
+            for key in ("symbols", "method", "master", "layout"):
+                assert got["universe"][key] == want["universe"][key]
+    # A calendar that ends on a chunk boundary with every chunk proved: nothing is narrowed.
+    edge = calendar[: len(calendar) // L * L]
+    assert tail.Window(0, len(edge) // L, edge).digested is None
 
 
 def test_whatever_reaches_the_history_sends_the_build_to_the_whole_of_it(

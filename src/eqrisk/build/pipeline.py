@@ -210,7 +210,7 @@ def _tail_reading(
     if not force:
         check_universe(previous, (len(found.symbols()), len(calendar)))
     say(f"reading the ingested data from {window.since.date()} (the years before: unchanged)")
-    panel = read_panel(found, raw_master, classes, since=window.since)
+    panel = read_panel(found, raw_master, classes, since=window.since, others_since=window.digested)
     excluded = len(break_cells(breaks_list, panel.symbols, window.calendar))
     breaks = return_breaks(breaks_list, panel.symbols, panel.sessions)
     return Reading(panel, breaks=breaks, window=window, returns_excluded=excluded)

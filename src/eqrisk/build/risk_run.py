@@ -233,14 +233,17 @@ class _Columns:
 
     def __call__(self, name: str, lo: int, hi: int) -> np.ndarray:
         """Sessions [lo, hi) of the field `name` (a copy unless they are all that was read)."""
+        return np.ascontiguousarray(self.view(name, lo, hi))
+
+    def view(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Sessions [lo, hi) of the field `name`, a slice of the columns held (no copy) where
+        they are inside them."""
         if lo < self.lo or hi > self.hi:
             return _columns(self.fields[name], lo, hi)
         read = self._read.get(name)
         if read is None:
             read = self._read[name] = _columns(self.fields[name], self.lo, self.hi)
-        if (lo, hi) == (self.lo, self.hi):
-            return read
-        return np.ascontiguousarray(read[:, lo - self.lo : hi - self.lo])
+        return read[:, lo - self.lo : hi - self.lo]
 
     def advance(self, lo: int, hi: int) -> None:
         """Move on to sessions [lo, hi) (the next time chunk's runs, lo >= self.lo): the
@@ -274,8 +277,14 @@ def _run(
     h_first = first + max(start, 1) - 1  # `hedge_exposures` reads from start - 1 on
 
     def cols(name: str, lo: int = first) -> np.ndarray:
-        out = (ratios if name in HEDGE_FIELDS else read)(name, lo, hi)
-        return np.hstack([out, np.full((len(out), pad), np.nan)]) if pad else out
+        source = ratios if name in HEDGE_FIELDS else read
+        if not pad:
+            return source(name, lo, hi)
+        held = source.view(name, lo, hi)  # copied once, beside the padding
+        out = np.empty((len(held), held.shape[1] + pad))
+        out[:, : held.shape[1]] = held
+        out[:, held.shape[1] :] = np.nan
+        return out
 
     factors = np.asarray(inputs.factors, dtype=np.float64)[
         :, first - inputs.first : hi - inputs.first

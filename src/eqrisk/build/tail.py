@@ -70,6 +70,15 @@ class Window:
     def since(self) -> pd.Timestamp:
         return pd.Timestamp(self.calendar[self.base])
 
+    @property
+    def digested(self) -> pd.Timestamp | None:
+        """The first session of the first chunk not proved: the price fields beyond the
+        model's are digested (and written) from there on only, read from its year on. None
+        when every chunk is proved (a calendar that ends on a chunk boundary, no partition
+        changed): they are read with the others then."""
+        at = self.proved * chunks.CHUNK_SESSIONS
+        return pd.Timestamp(self.calendar[at]) if at < len(self.calendar) else None
+
 
 def window_of(
     proof: dict[str, Any] | None,

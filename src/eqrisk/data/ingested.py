@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -45,6 +46,7 @@ import xxhash
 
 from eqrisk.data.calendar import sessions_between
 from eqrisk.data.panel import (
+    MODEL_FIELDS,
     PANEL_FIELDS,
     PRICE_COLUMNS,
     RAW_MASTER_COLUMNS,
@@ -494,13 +496,17 @@ def read_panel(
     since: pd.Timestamp | None = None,
     fields: tuple[str, ...] = PANEL_FIELDS,
     until: pd.Timestamp | None = None,
+    others_since: pd.Timestamp | None = None,
 ) -> Panel:
     """The data set as a `Panel`, filled one partition file at a time (beside the panel,
     memory holds one file's cells; symbols and dates stay Arrow dictionary codes and integers,
     never Python objects). `since`: only the sessions from that one on (a session), read from
     the partitions of its year and after. `fields`: the fields read (`fill_panel`); a full
     build reads MODEL_FIELDS here and the others block by block (`read_rows`). `until`: only
-    the sessions up to that one (a session), from the partitions of its year and before."""
+    the sessions up to that one (a session), from the partitions of its year and before.
+    `others_since`: the fields beyond MODEL_FIELDS read from the partitions of that session's
+    year on only, NaN in the years before (what a tail build reads: the model's fields from
+    its window's base, the others from its first digested chunk)."""
     symbols = found.symbols()
     sessions = found.stats.sessions()
     if sessions.empty:
@@ -508,18 +514,23 @@ def read_panel(
     first = sessions.index.min() if since is None else pd.Timestamp(since)
     last = sessions.index.max() if until is None else pd.Timestamp(until)
     span = (first, last)
-    files = (
-        [found.folder / LEGACY_FILE]
-        if found.legacy
-        else [
-            part_path(found.folder, p)
-            for p in found.stats.parts()
-            if first.year <= p[1] <= last.year
-        ]
-    )
     day = None if since is None else np.datetime64(first.date(), "D")
     end = None if until is None else np.datetime64(last.date(), "D")
-    pieces = (_cells(f, day, fields, end) for f in files)
+    if found.legacy:
+        pieces: Iterable[Cells] = [_cells(found.folder / LEGACY_FILE, day, fields, end)]
+    else:
+        parts = [p for p in found.stats.parts() if first.year <= p[1] <= last.year]
+        before = -1 if others_since is None else pd.Timestamp(others_since).year
+        # A partition of a year after `since`'s (before `until`'s) holds no row to filter out.
+        pieces = (
+            _cells(
+                part_path(found.folder, p),
+                day if p[1] == first.year else None,
+                MODEL_FIELDS if p[1] < before else fields,
+                end if p[1] == last.year else None,
+            )
+            for p in parts
+        )
     return fill_panel(pieces, symbols, span, master, share_classes, fields)
 
 

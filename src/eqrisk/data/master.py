@@ -153,7 +153,7 @@ def classify(master: pd.DataFrame, mappings: Mappings, *, market_etf: str = "SPY
     classification of the last master and mappings is kept: the daily job's ingest (its
     levels report) and its build ask for the same one, computed once (`_classified`).
     """
-    rows = [_row_inputs(rec) for rec in master.to_dict("records")]
+    rows = [_row_inputs(rec) for rec in _records(master)]
     key = (tuple(rows), tuple(sorted(mappings.sector_etf.items())),
            tuple(sorted(mappings.subsector_etf.items())))  # fmt: skip
     if _LAST.get("key") != key:
@@ -170,6 +170,17 @@ _LAST: dict[str, object] = {}
 
 # What a master row says, as classification reads it.
 _Row = tuple[str, str, str, str, str, float | None]
+
+
+def _records(frame: pd.DataFrame) -> list[dict[Hashable, object]]:
+    """The rows of `frame` as dicts of its columns' lists: `to_dict("records")` but for a
+    missing string, pd.NA where it gives None (`_row_inputs` reads both as missing), without
+    pandas boxing each cell on its own (0.02 s a call for a master of 5,000 rows)."""
+    names = list(frame.columns)
+    if not names:
+        return [{} for _ in range(len(frame))]
+    columns = [frame[c].tolist() for c in names]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def _row_inputs(rec: dict[Hashable, object]) -> _Row:

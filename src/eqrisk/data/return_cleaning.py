@@ -182,7 +182,10 @@ def _series(rows: PriceRows, rule: CleaningRule) -> _Series:
         step[1:] = np.log(ratio[1:] / ratio[:-1])
     x[~consecutive | ~np.isfinite(x)] = np.nan
     step[~consecutive | ~np.isfinite(step)] = 0.0
-    group = np.array([g if isinstance(g, str) and g else "" for g in rows.group], dtype=object)
+    # Each distinct group tested once, then taken per row (code -1, a missing one: the last, "").
+    codes, groups = pd.factorize(rows.group)
+    named = [g if isinstance(g, str) and g else "" for g in groups]
+    group = np.asarray([*named, ""], dtype=object)[codes]
     frame = pd.DataFrame({"p": session, "g": group, "x": x})
     market = frame.groupby("p")["x"].transform("median").to_numpy()
     by_group = frame.groupby(["p", "g"])["x"]

@@ -179,10 +179,16 @@ def layout_shape(symbols: np.ndarray, info: pd.DataFrame) -> LayoutShape:
             found[(level, key)] = stock_rows[keys[stock_rows] == key]
         return found[(level, key)]
 
+    labels: dict[tuple[int, str], str] = {}
+
     def label(names: np.ndarray, rows: np.ndarray, key: str) -> str:
-        """A group's name: its members' one GICS name, else (several names, one ETF) the ETF."""
-        distinct = {str(v) for v in names[rows]}
-        return distinct.pop() if len(distinct) == 1 else key
+        """A group's name: its members' one GICS name, else (several names, one ETF) the ETF;
+        found once per group (its rows are `members`', once per group too), not once per row."""
+        at = (id(names), key)
+        if at not in labels:
+            distinct = {str(v) for v in names[rows]}
+            labels[at] = distinct.pop() if len(distinct) == 1 else key
+        return labels[at]
 
     fidx = np.full((n, 3), -1, dtype=np.int64)
     # Every row, the market's own included, has the market as its first level (the market's own

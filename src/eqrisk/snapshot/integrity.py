@@ -62,10 +62,17 @@ def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
 
 
 def _files(folder: Path) -> list[str]:
-    """Every file of a version folder but its manifest, as sorted relative paths."""
-    return sorted(
-        str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST
-    )
+    """Every file of a version folder but its manifest, as sorted relative paths (one
+    `os.walk` on strings: a version holds thousands of files)."""
+    top = str(folder)
+    out = []
+    for here, _dirs, names in os.walk(top):
+        rel = os.path.relpath(here, top)
+        for name in names:
+            if name == MANIFEST or not os.path.isfile(os.path.join(here, name)):
+                continue
+            out.append(name if rel == os.curdir else os.path.join(rel, name))
+    return sorted(out)
 
 
 def record(folder: Path, previous: Path | None = None) -> dict[str, Any]:
@@ -85,7 +92,7 @@ def record(folder: Path, previous: Path | None = None) -> dict[str, Any]:
         digest = known.get(rel)
         if digest is not None and previous is not None:
             try:
-                if os.path.samestat(path.stat(), (previous / rel).stat()):
+                if os.path.samestat(os.stat(path), os.stat(os.path.join(previous, rel))):
                     files[rel] = digest
                     continue
             except FileNotFoundError:

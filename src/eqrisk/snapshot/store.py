@@ -97,12 +97,14 @@ def fsync_dir(path: Path) -> None:
 def fsync_tree(folder: Path) -> None:
     """Flush what a build wrote: new files (a hard link's data is on disk already) and every
     folder (the links and names in it)."""
-    for path in folder.rglob("*"):
-        if path.is_dir():
-            fsync_dir(path)
-        elif path.is_file() and path.stat().st_nlink == 1:
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
+    for here, dirs, names in os.walk(folder):  # strings: a version holds thousands of files
+        for name in dirs:
+            fsync_dir(Path(here, name))
+        for name in names:
+            path = os.path.join(here, name)
+            if os.path.isfile(path) and os.stat(path).st_nlink == 1:
+                with open(path, "rb") as fh:
+                    os.fsync(fh.fileno())
     fsync_dir(folder)
 
 
@@ -378,10 +380,12 @@ class VersionStore:
         wrote)."""
         files, folders = file_mode(self.mode), folder_mode(self.mode)
         folder.chmod(folders)
-        for path in folder.rglob("*"):
-            st = path.lstat()
-            wanted = folders if stat.S_ISDIR(st.st_mode) else files
-            if stat.S_IMODE(st.st_mode) != wanted:
-                # Another user's file (a worker's) keeps the mode its umask gave.
-                with contextlib.suppress(PermissionError):
-                    path.chmod(wanted)
+        for here, dirs, names in os.walk(folder):  # strings, as `fsync_tree`
+            for name in (*dirs, *names):
+                path = os.path.join(here, name)
+                st = os.lstat(path)
+                wanted = folders if stat.S_ISDIR(st.st_mode) else files
+                if stat.S_IMODE(st.st_mode) != wanted:
+                    # Another user's file (a worker's) keeps the mode its umask gave.
+                    with contextlib.suppress(PermissionError):
+                        os.chmod(path, wanted)

@@ -25,6 +25,7 @@ served; `eqrisk snapshots verify` checks every byte (`verify`).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -165,26 +166,47 @@ class Snapshot:
         }
 
 
+# Parsed .npy headers by their bytes: a version's thousands of chunk files share a few headers.
+_HEADERS: dict[bytes, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+
+
 def _npy_shape(path: Path) -> tuple[tuple[int, ...], np.dtype[Any] | None, str]:
     """(shape, dtype, problem) of a .npy file from its header and size; problem is '' when
     whole."""
     try:
         with open(path, "rb") as fh:
-            major, _minor = np.lib.format.read_magic(fh)
-            if major == 1:
-                shape, _fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-            offset = fh.tell()
+            head = fh.read(12)  # the magic, the version and the header's length (2 or 4 bytes)
+            if len(head) == 12:
+                size_of = 2 if head[6] == 1 else 4
+                length = int.from_bytes(head[8 : 8 + size_of], "little")
+                head += fh.read(max(8 + size_of + length - 12, 0))
+            size = os.fstat(fh.fileno()).st_size
+        parsed = _HEADERS.get(head)
+        if parsed is None:
+            parsed = _parse_header(head)
+            _HEADERS[head] = parsed
     except FileNotFoundError:
         return (), None, "is missing"
     except (ValueError, OSError) as exc:
         return (), None, f"has no valid header ({exc})"
-    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    size = path.stat().st_size
+    shape, dtype = parsed
+    expected = len(head) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if size != expected:
         return tuple(shape), dtype, f"holds {size} bytes where its header implies {expected}"
     return tuple(shape), dtype, ""
+
+
+def _parse_header(head: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """(shape, dtype) of a .npy file's first bytes, its whole header (numpy's reader)."""
+    fh = io.BytesIO(head)
+    major, _minor = np.lib.format.read_magic(fh)
+    if major == 1:
+        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+    else:
+        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    if fh.tell() != len(head):
+        raise ValueError(f"a header of {fh.tell()} bytes in {len(head)}")
+    return tuple(shape), dtype
 
 
 def _check_files(path: Path, manifest: dict[str, Any]) -> None:

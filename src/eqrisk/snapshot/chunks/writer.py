@@ -76,9 +76,12 @@ def link_unread(folder: Path, rel: Path, previous: Path) -> None:
     build has proved (by its inputs' digests) that the file holds what a rebuild would write.
     Copied where the filesystem has no hard links."""
     target = folder / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        os.link(previous / rel, target)
+        try:
+            os.link(previous / rel, target)
+        except FileNotFoundError:  # the folder is new (the link's source missing: raised again)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(previous / rel, target)
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise
