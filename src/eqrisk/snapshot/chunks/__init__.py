@@ -72,6 +72,7 @@ from eqrisk.snapshot.chunks.layout import (
 )
 from eqrisk.snapshot.chunks.reader import ROW_CACHE_BYTES, ChunkStore, close_files, open_arrays
 from eqrisk.snapshot.chunks.writer import (
+    WRITERS,
     WriteStats,
     chunk_equals,
     link_unread,
@@ -95,6 +96,7 @@ __all__ = [
     "ROW_CACHE_BYTES",
     "RUNS",
     "SPARSE_LAST",
+    "WRITERS",
     "ChunkGrid",
     "ChunkStore",
     "ChunkedArray",

@@ -6,7 +6,9 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,10 @@ from eqrisk.snapshot.chunks.layout import (
     runs_path,
     same_bits,
 )
+from eqrisk.snapshot.integrity import save_array
+
+# Threads writing the time chunks of one block held in memory (`write_block`'s `threads`).
+WRITERS = min(4, os.cpu_count() or 1)
 
 
 @dataclass
@@ -37,6 +43,14 @@ class WriteStats:
     bytes_written: int = 0
     derived: list[str] = field(default_factory=list)
     written_files: list[str] = field(default_factory=list)
+
+    def add(self, other: WriteStats) -> None:
+        """Count `other`'s writes in (its fields derived are not)."""
+        self.written += other.written
+        self.shared += other.shared
+        self.empty += other.empty
+        self.bytes_written += other.bytes_written
+        self.written_files.extend(other.written_files)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -98,7 +112,7 @@ def chunk_equals(stored: np.ndarray) -> Callable[[Path], bool]:
 
 def _saver(values: np.ndarray) -> Callable[[Path], None]:
     def save(path: Path) -> None:
-        np.save(path, values)
+        save_array(path, values)
 
     return save
 
@@ -113,6 +127,7 @@ def write_block(
     stats: WriteStats | None = None,
     reuse: int = 0,
     previous_codes: Mapping[str, str] | None = None,
+    threads: int = 1,
 ) -> dict[str, str]:
     """Write the chunks of symbol block b of every field: per time chunk, the float64 fields
     together in one row-major group file, the others (narrow dtypes) each in its own.
@@ -121,12 +136,15 @@ def write_block(
     the `previous` version, whose block-b codes `previous_codes` gives, never read: the fields
     read only from chunk c0 on.
 
+    `threads` > 1 writes the time chunks on that many threads (numpy's copies and the writes
+    release the GIL): only for `fields` that many threads may read at once (arrays in
+    memory, not a lazy reader of files); the files, codes and stats are the same.
+
     A worker that computed block b calls this alone. Returns, per field, the block's code
     string: one character per chunk, `EMPTY` or the stored dtype ('d': in the group)."""
     stats = stats if stats is not None else WriteStats()
     names = sorted(fields, key=group_order)
     codes: dict[str, list[str]] = {name: [] for name in names}
-    r0, r1 = grid.rows(b)
     if reuse:
         if previous is None or previous_codes is None or set(previous_codes) != set(names):
             raise ValueError("reusing chunks needs the previous version's codes of every field")
@@ -146,26 +164,73 @@ def write_block(
                 link_unread(folder, group_path(b, c), previous)
                 link_unread(folder, runs_path(b, c), previous)
                 stats.shared += 1
-    for c in range(reuse, grid.chunks):
-        c0, c1 = grid.cols(c)
-        group: list[np.ndarray] = []
+    # Each thread with its own buffer; the chunks' codes and stats joined in chunk order.
+    local = threading.local()
+
+    def chunk(c: int) -> tuple[dict[str, list[str]], WriteStats]:
+        own: dict[str, list[str]] = {name: [] for name in names}
+        own_stats = WriteStats()
+        buffer = getattr(local, "buffer", np.empty(0))
+        local.buffer = _write_chunk(
+            folder, fields, names, grid, (b, c), buffer, previous, own_stats, own
+        )
+        return own, own_stats
+
+    todo = range(reuse, grid.chunks)
+    if threads > 1 and len(todo) > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, len(todo))) as pool:
+            done = list(pool.map(chunk, todo))
+    else:
+        done = [chunk(c) for c in todo]
+    for own, own_stats in done:
         for name in names:
-            block = np.ascontiguousarray(fields[name][r0:r1, c0:c1], dtype=np.float64)
-            if np.isnan(block).all():
-                stats.empty += 1
-                codes[name].append(EMPTY)
-                continue
-            stored = narrowest(block)
-            code = CODE_OF[stored.dtype]
-            codes[name].append(code)
-            if code == GROUPED:
-                group.append(block)
-            else:
-                _store(folder, chunk_path(name, b, c), stored, previous, stats)
-        if group:
-            data, index = group_runs(np.stack(group, axis=1))
-            _store_group(folder, b, c, data, index, previous, stats)
+            codes[name].extend(own[name])
+        stats.add(own_stats)
     return {name: "".join(line) for name, line in codes.items()}
+
+
+def _write_chunk(
+    folder: Path,
+    fields: Mapping[str, Sliceable],
+    names: list[str],
+    grid: ChunkGrid,
+    at: tuple[int, int],
+    buffer: np.ndarray,
+    previous: Path | None,
+    stats: WriteStats,
+    codes: dict[str, list[str]],
+) -> np.ndarray:
+    """Write chunk `at` = (b, c) of every field (`names`: in the group file's order), adding
+    each one's code to `codes`. Every field's chunk is copied once, side by side into
+    `buffer` (rows x fields x L: the group file's layout, reallocated when the chunk's shape
+    differs), and the float64 ones are grouped from there. Returns the buffer."""
+    b, c = at
+    (r0, r1), (c0, c1) = grid.rows(b), grid.cols(c)
+    shape = (r1 - r0, len(names), c1 - c0)
+    if tuple(buffer.shape) != shape:
+        buffer = np.empty(shape)
+    for i, name in enumerate(names):
+        buffer[:, i] = fields[name][r0:r1, c0:c1]
+    kept: np.ndarray = ~np.isnan(buffer).all(axis=2)  # (rows x fields): runs with a number
+    in_group: list[int] = []
+    for i, name in enumerate(names):
+        if not kept[:, i].any():
+            stats.empty += 1
+            codes[name].append(EMPTY)
+            continue
+        stored = narrowest(buffer[:, i])
+        code = CODE_OF[stored.dtype]
+        codes[name].append(code)
+        if code == GROUPED:
+            in_group.append(i)
+        else:
+            _store(folder, chunk_path(name, b, c), stored, previous, stats)
+    if in_group:
+        every = len(in_group) == len(names)
+        stacked = buffer if every else buffer[:, in_group]
+        data, index = group_runs(stacked, kept if every else kept[:, in_group])
+        _store_group(folder, b, c, data, index, previous, stats)
+    return buffer
 
 
 def _store(
