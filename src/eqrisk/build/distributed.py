@@ -226,9 +226,7 @@ def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> Bl
     codes: dict[str, list[str]] = {name: [] for name in sorted(stored)}
     previous = Path(job.previous) if job.previous is not None else None
     for b in range(job.b0, job.b1):
-        lines = chunks.write_block(
-            folder, stored, job.grid, b, previous=previous, stats=stats, threads=chunks.WRITERS
-        )  # the rows are arrays in memory: their chunks written on threads
+        lines = chunks.write_block(folder, stored, job.grid, b, previous=previous, stats=stats)
         for name, line in lines.items():
             codes[name].append(line)
     has = np.isfinite(metrics["price_close"])

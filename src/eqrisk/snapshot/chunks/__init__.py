@@ -72,7 +72,6 @@ from eqrisk.snapshot.chunks.layout import (
 )
 from eqrisk.snapshot.chunks.reader import ROW_CACHE_BYTES, ChunkStore, close_files, open_arrays
 from eqrisk.snapshot.chunks.writer import (
-    WRITERS,
     WriteStats,
     chunk_equals,
     link_unread,
@@ -96,7 +95,6 @@ __all__ = [
     "ROW_CACHE_BYTES",
     "RUNS",
     "SPARSE_LAST",
-    "WRITERS",
     "ChunkGrid",
     "ChunkStore",
     "ChunkedArray",

@@ -6,9 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +26,6 @@ from eqrisk.snapshot.chunks.layout import (
 )
 from eqrisk.snapshot.integrity import save_array
 
-# Threads writing the time chunks of one block held in memory (`write_block`'s `threads`).
-WRITERS = min(4, os.cpu_count() or 1)
-
 
 @dataclass
 class WriteStats:
@@ -43,14 +38,6 @@ class WriteStats:
     bytes_written: int = 0
     derived: list[str] = field(default_factory=list)
     written_files: list[str] = field(default_factory=list)
-
-    def add(self, other: WriteStats) -> None:
-        """Count `other`'s writes in (its fields derived are not)."""
-        self.written += other.written
-        self.shared += other.shared
-        self.empty += other.empty
-        self.bytes_written += other.bytes_written
-        self.written_files.extend(other.written_files)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -127,7 +114,6 @@ def write_block(
     stats: WriteStats | None = None,
     reuse: int = 0,
     previous_codes: Mapping[str, str] | None = None,
-    threads: int = 1,
 ) -> dict[str, str]:
     """Write the chunks of symbol block b of every field: per time chunk, the float64 fields
     together in one row-major group file, the others (narrow dtypes) each in its own.
@@ -135,10 +121,6 @@ def write_block(
     With `reuse` = c0 (an incremental build), the chunks c < c0 are hard links to the files of
     the `previous` version, whose block-b codes `previous_codes` gives, never read: the fields
     read only from chunk c0 on.
-
-    `threads` > 1 writes the time chunks on that many threads (numpy's copies and the writes
-    release the GIL): only for `fields` that many threads may read at once (arrays in
-    memory, not a lazy reader of files); the files, codes and stats are the same.
 
     A worker that computed block b calls this alone. Returns, per field, the block's code
     string: one character per chunk, `EMPTY` or the stored dtype ('d': in the group)."""
@@ -164,28 +146,9 @@ def write_block(
                 link_unread(folder, group_path(b, c), previous)
                 link_unread(folder, runs_path(b, c), previous)
                 stats.shared += 1
-    # Each thread with its own buffer; the chunks' codes and stats joined in chunk order.
-    local = threading.local()
-
-    def chunk(c: int) -> tuple[dict[str, list[str]], WriteStats]:
-        own: dict[str, list[str]] = {name: [] for name in names}
-        own_stats = WriteStats()
-        buffer = getattr(local, "buffer", np.empty(0))
-        local.buffer = _write_chunk(
-            folder, fields, names, grid, (b, c), buffer, previous, own_stats, own
-        )
-        return own, own_stats
-
-    todo = range(reuse, grid.chunks)
-    if threads > 1 and len(todo) > 1:
-        with ThreadPoolExecutor(max_workers=min(threads, len(todo))) as pool:
-            done = list(pool.map(chunk, todo))
-    else:
-        done = [chunk(c) for c in todo]
-    for own, own_stats in done:
-        for name in names:
-            codes[name].extend(own[name])
-        stats.add(own_stats)
+    buffer: np.ndarray = np.empty(0)  # reused chunk after chunk
+    for c in range(reuse, grid.chunks):
+        buffer = _write_chunk(folder, fields, names, grid, (b, c), buffer, previous, stats, codes)
     return {name: "".join(line) for name, line in codes.items()}
 
 
