@@ -133,7 +133,10 @@ class StreamedPlan:
         top = 0
         for b, height in zip(blocks, heights, strict=True):
             for p, (t0, t1) in enumerate(self.pieces):
-                out[top : top + height, t0:t1] = np.load(piece_path(self.folder, name, b, p))
+                # Mapped, copied once into place (no temporary array per piece).
+                out[top : top + height, t0:t1] = np.load(
+                    piece_path(self.folder, name, b, p), mmap_mode="r"
+                )
             top += height
         return out
 

@@ -52,6 +52,7 @@ from eqrisk.model.risk_model import (
 from eqrisk.model.run import ModelPlan, ModelResult
 from eqrisk.model.specific import SpecificState
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.integrity import save_array
 from eqrisk.snapshot.risk_arrays import HEDGE_FIELDS, RISK_DIR, RISK_FIELDS
 from eqrisk.snapshot.risk_arrays import risk_rel as _rel
 from eqrisk.snapshot.risk_layer import (
@@ -127,7 +128,11 @@ def _save(folder: Path, rel: Path, values: np.ndarray, previous: Path | None) ->
     same bits (a rebuild's recomputed tail chunk shares its files like the arrays' do)."""
     values = np.ascontiguousarray(values)
     chunks.share_or_write(
-        folder, rel, previous, chunks.chunk_equals(values), lambda target: np.save(target, values)
+        folder,
+        rel,
+        previous,
+        chunks.chunk_equals(values),
+        lambda target: save_array(target, values),
     )
 
 

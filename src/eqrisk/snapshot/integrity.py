@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import xxhash
 
 MANIFEST = "manifest.json"
@@ -61,6 +63,48 @@ def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
     return h.hexdigest()
 
 
+# Digests of files this process wrote from memory (`save_array`), by (device, inode), with the
+# size and modification time they were written with: `record` takes a file's from here when
+# both still match (no read back), and drops it. Bounded: a process that writes without ever
+# recording (a Dask worker) forgets them.
+_WRITTEN: dict[tuple[int, int], tuple[int, int, str]] = {}
+_WRITTEN_MAX = 1 << 18
+_WRITTEN_LOCK = threading.Lock()
+
+
+def save_array(path: Path, values: np.ndarray) -> None:
+    """`np.save(path, values)`, the file's digest computed from the bytes in memory (its
+    header read back, the array's own bytes hashed where they are) and remembered for
+    `record`: a version's chunk files are not read again to be hashed."""
+    np.save(path, values)
+    if values.dtype.hasobject or not values.flags.c_contiguous:
+        return  # written element by element or pickled: `record` reads the file
+    st = path.stat()
+    head = st.st_size - values.nbytes
+    if head <= 0:
+        return
+    with open(path, "rb") as fh:
+        header = fh.read(head)
+    h = hasher()
+    h.update(header)
+    h.update(values.reshape(-1).view(np.uint8).data)
+    with _WRITTEN_LOCK:
+        if len(_WRITTEN) >= _WRITTEN_MAX:
+            _WRITTEN.clear()
+        _WRITTEN[(st.st_dev, st.st_ino)] = (st.st_size, st.st_mtime_ns, h.hexdigest())
+
+
+def _remembered(path: Path) -> str | None:
+    """The digest `save_array` computed for this very file (same inode, size and
+    modification time), forgotten once asked; None when it wrote no such file."""
+    st = path.stat()
+    with _WRITTEN_LOCK:
+        entry = _WRITTEN.pop((st.st_dev, st.st_ino), None)
+    if entry is None or entry[:2] != (st.st_size, st.st_mtime_ns):
+        return None
+    return entry[2]
+
+
 def _files(folder: Path) -> list[str]:
     """Every file of a version folder but its manifest, as sorted relative paths (one
     `os.walk` on strings: a version holds thousands of files)."""
@@ -97,7 +141,7 @@ def record(folder: Path, previous: Path | None = None) -> dict[str, Any]:
                     continue
             except FileNotFoundError:
                 pass
-        files[rel] = file_digest(path)
+        files[rel] = _remembered(path) or file_digest(path)
     return {"algorithm": ALGORITHM, "files": files}
 
 

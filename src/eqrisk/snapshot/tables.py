@@ -366,11 +366,15 @@ def monthly_views(
         sums = np.add.reduceat(filled, starts, axis=-1)
         counts = np.add.reduceat(np.isfinite(level).astype(np.int32), starts, axis=-1)
         return np.where(counts > 0, sums, np.nan), sessions[ends]
-    idx = np.where(np.isfinite(level), np.arange(level.shape[-1]), -1)
-    last = np.maximum.accumulate(idx, axis=-1)[..., ends]
-    vals = np.take_along_axis(level, np.maximum(last, 0), axis=-1)
-    ok = last >= starts
-    return np.where(ok, vals, np.nan), sessions[ends]
+    # Month by month: the last finite value of each row within the month's sessions.
+    out = np.empty((*level.shape[:-1], len(starts)))
+    for m, (lo, hi) in enumerate(zip(starts.tolist(), (ends + 1).tolist(), strict=True)):
+        month = level[..., lo:hi]
+        finite = np.isfinite(month)
+        last = (hi - lo - 1) - np.argmax(finite[..., ::-1], axis=-1)
+        picked = np.take_along_axis(month, last[..., None], axis=-1)[..., 0]
+        out[..., m] = np.where(finite.any(axis=-1), picked, np.nan)
+    return out, sessions[ends]
 
 
 HISTORY_DIR = "security_history"
@@ -413,10 +417,12 @@ def _history_block(
     fields: Mapping[str, chunks.Sliceable], rows: Any, lo: int, hi: int
 ) -> np.ndarray:
     """(rows x keys x sessions [lo, hi)) of the arrays behind the long table's metric keys."""
-    return np.stack(
-        [np.asarray(fields[name][rows, lo:hi], dtype=np.float64) for name in HISTORY_KEYS.values()],
-        axis=1,
-    )
+    first = np.asarray(fields[HISTORY_KEYS["return"]][rows, lo:hi], dtype=np.float64)
+    out = np.empty((first.shape[0], len(HISTORY_KEYS), hi - lo))
+    out[:, 0] = first
+    for k, name in enumerate(list(HISTORY_KEYS.values())[1:], start=1):
+        out[:, k] = fields[name][rows, lo:hi]  # read into its place: no second copy
+    return out
 
 
 def daily_tables(

@@ -43,12 +43,19 @@ def runs_path(b: int, c: int) -> Path:
     return Path("arrays") / GROUP_DIR / f"{b}.{c}.runs.npy"
 
 
-def group_runs(stacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def group_runs(
+    stacked: np.ndarray, kept: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A (rows x fields x L) group as (runs x L) float64, the runs holding a number in
-    row-major order, and the (rows x fields) int32 index of each run (-1: all NaN)."""
-    kept = ~np.isnan(stacked).all(axis=2)
+    row-major order, and the (rows x fields) int32 index of each run (-1: all NaN). `kept`:
+    the (rows x fields) runs holding a number, when the caller knows them already."""
+    if kept is None:
+        kept = ~np.isnan(stacked).all(axis=2)
     index = np.full(kept.shape, -1, dtype=np.int32)
-    index[kept] = np.arange(int(kept.sum()), dtype=np.int32)
+    runs = int(kept.sum())
+    index[kept] = np.arange(runs, dtype=np.int32)
+    if runs == kept.size and stacked.flags.c_contiguous:  # every run: the group as it is
+        return stacked.reshape(runs, stacked.shape[2]), index
     return np.ascontiguousarray(stacked[kept]), index
 
 
@@ -89,12 +96,30 @@ def _converts_back(values: np.ndarray, narrow: np.ndarray) -> bool:
     return same_bits(back, values[nan])
 
 
+def _fails_on(probe: np.ndarray, dtype: np.dtype[Any]) -> bool:
+    """Whether some element of `probe` (a few elements of a float64 chunk) proves that the
+    chunk does not convert to `dtype` and back (`narrowest`'s test, element by element): a
+    finite number that changes on the way, a negative zero or a non-finite number for an
+    unsigned dtype. False proves nothing: the whole chunk is tested then."""
+    finite = np.isfinite(probe)
+    with np.errstate(invalid="ignore", over="ignore"):
+        changed = probe.astype(dtype) != probe
+    if dtype.kind == "u":
+        return not bool(finite.all()) or bool((changed | np.signbit(probe)).any())
+    return bool((changed & finite).any())
+
+
 def narrowest(values: np.ndarray) -> np.ndarray:
     """`values` (float64) in the narrowest dtype that converts back to the same bits."""
     if values.dtype != np.float64:
         return values
+    # A few elements first (a float64 result's, most chunks): one that cannot convert rules
+    # the dtype out without converting the chunk.
+    probe = values[tuple(slice(None, None, max(1, n // 8)) for n in values.shape)]
     for code in ("B", "H", "f"):
         dtype = CODES[code]
+        if _fails_on(probe, dtype):
+            continue
         if dtype.kind == "u" and not np.isfinite(values).all():
             continue
         with np.errstate(invalid="ignore", over="ignore"):

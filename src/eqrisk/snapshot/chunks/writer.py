@@ -24,6 +24,7 @@ from eqrisk.snapshot.chunks.layout import (
     runs_path,
     same_bits,
 )
+from eqrisk.snapshot.integrity import save_array
 
 
 @dataclass
@@ -101,7 +102,7 @@ def chunk_equals(stored: np.ndarray) -> Callable[[Path], bool]:
 
 def _saver(values: np.ndarray) -> Callable[[Path], None]:
     def save(path: Path) -> None:
-        np.save(path, values)
+        save_array(path, values)
 
     return save
 
@@ -129,7 +130,6 @@ def write_block(
     stats = stats if stats is not None else WriteStats()
     names = sorted(fields, key=group_order)
     codes: dict[str, list[str]] = {name: [] for name in names}
-    r0, r1 = grid.rows(b)
     if reuse:
         if previous is None or previous_codes is None or set(previous_codes) != set(names):
             raise ValueError("reusing chunks needs the previous version's codes of every field")
@@ -149,26 +149,54 @@ def write_block(
                 link_unread(folder, group_path(b, c), previous)
                 link_unread(folder, runs_path(b, c), previous)
                 stats.shared += 1
+    buffer: np.ndarray = np.empty(0)  # reused chunk after chunk
     for c in range(reuse, grid.chunks):
-        c0, c1 = grid.cols(c)
-        group: list[np.ndarray] = []
-        for name in names:
-            block = np.ascontiguousarray(fields[name][r0:r1, c0:c1], dtype=np.float64)
-            if np.isnan(block).all():
-                stats.empty += 1
-                codes[name].append(EMPTY)
-                continue
-            stored = narrowest(block)
-            code = CODE_OF[stored.dtype]
-            codes[name].append(code)
-            if code == GROUPED:
-                group.append(block)
-            else:
-                _store(folder, chunk_path(name, b, c), stored, previous, stats)
-        if group:
-            data, index = group_runs(np.stack(group, axis=1))
-            _store_group(folder, b, c, data, index, previous, stats)
+        buffer = _write_chunk(folder, fields, names, grid, (b, c), buffer, previous, stats, codes)
     return {name: "".join(line) for name, line in codes.items()}
+
+
+def _write_chunk(
+    folder: Path,
+    fields: Mapping[str, Sliceable],
+    names: list[str],
+    grid: ChunkGrid,
+    at: tuple[int, int],
+    buffer: np.ndarray,
+    previous: Path | None,
+    stats: WriteStats,
+    codes: dict[str, list[str]],
+) -> np.ndarray:
+    """Write chunk `at` = (b, c) of every field (`names`: in the group file's order), adding
+    each one's code to `codes`. Every field's chunk is copied once, side by side into
+    `buffer` (rows x fields x L: the group file's layout, reallocated when the chunk's shape
+    differs), and the float64 ones are grouped from there. Returns the buffer."""
+    b, c = at
+    (r0, r1), (c0, c1) = grid.rows(b), grid.cols(c)
+    shape = (r1 - r0, len(names), c1 - c0)
+    if tuple(buffer.shape) != shape:
+        buffer = np.empty(shape)
+    for i, name in enumerate(names):
+        buffer[:, i] = fields[name][r0:r1, c0:c1]
+    kept: np.ndarray = ~np.isnan(buffer).all(axis=2)  # (rows x fields): runs with a number
+    in_group: list[int] = []
+    for i, name in enumerate(names):
+        if not kept[:, i].any():
+            stats.empty += 1
+            codes[name].append(EMPTY)
+            continue
+        stored = narrowest(buffer[:, i])
+        code = CODE_OF[stored.dtype]
+        codes[name].append(code)
+        if code == GROUPED:
+            in_group.append(i)
+        else:
+            _store(folder, chunk_path(name, b, c), stored, previous, stats)
+    if in_group:
+        every = len(in_group) == len(names)
+        stacked = buffer if every else buffer[:, in_group]
+        data, index = group_runs(stacked, kept if every else kept[:, in_group])
+        _store_group(folder, b, c, data, index, previous, stats)
+    return buffer
 
 
 def _store(
