@@ -179,16 +179,15 @@ def layout_shape(symbols: np.ndarray, info: pd.DataFrame) -> LayoutShape:
             found[(level, key)] = stock_rows[keys[stock_rows] == key]
         return found[(level, key)]
 
-    labels: dict[tuple[int, str], str] = {}
+    labels: dict[tuple[str, str], str] = {}
 
-    def label(names: np.ndarray, rows: np.ndarray, key: str) -> str:
+    def label(level: str, names: np.ndarray, rows: np.ndarray, key: str) -> str:
         """A group's name: its members' one GICS name, else (several names, one ETF) the ETF;
-        found once per group (its rows are `members`', once per group too), not once per row."""
-        at = (id(names), key)
-        if at not in labels:
+        found once per group, like its `members`, not once per row."""
+        if (level, key) not in labels:
             distinct = {str(v) for v in names[rows]}
-            labels[at] = distinct.pop() if len(distinct) == 1 else key
-        return labels[at]
+            labels[(level, key)] = distinct.pop() if len(distinct) == 1 else key
+        return labels[(level, key)]
 
     fidx = np.full((n, 3), -1, dtype=np.int64)
     # Every row, the market's own included, has the market as its first level (the market's own
@@ -201,7 +200,7 @@ def layout_shape(symbols: np.ndarray, info: pd.DataFrame) -> LayoutShape:
         sec_key = sector_keys[i]
         sec_members = members("sector", sector_keys, sec_key)
         # A group of one is the stock itself: without it nothing is left, so no level.
-        s_group = label(sectors, sec_members, sec_key) if len(sec_members) >= 2 else None
+        s_group = label("sector", sectors, sec_members, sec_key) if len(sec_members) >= 2 else None
         s_idx = factor(sector_etfs[i], "sector", s_group, sec_members)
         if s_idx < 0:
             continue
@@ -211,7 +210,7 @@ def layout_shape(symbols: np.ndarray, info: pd.DataFrame) -> LayoutShape:
         if sub is None or not isinstance(sub_etf, str):
             continue  # no subsector ETF: the stock stops at L2
         sub_members = members("subsector", sub_keys, sub_etf)
-        u_group = label(subs, sub_members, sub_etf) if len(sub_members) >= 3 else None
+        u_group = label("subsector", subs, sub_members, sub_etf) if len(sub_members) >= 3 else None
         u_idx = factor(sub_etf, "subsector", u_group, sub_members)
         if u_idx >= 0:
             fidx[i, 2] = u_idx

@@ -167,7 +167,10 @@ class Snapshot:
 
 
 # Parsed .npy headers by their bytes: a version's thousands of chunk files share a few headers.
+# Bounded: a long-lived server opening version after version (the tail chunk's width changes
+# daily) starts over when it holds this many.
 _HEADERS: dict[bytes, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+_HEADERS_MAX = 4096
 
 
 def _npy_shape(path: Path) -> tuple[tuple[int, ...], np.dtype[Any] | None, str]:
@@ -184,6 +187,8 @@ def _npy_shape(path: Path) -> tuple[tuple[int, ...], np.dtype[Any] | None, str]:
         parsed = _HEADERS.get(head)
         if parsed is None:
             parsed = _parse_header(head)
+            if len(_HEADERS) >= _HEADERS_MAX:
+                _HEADERS.clear()
             _HEADERS[head] = parsed
     except FileNotFoundError:
         return (), None, "is missing"
