@@ -398,15 +398,15 @@ def first_last(
     width = price.shape[1]
     last_new = start + width - 1 - np.argmax(has[:, ::-1], axis=1)
     first_new = start + np.argmax(has, axis=1)
-    days = np.asarray(sessions).astype("datetime64[D]")
-    where = {d: i for i, d in enumerate(days[:start].tolist())}
+    before = np.asarray(sessions).astype("datetime64[D]")[:start]  # ascending, distinct
 
     def index(values: pd.Series) -> np.ndarray:
-        out = np.full(len(values), -1, dtype=np.int64)
-        for i, v in enumerate(values.tolist()):
-            if v is not None and v == v:
-                out[i] = where.get(np.datetime64(v, "D").astype(object), -1)
-        return out
+        """Each day's place among the sessions before `start` (-1: none, or not one)."""
+        days = pd.to_datetime(values).to_numpy().astype("datetime64[D]")  # NaT: none
+        at = np.searchsorted(before, days)
+        found = at < len(before)
+        found[found] = before[at[found]] == days[found]
+        return np.where(found, at, -1).astype(np.int64)
 
     prev = previous_symbols.set_index("ticker").reindex(plan.symbols.astype(str))
     old_last, old_first = index(prev["latest_teo"]), index(prev["first_teo"])

@@ -14,15 +14,26 @@ import numpy as np
 from eqrisk.model.cascade import rolling_std
 
 
-def hedge_quality(r: np.ndarray, rr: np.ndarray, *, window: int, min_obs: int) -> np.ndarray:
-    """Trailing-window var(rr) / var(r) per row (n x T), on the days where both exist."""
+def hedge_quality(
+    r: np.ndarray, rr: np.ndarray, *, window: int, min_obs: int, start: int = 0
+) -> np.ndarray:
+    """Trailing-window var(rr) / var(r) per row, on the days where both exist: sessions
+    start..T-1 (n x (T - start)), each as a run from column 0 gives it (`rolling_std` runs
+    from the window anchor at or before `start`)."""
     joint = np.isfinite(r) & np.isfinite(rr)
-    v_r = rolling_std(np.where(joint, r, np.nan), window=window, min_obs=min_obs) ** 2
-    v_e = rolling_std(np.where(joint, rr, np.nan), window=window, min_obs=min_obs) ** 2
+    v_r = _std(np.where(joint, r, np.nan), window, min_obs, start) ** 2
+    v_e = _std(np.where(joint, rr, np.nan), window, min_obs, start) ** 2
     with np.errstate(invalid="ignore", divide="ignore"):
         out: np.ndarray = v_e / v_r
     out[~(v_r > 1e-20)] = np.nan
     return out
+
+
+def _std(values: np.ndarray, window: int, min_obs: int, start: int) -> np.ndarray:
+    """`rolling_std` of sessions start..T-1 only."""
+    out = np.empty(values.shape)
+    rolling_std(values, window=window, min_obs=min_obs, out=out, start=start)
+    return out[:, start:]
 
 
 def pooled_hedge_quality(r: np.ndarray, rr: np.ndarray, rows: np.ndarray) -> dict[str, float]:

@@ -377,7 +377,7 @@ def run_block(shared: SharedFactors, block: BlockInput, *, start: int = 0) -> di
         rr = r_hq - cfr
         out[f"l{level}_cfr"] = cfr[:, k:]
         out[f"l{level}_rr"] = rr[:, k:]
-        out[f"l{level}_hq"] = hedge_quality(r_hq, rr, window=w, min_obs=params.min_obs)[:, k:]
+        out[f"l{level}_hq"] = hedge_quality(r_hq, rr, window=w, min_obs=params.min_obs, start=k)
     f0 = start - 1 if start else 0  # a residual uses the previous session's betas
     # Members of a sector group portfolio: the sector factor their b_sec was estimated on.
     own = own_sector_factors(

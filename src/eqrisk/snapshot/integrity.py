@@ -94,10 +94,11 @@ def save_array(path: Path, values: np.ndarray) -> None:
         _WRITTEN[(st.st_dev, st.st_ino)] = (st.st_size, st.st_mtime_ns, h.hexdigest())
 
 
-def _remembered(path: Path) -> str | None:
+def _remembered(path: Path, st: os.stat_result | None = None) -> str | None:
     """The digest `save_array` computed for this very file (same inode, size and
-    modification time), forgotten once asked; None when it wrote no such file."""
-    st = path.stat()
+    modification time), forgotten once asked; None when it wrote no such file. `st`: the
+    file's stat, when the caller has it."""
+    st = path.stat() if st is None else st
     with _WRITTEN_LOCK:
         entry = _WRITTEN.pop((st.st_dev, st.st_ino), None)
     if entry is None or entry[:2] != (st.st_size, st.st_mtime_ns):
@@ -131,17 +132,19 @@ def record(folder: Path, previous: Path | None = None) -> dict[str, Any]:
         if old.get("algorithm") == ALGORITHM:
             known = dict(old.get("files", {}))
     files: dict[str, str] = {}
+    top = str(folder)
     for rel in _files(folder):
-        path = folder / rel
+        path = os.path.join(top, rel)  # strings, one stat a file: a version holds thousands
+        st = os.stat(path)
         digest = known.get(rel)
         if digest is not None and previous is not None:
             try:
-                if os.path.samestat(os.stat(path), os.stat(os.path.join(previous, rel))):
+                if os.path.samestat(st, os.stat(os.path.join(previous, rel))):
                     files[rel] = digest
                     continue
             except FileNotFoundError:
                 pass
-        files[rel] = _remembered(path) or file_digest(path)
+        files[rel] = _remembered(Path(path), st) or file_digest(Path(path))
     return {"algorithm": ALGORITHM, "files": files}
 
 

@@ -102,7 +102,11 @@ def fsync_tree(folder: Path) -> None:
             fsync_dir(Path(here, name))
         for name in names:
             path = os.path.join(here, name)
-            if os.path.isfile(path) and os.stat(path).st_nlink == 1:
+            try:
+                st = os.stat(path)  # one stat: a regular file, and its links
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
                 with open(path, "rb") as fh:
                     os.fsync(fh.fileno())
     fsync_dir(folder)

@@ -263,9 +263,15 @@ def latest_values(arr: Any, last: np.ndarray) -> list[float | None]:
     if isinstance(arr, np.ndarray):
         values = arr[rows, last[rows]]
     elif isinstance(arr, Spliced):
-        values = arr.pick(rows, last[rows])
+        values = np.asarray(arr.pick(rows, last[rows]), dtype=np.float64)  # floats: exact
     else:
         values = [arr[int(i), int(last[i])] for i in rows]
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        # One finiteness test and one conversion for the column (`_clean`'s values).
+        wide = values.astype(np.float64, copy=False)
+        for i, v, ok in zip(rows.tolist(), wide.tolist(), np.isfinite(wide).tolist(), strict=True):
+            out[i] = v if ok else None
+        return out
     for i, v in zip(rows.tolist(), values, strict=True):
         out[i] = _clean(v)
     return out

@@ -169,11 +169,11 @@ class Snapshot:
 # Parsed .npy headers by their bytes: a version's thousands of chunk files share a few headers.
 # Bounded: a long-lived server opening version after version (the tail chunk's width changes
 # daily) starts over when it holds this many.
-_HEADERS: dict[bytes, tuple[tuple[int, ...], np.dtype[Any]]] = {}
+_HEADERS: dict[bytes, tuple[tuple[int, ...], np.dtype[Any], int]] = {}
 _HEADERS_MAX = 4096
 
 
-def _npy_shape(path: Path) -> tuple[tuple[int, ...], np.dtype[Any] | None, str]:
+def _npy_shape(path: Path | str) -> tuple[tuple[int, ...], np.dtype[Any] | None, str]:
     """(shape, dtype, problem) of a .npy file from its header and size; problem is '' when
     whole."""
     try:
@@ -194,15 +194,16 @@ def _npy_shape(path: Path) -> tuple[tuple[int, ...], np.dtype[Any] | None, str]:
         return (), None, "is missing"
     except (ValueError, OSError) as exc:
         return (), None, f"has no valid header ({exc})"
-    shape, dtype = parsed
-    expected = len(head) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    shape, dtype, payload = parsed
+    expected = len(head) + payload
     if size != expected:
         return tuple(shape), dtype, f"holds {size} bytes where its header implies {expected}"
     return tuple(shape), dtype, ""
 
 
-def _parse_header(head: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    """(shape, dtype) of a .npy file's first bytes, its whole header (numpy's reader)."""
+def _parse_header(head: bytes) -> tuple[tuple[int, ...], np.dtype[Any], int]:
+    """(shape, dtype, the data's size in bytes) of a .npy file's first bytes, its whole header
+    (numpy's reader)."""
     fh = io.BytesIO(head)
     major, _minor = np.lib.format.read_magic(fh)
     if major == 1:
@@ -211,7 +212,7 @@ def _parse_header(head: bytes) -> tuple[tuple[int, ...], np.dtype[Any]]:
         shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
     if fh.tell() != len(head):
         raise ValueError(f"a header of {fh.tell()} bytes in {len(head)}")
-    return tuple(shape), dtype
+    return tuple(shape), dtype, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
 def _check_files(path: Path, manifest: dict[str, Any]) -> None:
@@ -236,8 +237,9 @@ def _check_files(path: Path, manifest: dict[str, Any]) -> None:
             parquet_files = ["symbols.parquet", "security_history.parquet"]
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"{path}/manifest.json lacks {exc}: not a snapshot manifest") from exc
+    top = str(path)
     for rel, (shape, code) in expected.items():
-        found, dtype, problem = _npy_shape(path / rel)
+        found, dtype, problem = _npy_shape(os.path.join(top, rel))  # strings: thousands of files
         if not problem and not chunks.shape_fits(found, shape):
             problem = f"has shape {found} where the manifest implies {shape}"
         if not problem and code is not None and dtype != chunks.FILE_DTYPES.get(code):

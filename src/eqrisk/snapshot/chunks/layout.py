@@ -30,17 +30,17 @@ def group_order(name: str) -> tuple[int, str]:
 
 def chunk_path(name: str, b: int, c: int) -> Path:
     """Path of one field's own chunk file (a narrow dtype) inside a version folder."""
-    return Path("arrays") / name / f"{b}.{c}.npy"
+    return Path(f"arrays/{name}/{b}.{c}.npy")  # one Path built, not three
 
 
 def group_path(b: int, c: int) -> Path:
     """Path of the group file of (block b, chunk c): its float64 fields, (rows x fields x L)."""
-    return Path("arrays") / GROUP_DIR / f"{b}.{c}.npy"
+    return Path(f"arrays/{GROUP_DIR}/{b}.{c}.npy")
 
 
 def runs_path(b: int, c: int) -> Path:
     """Path of the runs index of group file (b, c): (rows x fields) int32, -1 = not stored."""
-    return Path("arrays") / GROUP_DIR / f"{b}.{c}.runs.npy"
+    return Path(f"arrays/{GROUP_DIR}/{b}.{c}.runs.npy")
 
 
 def group_runs(
