@@ -28,6 +28,8 @@ from eqrisk.model.specific import SpecificState
 from eqrisk.model.style_regression import estimation_noise, style_returns, wls
 from eqrisk.model.styles import (
     StyleParams,
+    block_exposures,
+    descriptor_block,
     descriptor_columns,
     descriptors,
     exposures_of,
@@ -132,6 +134,14 @@ def test_a_run_computes_the_descriptors_and_exposures_of_its_sessions_only(
     have = exposures_of(part, cap[:, cols], stocks)
     assert have.shape == want.shape and np.isfinite(have).any()
     np.testing.assert_array_equal(have, want)
+    # The kernel writes every cell of its output (NaN outside the rows with a cap): a block of
+    # garbage, a strided view of a larger block, ends the same.
+    block = descriptor_block(r, mkt, cap, turnover, columns=cols)
+    np.testing.assert_array_equal(block, np.stack(list(part.values())))
+    into = np.full((len(part) + 1, r.shape[0], 130), 7.0)
+    block_exposures(block, list(part), cap[:, cols], stocks, out=into[1:, :, 30:])
+    np.testing.assert_array_equal(into[1:, :, 30:], want)
+    assert (into[0] == 7.0).all() and (into[:, :, :30] == 7.0).all()
 
 
 def test_standardised_exposures_keep_their_identities(slice_data: dict[str, np.ndarray]) -> None:

@@ -75,8 +75,13 @@ class Running:
     def add(self, z: np.ndarray, family: np.ndarray) -> None:
         """Add the outcomes of consecutive sessions (R x S, NaN = none for that row), one
         session after the other."""
-        c, n_s = 0, z.shape[1]
-        by_session = np.ascontiguousarray(z.T)  # `accumulate` reads a session's rows together
+        # `accumulate` reads a session's rows together
+        self.add_sessions(np.ascontiguousarray(z.T), family)
+
+    def add_sessions(self, by_session: np.ndarray, family: np.ndarray) -> None:
+        """`add` of the outcomes a session a row (S x R, C-ordered; a value not finite = none
+        for that row)."""
+        c, n_s = 0, by_session.shape[0]
         while c < n_s:
             j, pos = divmod(self.outcomes, MONTH)
             ring = self.blocks[j % BLOCKS]
@@ -410,10 +415,12 @@ def record_of(
 
 
 def _add(state: AccuracyState, h: int, kind: str, real: np.ndarray, fc: np.ndarray) -> None:
+    # real / fc, each quotient written a session a row (what `accumulate` reads), no transposed
+    # copy; `accumulate` skips a quotient that is not finite (the record's "none").
+    z = np.empty((real.shape[1], real.shape[0]))
     with np.errstate(invalid="ignore", divide="ignore"):
-        z = real / fc
-    z[~np.isfinite(z)] = np.nan
-    state.sums[f"{h}d/{kind}"].add(z, state.family)
+        np.divide(real.T, fc.T, out=z)
+    state.sums[f"{h}d/{kind}"].add_sessions(z, state.family)
 
 
 def _median(x: np.ndarray) -> float | None:

@@ -48,7 +48,7 @@ from eqrisk.model.style_regression import (
     cap_before,
     estimation_noise,
     leverage_adjusted,
-    second_layer,
+    second_layer_of,
 )
 from eqrisk.model.styles import STYLE_TEXT, StyleParams
 
@@ -203,10 +203,8 @@ def hedge_exposures(
             source = prev[j] if j < len(prev) else np.zeros((n, n_t - lo))
             # A slot the row has no factor for (or the level does not reach) holds 0.
             source = np.where((index[:, j] >= 0)[:, None] & (j < lev), source, 0.0)
-            slot[take] = source[take]
-        used[:, lo - start :][take] = np.broadcast_to(np.minimum(depth, lev)[:, None], take.shape)[
-            take
-        ]
+            np.copyto(slot, source, where=take)
+        np.copyto(used[:, lo - start :], np.minimum(depth, lev)[:, None], where=take)
     own = own_factor >= 0
     values[:, own] = 0.0
     values[0, own] = 1.0
@@ -423,6 +421,8 @@ class _Layers:
     resid: np.ndarray
     style: np.ndarray | None = None
     regression: StyleReturns | None = None
+    # `_session_major` of the style exposures and the regression weights (`estimation_noise`)
+    session_major: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _layers(
@@ -438,9 +438,10 @@ def _layers(
     levels = factor_levels(factor_index, len(factor_keys))
     if params.styles is None or style_inputs is None:
         return _Layers(list(factor_keys), levels, factor_returns, resid)
-    style, regression = second_layer(
+    layer = second_layer_of(
         returns, factor_returns, factor_index, resid, params.styles, style_inputs, start
     )
+    regression = layer.regression
     names = params.styles.factor_names
     g = np.full((len(names), returns.shape[1]), np.nan)
     g[:, start:] = regression.returns
@@ -449,8 +450,9 @@ def _layers(
         np.concatenate([levels, np.full(len(names), STYLE_LEVEL)]),
         np.vstack([factor_returns, g]),
         regression.residuals,
-        style,
+        layer.exposures,
         regression,
+        layer.session_major,
     )
 
 
@@ -474,6 +476,7 @@ def _noise(
         layers.regression,
         specific_var,
         params.weight_power,
+        session_major=layers.session_major,
     )
     return noise
 
@@ -563,7 +566,9 @@ def risk_model(
     if layers.style is not None:
         # A second-layer factor weighs nothing in a session before it has a covariance.
         ready = np.isfinite(np.diagonal(cov.cov, axis1=1, axis2=2)[:, k0:])
-        style = np.where(ready.T[:, None, :], np.nan_to_num(layers.style), 0.0)
+        # In place: the layers' exposures are not read after this (`_noise` has run).
+        style = np.nan_to_num(layers.style, copy=False)
+        np.copyto(style, 0.0, where=~ready.T[:, None, :])
         exposures = Exposures(exposures.index, exposures.values, exposures.level, style)
     regime: Regime | None = None
     if params.regime is not None:

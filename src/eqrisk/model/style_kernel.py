@@ -168,9 +168,10 @@ def _orthogonal(z, target, on, cap, rows, k, m, c, work, rounds, limit, bound):
 
 @numba.njit(cache=True, parallel=True)
 def exposure_kernel(raw, cap, stocks, rv, rv_on, liq, liq_on, liq_any, rounds, limit, bound, out):
-    """out[s, i, k] (NaN-filled by the caller): raw (S, n, K) descriptors and cap (n, K) of K
-    sessions, stocks (n,) the rows allowed. rv / liq: the rows of raw to make orthogonal (-1:
-    none) to the rows rv_on / liq_on; liquidity only in sessions with liq_any[k]."""
+    """out[s, i, k], every cell written (NaN in a row without a cap or not allowed): raw
+    (S, n, K) descriptors and cap (n, K) of K sessions, stocks (n,) the rows allowed. rv / liq:
+    the rows of raw to make orthogonal (-1: none) to the rows rv_on / liq_on; liquidity only in
+    sessions with liq_any[k]."""
     n_s, n, n_k = raw.shape
     for k in numba.prange(n_k):
         z = np.empty((n_s, n))
@@ -184,6 +185,11 @@ def exposure_kernel(raw, cap, stocks, rv, rv_on, liq, liq_on, liq_any, rounds, l
             _orthogonal(z, rv, rv_on, cap, rows, k, m, c, work, rounds, limit, bound)
         if liq >= 0 and liq_any[k]:
             _orthogonal(z, liq, liq_on, cap, rows, k, m, c, work, rounds, limit, bound)
-        for s in range(n_s):
-            for j in range(m):
-                out[s, rows[j], k] = z[s, j]
+        for s in range(n_s):  # rows[:m] ascending: each (s, i, k) written once
+            j = 0
+            for i in range(n):
+                if j < m and rows[j] == i:
+                    out[s, i, k] = z[s, j]
+                    j += 1
+                else:
+                    out[s, i, k] = np.nan

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eqrisk.model.styles import StyleParams, descriptor_columns, exposures_of
+from eqrisk.model.styles import StyleParams, block_exposures, descriptor_block
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,17 @@ def style_returns(
     intercept: bool,
     min_stocks: int = 30,
     power: float = 0.5,
+    session_major: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> StyleReturns:
     """The regression of every session (columns of `residuals` (n x S'), of `exposures`
     (styles x n x S'), of `cap` (n x S'), the caps of the session before); the intercept, when
-    asked, is the first factor."""
+    asked, is the first factor. `session_major`: `_session_major` of the exposures and of the
+    regression weights where the caller holds them already."""
     from eqrisk.model.risk_kernel import style_returns_kernel  # numba: builds only
 
     n_style, n, n_s = exposures.shape
+    if session_major is None:
+        session_major = _session_major(exposures), _session_major(regression_weights(cap, power))
     p_all = n_style + int(intercept)
     # The kernel reads and writes session-major copies (T, n, ...): a session's stocks are
     # contiguous there, and (n, T) arrays read one session at a time missed the cache.
@@ -92,8 +96,7 @@ def style_returns(
     r2, stocks = np.full(n_s, np.nan), np.zeros(n_s, dtype=np.int64)
     fitted = resid_t.copy()
     style_returns_kernel(
-        resid_t, _session_major(exposures), _session_major(regression_weights(cap, power)),
-        intercept, min_stocks, returns, tstat, r2, stocks, fitted, used, leverage,
+        resid_t, session_major[0], session_major[1], intercept, min_stocks, returns, tstat, r2, stocks, fitted, used, leverage,
     )  # fmt: skip
     return StyleReturns(
         returns=returns, tstat=tstat, r2=r2, stocks=stocks, residuals=_unit_major(fitted),
@@ -131,19 +134,22 @@ def estimation_noise(
     reg: StyleReturns,
     specific_var: np.ndarray,
     power: float = 0.5,
+    session_major: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """(sessions, S, S): the covariance of each session's factor-return estimates that comes
     from the specific returns, (X'WX)^-1 X'W Omega W X (X'WX)^-1 with Omega the specific
     variances forecast for that session (a stock without one: the session's median). The
     estimated factor returns carry it on top of the true ones; the same specific returns are
-    counted again in D, so the factor covariance leaves it out."""
+    counted again in D, so the factor covariance leaves it out. `session_major`: as
+    `style_returns`'."""
     from eqrisk.model.risk_kernel import estimation_noise_kernel  # numba: builds only
 
     p, n_s = reg.returns.shape
     out = np.zeros((n_s, p, p))
+    if session_major is None:
+        session_major = _session_major(exposures), _session_major(regression_weights(cap, power))
     estimation_noise_kernel(
-        _session_major(exposures), _session_major(regression_weights(cap, power)),
-        _session_major(reg.used), np.isfinite(reg.returns) & (reg.stocks > 0)[None, :],
+        session_major[0], session_major[1], _session_major(reg.used), np.isfinite(reg.returns) & (reg.stocks > 0)[None, :],
         _session_major(specific_var), p == exposures.shape[0] + 1, out,
     )  # fmt: skip
     return out
@@ -169,6 +175,16 @@ def cap_before(cap: np.ndarray, start: int) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class SecondLayer:
+    """`second_layer`'s exposures (S, n, T - start) and regression, with the session-major
+    copies of the exposures and the regression weights both kernels read (`_session_major`)."""
+
+    exposures: np.ndarray
+    regression: StyleReturns
+    session_major: tuple[np.ndarray, np.ndarray]
+
+
 def second_layer(
     returns: np.ndarray,
     factor_returns: np.ndarray,
@@ -180,33 +196,58 @@ def second_layer(
 ) -> tuple[np.ndarray, StyleReturns]:
     """Exposures (S, n, T - start) of sessions start..T-1 (descriptors of the close before)
     and the regression of those sessions' L3 residuals on them."""
+    layer = second_layer_of(returns, factor_returns, factor_index, resid, params, inputs, start)
+    return layer.exposures, layer.regression
+
+
+def second_layer_of(
+    returns: np.ndarray,
+    factor_returns: np.ndarray,
+    factor_index: np.ndarray,
+    resid: np.ndarray,
+    params: StyleParams,
+    inputs: StyleInputs,
+    start: int,
+) -> SecondLayer:
+    """`second_layer`, with the session-major copies `estimation_noise` reads again."""
     n, n_t = returns.shape
     market_row = np.where(factor_index[:, 0] >= 0, factor_index[:, 0], 0)
     market = np.where((factor_index[:, 0] >= 0)[:, None], factor_returns[market_row], np.nan)
     first = max(start - 1, 0)
     prev = slice(first, max(n_t - 1, first))  # the close before each forecast session t >= 1
-    raw = descriptor_columns(
-        returns, market, inputs.cap, inputs.turnover, params.names, columns=prev
-    )  # fmt: skip
     width = prev.stop - prev.start
-    exposures = np.full((len(raw), n, n_t - start), np.nan)
+    names = list(params.names)
+    lead = int(params.intercept)  # the intercept's row comes first
+    # One block: the kernel writes the styles' rows of the sessions with descriptors (every
+    # cell of them), the sessions before hold NaN, the intercept's row is written below.
+    exposures = np.empty((lead + len(names), n, n_t - start))
+    exposures[lead:, :, : n_t - start - width] = np.nan
     if width:
-        exposures[:, :, n_t - start - width :] = exposures_of(
-            raw, inputs.cap[:, prev], inputs.stocks
-        )
+        raw = descriptor_block(
+            returns, market, inputs.cap, inputs.turnover, params.names, columns=prev
+        )  # fmt: skip
+        block_exposures(
+            raw, names, inputs.cap[:, prev], inputs.stocks,
+            out=exposures[lead:, :, n_t - start - width :],
+        )  # fmt: skip
     cap_prev = cap_before(inputs.cap, start)
     if params.intercept:
         in_layer = inputs.stocks[:, None] & np.isfinite(cap_prev) & (cap_prev > 0)
-        exposures = np.concatenate([np.where(in_layer, 1.0, np.nan)[None], exposures])
+        exposures[0] = np.where(in_layer, 1.0, np.nan)
+    # Both kernels read the session-major copies: made once (the regression's exposures are
+    # the styles', a view of the block without the intercept's column).
+    block_t = _session_major(exposures)
+    weights_t = _session_major(regression_weights(cap_prev, params.weight_power))
     regression = style_returns(
         resid,
-        exposures[1:] if params.intercept else exposures,
+        exposures[lead:],
         cap_prev,
         intercept=params.intercept,
         min_stocks=params.min_stocks,
         power=params.weight_power,
+        session_major=(block_t[:, :, lead:], weights_t),
     )
-    return exposures, regression
+    return SecondLayer(exposures, regression, (block_t, weights_t))
 
 
 def leverage_adjusted(resid: np.ndarray, regression: StyleReturns) -> np.ndarray:

@@ -114,15 +114,18 @@ def _window(
     *,
     y: np.ndarray | None = None,
     series: str = "x",
+    sums: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sums and counts (n x (hi - lo)) of `window_sums`'s columns lo .. hi - 1, of x or of
-    a product of x and y (`window_kernel.MODES`)."""
+    a product of x and y (`window_kernel.MODES`); the sums into `sums` where given (C-ordered,
+    every cell written)."""
     # Column t's window: columns t - lag - length + 1 .. t - lag, each window's sum in an order
     # of its own (`window_kernel`).
     from eqrisk.model.window_kernel import MODES, factors, window_kernel  # numba: builds only
 
     c, d, w = factors(halflife, length)
-    sums = np.empty((x.shape[0], max(hi - lo, 0)))
+    if sums is None:
+        sums = np.empty((x.shape[0], max(hi - lo, 0)))
     count = np.empty(sums.shape)
     values = np.ascontiguousarray(x, dtype=np.float64)
     other = values if y is None else np.ascontiguousarray(y, dtype=np.float64)
@@ -164,18 +167,27 @@ def _liquidity(turnover: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 def _beta_and_volatility(
-    returns: np.ndarray, market: np.ndarray, names: tuple[str, ...], lo: int, hi: int
-) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
+    returns: np.ndarray,
+    market: np.ndarray,
+    names: tuple[str, ...],
+    lo: int,
+    hi: int,
+    row: dict[str, np.ndarray],
+) -> None:
+    """Beta and residual volatility (those of `names`) into their rows of the block."""
     # sum w r m / sum w m^2 over the days both exist
-    num, c = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="xy")
-    den, _ = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="yy")
-    out["beta"] = np.where((c >= 126) & (den > 0), num / den, np.nan)
+    if "beta" in names:
+        num, c = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="xy")
+        den, _ = _window(returns, 63.0, 252, 0, lo, hi, y=market, series="yy")
+        np.divide(num, den, out=row["beta"])
+        np.copyto(row["beta"], np.nan, where=~((c >= 126) & (den > 0)))
     if "residual_volatility" in names:  # sum w r^2 / sum w over the days r exists
         sq, c = _window(returns, 42.0, 252, 0, lo, hi, series="xx")
         w, _ = _window(returns, 42.0, 252, 0, lo, hi, series="present")
-        out["residual_volatility"] = np.where(c >= 63, np.sqrt(sq / w), np.nan)
-    return out
+        rv = row["residual_volatility"]
+        np.divide(sq, w, out=rv)
+        np.sqrt(rv, out=rv)
+        np.copyto(rv, np.nan, where=~(c >= 63))
 
 
 def descriptors(
@@ -214,27 +226,43 @@ def descriptor_columns(
 ) -> dict[str, np.ndarray]:
     """`descriptors`' sessions `columns` only (n x their number each, in the order of
     `names`): what a run that needs a few sessions of a long history keeps."""
+    block = descriptor_block(returns, market, cap, turnover, names, columns=columns)
+    return {name: block[s] for s, name in enumerate(names)}
+
+
+def descriptor_block(
+    returns: np.ndarray,
+    market: np.ndarray,
+    cap: np.ndarray,
+    turnover: np.ndarray | None,
+    names: tuple[str, ...] = STYLE_NAMES,
+    *,
+    columns: slice | None = None,
+) -> np.ndarray:
+    """`descriptor_columns` as one block (len(names) x n x sessions, in the order of `names`),
+    each descriptor written into its row of the block (no stacking copy)."""
     n, n_t = returns.shape
     lo, hi = _bounds(columns, n_t)
-    part: dict[str, np.ndarray] = {}
+    block = np.empty((len(names), n, max(hi - lo, 0)))
+    row = {name: block[s] for s, name in enumerate(names)}
     logr = _log1p(returns) if {"momentum", "reversal"} & set(names) else returns
     with np.errstate(invalid="ignore", divide="ignore"):
         if "size" in names:
-            part["size"] = np.log(np.where(cap[:, lo:hi] > 0, cap[:, lo:hi], np.nan))
+            np.log(np.where(cap[:, lo:hi] > 0, cap[:, lo:hi], np.nan), out=row["size"])
         if "momentum" in names:
-            s, c = _window(logr, 126.0, 504, 21, lo, hi)
-            part["momentum"] = np.where(c >= 252, s, np.nan)
+            _, c = _window(logr, 126.0, 504, 21, lo, hi, sums=row["momentum"])
+            np.copyto(row["momentum"], np.nan, where=~(c >= 252))
         if "beta" in names or "residual_volatility" in names:
-            part |= _beta_and_volatility(returns, market, names, lo, hi)
+            _beta_and_volatility(returns, market, names, lo, hi, row)
         if "liquidity" in names:
             if turnover is None:
-                part["liquidity"] = np.full((n, max(hi - lo, 0)), np.nan)
+                row["liquidity"][...] = np.nan
             else:
-                part["liquidity"] = _liquidity(turnover, lo, hi)
+                row["liquidity"][...] = _liquidity(turnover, lo, hi)
         if "reversal" in names:
-            s, c = _window(logr, 5.0, 21, 0, lo, hi)
-            part["reversal"] = np.where(c >= 10, s, np.nan)
-    return {name: part[name] for name in names}
+            _, c = _window(logr, 5.0, 21, 0, lo, hi, sums=row["reversal"])
+            np.copyto(row["reversal"], np.nan, where=~(c >= 10))
+    return block
 
 
 def _kernel_args(names: list[str]) -> tuple[int, np.ndarray, int, np.ndarray]:
@@ -248,12 +276,19 @@ def _kernel_args(names: list[str]) -> tuple[int, np.ndarray, int, np.ndarray]:
 
 
 def _standardised(
-    raw: np.ndarray, cap: np.ndarray, stocks: np.ndarray, names: list[str], liq_any: np.ndarray
+    raw: np.ndarray,
+    cap: np.ndarray,
+    stocks: np.ndarray,
+    names: list[str],
+    liq_any: np.ndarray,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """`style_kernel.exposure_kernel` over raw (S x n x K) and cap (n x K)."""
+    """`style_kernel.exposure_kernel` over raw (S x n x K) and cap (n x K), into `out` (S x n x
+    K, a view may do) where given: the kernel writes every cell of it."""
     from eqrisk.model.style_kernel import exposure_kernel  # numba: imported by builds only
 
-    out = np.full(raw.shape, np.nan)
+    if out is None:
+        out = np.empty(raw.shape)
     rv, rv_on, liq, liq_on = _kernel_args(names)
     exposure_kernel(
         np.ascontiguousarray(raw, dtype=np.float64), np.ascontiguousarray(cap, dtype=np.float64),
@@ -292,7 +327,20 @@ def exposures_of(raw: dict[str, np.ndarray], cap: np.ndarray, stocks: np.ndarray
     names = list(raw)
     if not names:
         return np.full((0, *cap.shape), np.nan)
-    block = np.stack([raw[name] for name in names])
-    liq = raw.get("liquidity")
-    liq_any = np.zeros(cap.shape[1], bool) if liq is None else np.isfinite(liq).any(axis=0)
-    return _standardised(block, cap, stocks, names, liq_any)
+    return block_exposures(np.stack([raw[name] for name in names]), names, cap, stocks)
+
+
+def block_exposures(
+    block: np.ndarray,
+    names: list[str],
+    cap: np.ndarray,
+    stocks: np.ndarray,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """`exposures_of` of the descriptors as one block (S x n x K: `descriptor_block`), into
+    `out` (S x n x K) where given."""
+    if "liquidity" in names:
+        liq_any = np.isfinite(block[names.index("liquidity")]).any(axis=0)
+    else:
+        liq_any = np.zeros(cap.shape[1], bool)
+    return _standardised(block, cap, stocks, names, liq_any, out)

@@ -76,8 +76,9 @@ def style_inputs_of(cols: Mapping[str, np.ndarray], stocks: np.ndarray) -> Style
     turnover = None
     if "volume" in cols and "close_raw" in cols:
         with np.errstate(invalid="ignore", divide="ignore"):
-            u = cols["volume"] * cols["close_raw"] / cap
-        u = np.where(np.isfinite(u) & (u > 0), u, np.nan)
+            u = cols["volume"] * cols["close_raw"]
+            u /= cap  # in place: the same (volume x close) / cap
+            np.copyto(u, np.nan, where=~(np.isfinite(u) & (u > 0)))
         turnover = u if bool(np.isfinite(u).any()) else None
     return StyleInputs(cap=cap, turnover=turnover, stocks=stocks)
 
