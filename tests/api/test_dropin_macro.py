@@ -177,3 +177,15 @@ def test_etf_factor_returns_compound_the_daily_returns(client: TestClient) -> No
         assert rows["XLK"]["returns"][window] == pytest.approx(want, rel=1e-12)
     bad = client.get("/api/etf/factor-returns?tickers=KRE", headers=AUTH)
     assert_problem(bad, 400, "INVALID_PARAMETER")
+
+
+def test_an_end_before_year_one_plus_the_default_span_is_an_empty_answer(
+    client: TestClient,
+) -> None:
+    """`end=0001-01-01` (schemathesis found it: the default start, 5 years earlier, was a year
+    before 1 and a 500): no session is that early, so every series is empty, not an error."""
+    for end, start in (("0001-01-01", "0001-01-01"), ("0003-02-28", "0001-01-01"),
+                       ("0006-03-01", "0001-03-01")):  # fmt: skip
+        body = get(client, "/api/macro-factors", end=end)
+        assert (body["start"], body["end"]) == (start, end)
+        assert body["row_count"] == 0 and body["series"] == []

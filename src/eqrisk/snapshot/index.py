@@ -72,7 +72,10 @@ def norm_factor(name: str) -> str:
 
 
 def minus_years(day: date, years: int) -> date:
-    """The same calendar day `years` earlier (Feb 29 maps to Feb 28)."""
+    """The same calendar day `years` earlier (Feb 29 maps to Feb 28); `date.min` when that
+    year is before year 1 (a caller's `end=0001-01-01`: no session is that early)."""
+    if day.year - years < date.min.year:
+        return date.min
     try:
         return day.replace(year=day.year - years)
     except ValueError:  # Feb 29
