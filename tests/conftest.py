@@ -3,7 +3,9 @@ session (helpers shared by several modules live in helpers.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +40,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if path not in groups:
             groups[path] = _group(path)
         item.add_marker(pytest.mark.xdist_group(groups[path]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _serving_kernels_compiled() -> None:
+    """The kernels `eqrisk serve` compiles at startup (`api.app.create_app`'s warm-ups), in
+    numba's on-disk cache before any test starts a server. On a fresh checkout the cache is
+    empty: every server started at once would compile them for itself (about 20 s of CPU each),
+    and several starting together on a 2-core machine (the PgBouncer tests start four workers,
+    the MCP tests a server beside them) outlast their health check. One process compiles under
+    a lock, the others then load the cache (a second or two)."""
+    from eqrisk.api import records, writers
+    from eqrisk.snapshot import row_kernel
+
+    with open(Path(tempfile.gettempdir()) / "eqrisk-tests-kernels.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            writers.warm_up()
+            records.warm_up()
+            row_kernel.warm_up()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
