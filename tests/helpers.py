@@ -289,13 +289,18 @@ class Server:
     def __enter__(self) -> Server:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log()
+            if self.proc.poll() is not None:
+                log = self.log()
+                self._log.close()
+                raise AssertionError(f"eqrisk serve exited:\n{log}")
             try:
                 if httpx.get(f"{self.base}/api/health", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 time.sleep(0.2)
-        raise AssertionError(f"eqrisk serve did not start:\n{self.log()}")
+        log = self.log()
+        self.__exit__()  # a `with` whose __enter__ raises never calls __exit__: stop it here
+        raise AssertionError(f"eqrisk serve did not start:\n{log}")
 
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
