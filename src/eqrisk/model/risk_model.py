@@ -48,7 +48,7 @@ from eqrisk.model.style_regression import (
     cap_before,
     estimation_noise,
     leverage_adjusted,
-    second_layer_of,
+    second_layer,
 )
 from eqrisk.model.styles import STYLE_TEXT, StyleParams
 
@@ -438,7 +438,7 @@ def _layers(
     levels = factor_levels(factor_index, len(factor_keys))
     if params.styles is None or style_inputs is None:
         return _Layers(list(factor_keys), levels, factor_returns, resid)
-    layer = second_layer_of(
+    layer = second_layer(
         returns, factor_returns, factor_index, resid, params.styles, style_inputs, start
     )
     regression = layer.regression

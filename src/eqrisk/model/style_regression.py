@@ -193,23 +193,10 @@ def second_layer(
     params: StyleParams,
     inputs: StyleInputs,
     start: int,
-) -> tuple[np.ndarray, StyleReturns]:
-    """Exposures (S, n, T - start) of sessions start..T-1 (descriptors of the close before)
-    and the regression of those sessions' L3 residuals on them."""
-    layer = second_layer_of(returns, factor_returns, factor_index, resid, params, inputs, start)
-    return layer.exposures, layer.regression
-
-
-def second_layer_of(
-    returns: np.ndarray,
-    factor_returns: np.ndarray,
-    factor_index: np.ndarray,
-    resid: np.ndarray,
-    params: StyleParams,
-    inputs: StyleInputs,
-    start: int,
 ) -> SecondLayer:
-    """`second_layer`, with the session-major copies `estimation_noise` reads again."""
+    """Exposures (S, n, T - start) of sessions start..T-1 (descriptors of the close before),
+    the regression of those sessions' L3 residuals on them, and the session-major copies of
+    the exposures and weights that `estimation_noise` reads again."""
     n, n_t = returns.shape
     market_row = np.where(factor_index[:, 0] >= 0, factor_index[:, 0], 0)
     market = np.where((factor_index[:, 0] >= 0)[:, None], factor_returns[market_row], np.nan)
