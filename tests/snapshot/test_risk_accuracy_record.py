@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -59,3 +60,68 @@ def test_every_build_stores_the_record_and_health_serves_it(short_home: Path) ->
 
 def _current(home: Path) -> str:
     return (snapshots_dir(home) / "CURRENT").read_text().strip()
+
+
+def test_a_failed_record_step_fails_the_build_and_publishes_nothing(
+    short_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's steps run on their own thread (`accuracy_store.RecordThread`): an error
+    there is the build's error, raised in the build's thread, and no version is published."""
+    from eqrisk.build import accuracy_store
+
+    real = accuracy_store.chunk_step
+    steps: list[int] = []
+
+    def failing(state: Any, *args: Any, **kw: Any) -> Any:
+        steps.append(state.session)
+        if len(steps) == 2:
+            raise RuntimeError("the second step failed")
+        return real(state, *args, **kw)
+
+    before = _current(short_home)
+    versions = sorted(p.name for p in snapshots_dir(short_home).iterdir() if p.is_dir())
+    monkeypatch.setattr(accuracy_store, "chunk_step", failing)
+    with pytest.raises(RuntimeError, match="the second step failed"):
+        build_snapshot(short_home, ModelParams(), full=True)
+    assert len(steps) == 2 and steps[0] < steps[1]  # in chunk order, from the first session
+    assert _current(short_home) == before
+    after = sorted(p.name for p in snapshots_dir(short_home).iterdir() if p.is_dir())
+    assert after == versions
+
+
+def test_record_thread_runs_the_steps_in_order_one_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps in chunk order, each from the state the one before left, with at most one step
+    queued behind the running one (`add` waits for the older ones)."""
+    import threading
+
+    from eqrisk.build import accuracy_store
+
+    release = threading.Event()
+    ran: list[tuple[int, int]] = []
+    saved: list[int] = []
+
+    def step(state: int, model: Any, inputs: Any, factors: Any, prev: Any) -> int:
+        if model == 0:
+            release.wait(10)
+        ran.append((state, model))
+        return state + 1
+
+    monkeypatch.setattr(accuracy_store, "chunk_step", step)
+    monkeypatch.setattr(
+        accuracy_store, "save_state", lambda folder, c, state, previous, parts: saved.append(c)
+    )
+    with accuracy_store.RecordThread(tmp_path, 100, None) as record:  # type: ignore[arg-type]
+        record.add(0, 0, None, None, None, {})  # type: ignore[arg-type]
+        record.add(1, 1, None, None, None, {})  # type: ignore[arg-type]
+        waiting = threading.Thread(target=record.add, args=(2, 2, None, None, None, {}))
+        waiting.start()
+        waiting.join(0.3)
+        assert waiting.is_alive() and ran == []  # a third step waits for the first
+        release.set()
+        waiting.join(10)
+        state: Any = record.finish()  # the fake steps' states are counts
+        assert state == 103
+    assert ran == [(100, 0), (101, 1), (102, 2)]
+    assert saved == [1, 2, 3]

@@ -10,6 +10,7 @@ served model."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -77,25 +78,91 @@ def save_state(
     chunks.share_or_write(folder, accuracy_rel(c), previous, same, write)
 
 
+def step_inputs(
+    fields: Mapping[str, Any],
+    lo: int,
+    hi: int,
+    *,
+    read: Callable[[str, int, int], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """What `chunk_step` reads of the version for sessions [lo, hi), as arrays of its own (no
+    view of a mapped chunk file, which the build closes after each chunk): the returns (from
+    `read(name, lo, hi)`, the columns already read) and each stock's daily 23-session
+    volatility of the session before."""
+    returns = read("return", lo, hi)
+    vol = np.array(fields["vol_23d"][:, max(lo - 1, 0) : hi - 1], dtype=np.float64) / DAILY
+    if lo == 0:
+        vol = np.hstack([np.full((vol.shape[0], 1), np.nan), vol])
+    return returns, vol
+
+
 def chunk_step(
     state: AccuracyState,
     model: RiskModel,
-    fields: Mapping[str, Any],
+    inputs: tuple[np.ndarray, np.ndarray],
     factors: np.ndarray,
-    lo: int,
-    hi: int,
     previous: RiskModel | None = None,
-    *,
-    read: Callable[[str, int, int], np.ndarray],
 ) -> AccuracyState:
-    """Add sessions [lo, hi) of the version's `fields` (`factors`: the ETF layer's returns of
-    those sessions) to the state, `model` being their risk model and `previous` the previous
-    model's. `read(name, lo, hi)`: the returns of sessions [lo, hi) already read (float64)."""
-    returns = read("return", lo, hi)
-    vol = np.asarray(fields["vol_23d"][:, max(lo - 1, 0) : hi - 1], dtype=np.float64) / DAILY
-    if lo == 0:
-        vol = np.hstack([np.full((vol.shape[0], 1), np.nan), vol])
+    """Add the sessions of `inputs` (`step_inputs`) to the state, `model` being their risk
+    model, `factors` the ETF layer's returns of those sessions and `previous` the previous
+    model's."""
+    returns, vol = inputs
     return accuracy_step(state, model, returns, np.ascontiguousarray(factors), vol, previous)
+
+
+class RecordThread:
+    """The record's steps (`chunk_step`, then `save_state`) on a thread of their own, in chunk
+    order, while the build runs the next chunk's model: a step needs the served and previous
+    models of its chunk and the state the step before left, nothing the next chunk's run
+    makes, so the two overlap (the record's kernels release the GIL). At most one step waits
+    behind the running one: memory holds the models of two chunks beyond the build's own.
+    A step's error is raised by the next `add` or by `finish`; the steps queued after it do
+    not run (they would start from the state before the failed one)."""
+
+    def __init__(self, folder: Path, state: AccuracyState, previous: Path | None) -> None:
+        self.folder, self.state, self.previous = folder, state, previous
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="eqrisk-accuracy")
+        self._queued: list[Future[None]] = []
+        self._failed = False
+
+    def add(
+        self,
+        c: int,
+        model: RiskModel,
+        inputs: tuple[np.ndarray, np.ndarray],
+        factors: np.ndarray,
+        previous_model: RiskModel,
+        model_state: Mapping[str, np.ndarray],
+    ) -> None:
+        """Queue chunk c's step; the state after it is saved as the state before chunk c + 1."""
+        while len(self._queued) > 1:
+            self._queued.pop(0).result()
+
+        def step() -> None:
+            if self._failed:
+                return
+            try:
+                self.state = chunk_step(self.state, model, inputs, factors, previous_model)
+                save_state(self.folder, c + 1, self.state, self.previous, model_state)
+            except BaseException:
+                self._failed = True
+                raise
+
+        self._queued.append(self._pool.submit(step))
+
+    def finish(self) -> AccuracyState:
+        """The state after every step queued (each step's error raised here)."""
+        while self._queued:
+            self._queued.pop(0).result()
+        return self.state
+
+    def __enter__(self) -> RecordThread:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for queued in self._queued:  # the build failed: the steps not begun are dropped
+            queued.cancel()
+        self._pool.shutdown(wait=True)
 
 
 def figures(state: AccuracyState) -> dict[str, Any]:

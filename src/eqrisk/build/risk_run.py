@@ -29,11 +29,11 @@ import numpy as np
 
 from eqrisk.build.accuracy_store import (
     ACCURACY_LAYOUT,
+    RecordThread,
     accuracy_rel,
-    chunk_step,
     load_state,
-    save_state,
     start_state,
+    step_inputs,
 )
 from eqrisk.build.accuracy_store import figures as accuracy_figures
 from eqrisk.build.risk_evaluation import stored_record
@@ -314,6 +314,58 @@ def _run(
     )
 
 
+def _chunk(
+    c: int,
+    grid: chunks.ChunkGrid,
+    folder: Path,
+    previous: Path | None,
+    fields: Mapping[str, Any],
+    columns: tuple[_Columns, _Columns],
+    inputs: RiskInputs,
+    prev_inputs: RiskInputs,
+    symbols: np.ndarray,
+    stocks: np.ndarray,
+    state: RiskState | None,
+    prev_state: RiskState | None,
+    record: RecordThread,
+) -> tuple[RiskState, RiskState]:
+    """Time chunk c of `write_risk`: the served model's run and files, the previous model's
+    run, the accuracy record's step queued on its thread; the two models' states after it."""
+    read, hedge = columns
+    lo, hi = grid.cols(c)
+    # The run of chunk c reads sessions lo - history .. hi - 1 only (the hedge of the session
+    # before; with the second layer, the descriptors' windows): the model runs on those
+    # columns, its state moved to their origin and back, so memory holds a chunk and its
+    # history of the fields, never the (n x T) history.
+    first = max(lo - inputs.history(), 0)
+    start = min(first, max(lo - prev_inputs.history(), 0))
+    read.advance(start, hi)
+    hedge.advance(max(lo - 1, 0), hi)
+    model = _run(read, inputs, symbols, stocks, first, hi, state, hedge=hedge)
+    _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
+    predicted = dict(model.predicted)
+    predicted["risk_specific_var"] = model.specific.var
+    for name, prefix in RISK_FIELDS.items():
+        _save(folder, _rel(prefix, c), predicted[name], previous)
+    for prefix, values in save_layer(model).items():
+        _save(folder, _rel(prefix, c), values, previous)
+    p_first = max(lo - prev_inputs.history(), 0)
+    prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state, hedge=hedge)
+    prev_after = prev.state.moved(p_first)
+    etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
+    step = step_inputs(fields, lo, hi, read=read)
+    record.add(c, model, step, etf, prev, _state_parts(prev_after))
+    # Unmapped: every chunk file read (the next chunk's runs read their new sessions only, the
+    # others are held in `read`): mapped pages of the grouped files would hold every field of
+    # the sessions read, not the few the model reads.
+    chunks.close_files(fields)
+    # The state after the chunk (the next chunk's start; after the last one, where the next
+    # build's first new chunk starts when this version ends on a chunk boundary).
+    after = model.state.moved(first)
+    _save_state(folder, _rel("state", c + 1, "npz"), after, previous)
+    return after, prev_after
+
+
 def write_risk(
     folder: Path,
     result: ModelResult,
@@ -381,38 +433,13 @@ def write_risk(
         tracked = start_state(inputs.fidx, stocks, inputs.keys)
     if max(grid.cols(c0)[0] - history, 0) < inputs.first:
         raise ValueError(f"the factors begin at session {inputs.first}, after chunk {c0}'s run")
-    for c in range(c0, grid.chunks):
-        lo, hi = grid.cols(c)
-        # The run of chunk c reads sessions lo - history .. hi - 1 only (the hedge of the
-        # session before; with the second layer, the descriptors' windows): the model runs on
-        # those columns, its state moved to their origin and back, so memory holds a chunk
-        # and its history of the fields, never the (n x T) history.
-        first = max(lo - history, 0)
-        start = min(first, max(lo - prev_inputs.history(), 0))
-        read.advance(start, hi)
-        hedge.advance(max(lo - 1, 0), hi)
-        model = _run(read, inputs, symbols, stocks, first, hi, state, hedge=hedge)
-        _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
-        predicted = dict(model.predicted)
-        predicted["risk_specific_var"] = model.specific.var
-        for name, prefix in RISK_FIELDS.items():
-            _save(folder, _rel(prefix, c), predicted[name], previous)
-        for prefix, values in save_layer(model).items():
-            _save(folder, _rel(prefix, c), values, previous)
-        state = model.state.moved(first)
-        p_first = max(lo - prev_inputs.history(), 0)
-        prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state, hedge=hedge)
-        prev_state = prev.state.moved(p_first)
-        etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
-        tracked = chunk_step(tracked, model, fields, etf, lo, hi, prev, read=read)
-        save_state(folder, c + 1, tracked, previous, _state_parts(prev_state))
-        # Unmapped: every chunk file read (the next chunk's runs read their new sessions only,
-        # the others are held in `read`): mapped pages of the grouped files would hold every
-        # field of the sessions read, not the few the model reads.
-        chunks.close_files(fields)
-        # The state after the chunk (the next chunk's start; after the last one, where the
-        # next build's first new chunk starts when this version ends on a chunk boundary).
-        _save_state(folder, _rel("state", c + 1, "npz"), state, previous)
+    with RecordThread(folder, tracked, previous) as record:
+        for c in range(c0, grid.chunks):
+            state, prev_state = _chunk(
+                c, grid, folder, previous, fields, (read, hedge), inputs, prev_inputs,
+                symbols, stocks, state, prev_state, record,
+            )  # fmt: skip
+        tracked = record.finish()
     if grid.t > 0 and state is not None:
         # The forecast for the session after the last close (F, D, exposures of t = T).
         first = max(grid.t - history, 0)

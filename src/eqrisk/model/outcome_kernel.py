@@ -24,7 +24,7 @@ A = np.ndarray
 BLOCK = 32  # sessions a member's figures are added for in one sweep
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gross(members, weights, avail, p):  # fmt: skip
     """Portfolio p's long and short gross weight (both >= 0) over its members available in
     `avail` (n,): the sums its long weights are scaled by to 1 and its short ones to -1."""
@@ -94,7 +94,7 @@ def portfolio_days(
                     out_real, out_model, out_base, p_out)  # fmt: skip
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _block(t0, avail, index, level, values, style, cols, buf, flag):  # fmt: skip
     """Every stock's figures of sessions t0 .. t0 + B - 1 laid out together (a member's then
     lie in one stretch of memory, which the loops read in order): buf[i, :, ts] its first-layer
@@ -120,7 +120,7 @@ def _block(t0, avail, index, level, values, style, cols, buf, flag):  # fmt: ski
                 buf[i, 3 + n_style + c, ts] = cols[c, i, t0 + ts]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _book(members, weights, av, p, pos, neg, l0, l1, index, buf, flag, acc, acc_c, got):  # fmt: skip
     """Portfolio p's members' figures (`_block`) of local sessions l0 .. l1 - 1 added up with
     their weights (normalised on `av`'s members) into row p of: acc (K + 1 x B: the
@@ -170,7 +170,7 @@ def _book(members, weights, av, p, pos, neg, l0, l1, index, buf, flag, acc, acc_
                 acc_c[p, c, u] += m * buf[i, r + 1 + c, u]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _books(members, weights, twin, avail, t0, index, buf, flag, acc, acc_c, got, held):  # fmt: skip
     """Every portfolio's sums (`_book`) on sessions t0 .. t0 + B - 1, one sweep over each run
     of sessions through which its members' availability holds; held[p, ts]: whether it has a
@@ -211,7 +211,7 @@ def _books(members, weights, twin, avail, t0, index, buf, flag, acc, acc_c, got,
             l0 = l1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _quadratic(cov, x, q, f0, j0, j1, out):  # fmt: skip
     """out[j] = sum over pairs (f, g) of the factors from f0 on that column j has (q[:, j]),
     f first, of x[f, j] cov[f, g] x[g, j], for the columns j0 .. j1 - 1: every portfolio's
@@ -228,7 +228,7 @@ def _quadratic(cov, x, q, f0, j0, j1, out):  # fmt: skip
                 out[j] += term if q[f, j] & q[g, j] else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _portfolio_days(
     members, weights, hedged, twin, order, avail, index, level, values, style, cols, cov, p_cov,
     f_sum, fbase, out_real, out_model, out_base, p_out,
@@ -307,7 +307,7 @@ def held_returns(
                   np.zeros((0, n, s_count)), _c(r_sum)[None], _c(f_sum), out)  # fmt: skip
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _held_returns(members, weights, hedged, twin, avail, index, level, values, style, cols,
                   f_sum, out):  # fmt: skip
     """`held_returns` on avail (S x n) and cols (1 x n x S, the summed returns)."""
@@ -335,7 +335,7 @@ def _held_returns(members, weights, hedged, twin, avail, index, level, values, s
                 out[p, t] = real
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def accumulate(z, count, s1, s2, s4, ring):  # fmt: skip
     """Add the rows of z (S x R, a session a row) to the running sums one session after the
     other: per column with a finite z, count + 1, z, z^2 and z^4 to count, s1, s2, s4, and the
@@ -354,7 +354,7 @@ def accumulate(z, count, s1, s2, s4, ring):  # fmt: skip
                 ring[2, r] += q
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def window_done(blocks, order, family, min_obs, mad_sum, mad_count, worst):  # fmt: skip
     """A 12-month window complete: per row b of the window (the std, ddof 1, from the sums of
     the ring's blocks (B x 3 x R) added in `order`; NaN below `min_obs` outcomes), |b - 1|

@@ -21,7 +21,7 @@ from numba import njit
 PIVOT_FLOOR = 1e-4
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _row_scales(rho, order, floor):
     """Per matrix (D, K, K) and its factor order (D, K): the scale of each factor's
     correlations with the factors before it (1 = untouched)."""

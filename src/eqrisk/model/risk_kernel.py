@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _dot(a, b, lo, hi):  # pragma: no cover - compiled
     """sum of a[i] * b[i], i in [lo, hi), in four interleaved partial sums (a fixed order:
     the same numbers give the same sum; four chains instead of one dependent one)."""
@@ -39,7 +39,7 @@ def _dot(a, b, lo, hi):  # pragma: no cover - compiled
     return (s0 + s1) + (s2 + s3)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _qr(at, m, p, qt, r):  # pragma: no cover - compiled
     """Householder QR of the (m x p) matrix held transposed in at[:p, :m] (destroyed): the
     thin Q, transposed, into qt[:p, :m] and R into r[:p, :p]."""
@@ -73,7 +73,7 @@ def _qr(at, m, p, qt, r):  # pragma: no cover - compiled
                 qj[i] -= f * vk[i]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _r_inverse(r, p, out):  # pragma: no cover - compiled
     """out[:p, :p] = R^-1 (upper triangular), by back substitution on the identity."""
     for c in range(p):
@@ -84,7 +84,7 @@ def _r_inverse(r, p, out):  # pragma: no cover - compiled
             out[j, c] = s / r[j, j]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _session_design(exposures, w, resid, t, intercept, rows, cols):  # pragma: no cover
     """The stocks (into rows) and factors (into cols, -1 the intercept) of session t's
     regression: finite residual, exposures and weight; a style without a non-zero exposure
@@ -111,7 +111,7 @@ def _session_design(exposures, w, resid, t, intercept, rows, cols):  # pragma: n
     return m, p
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _fill(exposures, w, rows, cols, m, p, t, at):  # pragma: no cover - compiled
     """at[:p, :m] = (W^1/2 X)' of session t's design."""
     for k in range(m):
@@ -122,7 +122,7 @@ def _fill(exposures, w, rows, cols, m, p, t, at):  # pragma: no cover - compiled
             at[j, k] = x * sw
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def style_returns_kernel(
     resid,
     exposures,
@@ -205,7 +205,7 @@ def style_returns_kernel(
         stocks[t] = m
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def estimation_noise_kernel(
     exposures, w, used, estimated, specific_var, intercept, out
 ):  # pragma: no cover - compiled
@@ -281,7 +281,7 @@ def estimation_noise_kernel(
                 out[t, est[b], est[a]] = cov[a, b]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _shrink_session(
     raw, evidence, groups, c, g_col, n_groups, min_group, prior_obs, floor2, var
 ):  # pragma: no cover - compiled
@@ -323,7 +323,7 @@ def _shrink_session(
         var[i, c] = post if (post >= floor2 or post != post) else floor2
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def specific_kernel(
     e,
     first_column,
@@ -383,7 +383,7 @@ def specific_kernel(
         )
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def factor_var_kernel(index, values, level, cov, style, k0, out):  # pragma: no cover
     """h' F h of each row and session (RiskModel.factor_var): the ETF slots of the level used,
     then (with `style`, S x n x T; an empty first axis without) the second layer's part
@@ -430,7 +430,7 @@ def factor_var_kernel(index, values, level, cov, style, k0, out):  # pragma: no 
                 out[i, t] = total
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def covariance_kernel(
     f,
     start,

@@ -23,7 +23,7 @@ BLOCK = 128  # numpy's PW_BLOCKSIZE: the pairwise sum's largest block summed in 
 EPS = np.finfo(np.float64).eps
 
 
-@numba.njit(numba.float64(numba.float64[::1], numba.int64, numba.int64), cache=True)
+@numba.njit(numba.float64(numba.float64[::1], numba.int64, numba.int64), cache=True, nogil=True)
 def _pairwise(a, lo, n):  # numpy's pairwise_sum of a[lo : lo + n]
     if n < 8:
         res = 0.0
@@ -56,12 +56,12 @@ def _pairwise(a, lo, n):  # numpy's pairwise_sum of a[lo : lo + n]
     return _pairwise(a, lo, half) + _pairwise(a, lo + half, n - half)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _sum(a, n):  # np.sum(a[:n]): the reduction's identity 0.0 plus the pairwise sum
     return 0.0 + _pairwise(a, 0, n)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _standardise(v, c, m, work, rounds, limit, bound):
     """v[:m] standardised in place over the caps c[:m] (`styles.standardise`'s rounds, numpy's
     sums); False where the standard deviation is not positive (the session's values are then
@@ -91,14 +91,14 @@ def _standardise(v, c, m, work, rounds, limit, bound):
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _dot(a, b, m, work):
     for k in range(m):
         work[k] = a[k] * b[k]
     return _sum(work, m)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _residual(y, z, on, m, work):
     """y[:m] replaced by its residual on an intercept and the rows z[on[j], :m] (equal
     weights): modified Gram-Schmidt, each projection taken out twice."""
@@ -126,7 +126,7 @@ def _residual(y, z, on, m, work):
                 y[k] -= proj * q[p, k]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _session(raw, cap, stocks, k, z, rows, c, v, pos, work, rounds, limit, bound):
     """Session k's standardised descriptors z[s, :m] over its rows with a cap (rows[:m]);
     returns m."""
@@ -152,7 +152,7 @@ def _session(raw, cap, stocks, k, z, rows, c, v, pos, work, rounds, limit, bound
     return m
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _orthogonal(z, target, on, cap, rows, k, m, c, work, rounds, limit, bound):
     """z[target, :m] made orthogonal to z[on] (and an intercept), standardised again."""
     if m <= on.shape[0] + 1:
@@ -166,7 +166,7 @@ def _orthogonal(z, target, on, cap, rows, k, m, c, work, rounds, limit, bound):
             y[j] = 0.0
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def exposure_kernel(raw, cap, stocks, rv, rv_on, liq, liq_on, liq_any, rounds, limit, bound, out):
     """out[s, i, k], every cell written (NaN in a row without a cap or not allowed): raw
     (S, n, K) descriptors and cap (n, K) of K sessions, stocks (n,) the rows allowed. rv / liq:

@@ -42,7 +42,7 @@ def factors(halflife: float, size: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return c, d, w
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _tile(buf, nt, size, c, d, w, block, out):  # out[t] for the windows buf[t : t + size]
     # (the loops run over slices, whose indices numba knows are not negative: SIMD loops)
     nb = d.shape[0]
@@ -77,7 +77,7 @@ def _tile(buf, nt, size, c, d, w, block, out):  # out[t] for the windows buf[t :
             total[t] += wk * oldest[t]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _value(x, y, i, col, mode):  # the summed series at x[i, col] (`MODES`)
     a = x[i, col]
     if mode == 0:
@@ -92,7 +92,7 @@ def _value(x, y, i, col, mode):  # the summed series at x[i, col] (`MODES`)
     return a * b if mode == 1 else b * b
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _row(x, y, mode, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out):
     size = B * d.shape[0] + w.shape[0]
     for t0 in range(lo, hi, TILE):
@@ -118,7 +118,7 @@ def _row(x, y, mode, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out
             count[i, t0 - lo + t] = seen
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def window_kernel(x, y, mode, c, d, w, lag, lo, hi, sums, count):
     """sums[i, t - lo], count[i, t - lo] for t in [lo, hi): the window of column t is the
     series' columns t - lag - size + 1 .. t - lag, size = B len(d) + len(w) (columns before 0
