@@ -3,6 +3,8 @@ is kept, a partial session is refused (real processes on a demo home)."""
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 from pathlib import Path
 
@@ -75,3 +77,17 @@ def test_a_partial_session_is_refused_unless_partial(daily_home: Path, tmp_path:
     assert f"has prices for 5 of the {symbols} symbols the session before it had" in proc.stderr
     assert "--partial" in proc.stderr
     assert ingested_counts(home) == before
+
+
+def test_a_batch_command_freezes_the_collector_at_exit_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch commands skip the interpreter's final collections (0.3 s of the daily job's
+    exit): `gc.freeze` is registered to run at exit, once however many commands a process runs."""
+    cli_app = importlib.import_module("eqrisk.cli.app")  # `eqrisk.cli.app` names the Typer app
+    registered: list[object] = []
+    monkeypatch.setattr(cli_app, "_FREEZE_AT_EXIT", [])
+    monkeypatch.setattr(cli_app.atexit, "register", registered.append)
+    cli_app.skip_final_collections()
+    cli_app.skip_final_collections()
+    assert registered == [gc.freeze]

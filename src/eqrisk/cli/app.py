@@ -9,7 +9,9 @@ the command groups register themselves on `app` from their own modules."""
 
 from __future__ import annotations
 
+import atexit
 import errno
+import gc
 import re
 import sys
 from pathlib import Path
@@ -52,6 +54,23 @@ def reload_settings() -> Settings:
 
     settings.get_settings.cache_clear()
     return settings.get_settings()
+
+
+_FREEZE_AT_EXIT: list[bool] = []  # one atexit step per process, however many commands ran
+
+
+def skip_final_collections() -> None:
+    """A batch command's process (ingest, build, update) ends when the command does, and the
+    interpreter's final garbage collections would walk every object its imports and its model
+    left (numba's, pandas', pyarrow's: ~180k) only for the OS to take the pages back whole: the
+    daily job spent 0.36-0.43 s exiting, 0.06 s with `gc.freeze` run at exit (1,000 x 2,000,
+    2 cores). Atexit steps registered earlier (logging's flush) still run after it; objects left
+    in reference cycles are not finalized (Python promises no finalizer at exit: the command has
+    closed its files and published its version by then). Registered once per process (tests run
+    many commands in one)."""
+    if not _FREEZE_AT_EXIT:
+        _FREEZE_AT_EXIT.append(True)
+        atexit.register(gc.freeze)
 
 
 class EnvironmentProblem(Exception):

@@ -14,6 +14,7 @@ from eqrisk.cli.app import (
     app,
     effective_settings,
     fail,
+    skip_final_collections,
     summary_line,
 )
 from eqrisk.cli.output import note, out, print_json, result, stages
@@ -140,6 +141,7 @@ def _ingest(
     from eqrisk.data.master import Mappings
 
     use_calendar_cache(settings)
+    skip_final_collections()
     if options.get("max_move") is None and not options.get("merge"):
         options["max_move"] = settings.max_move
     if settings.min_price >= settings.max_price:
@@ -339,6 +341,7 @@ def _build(
     from eqrisk.snapshot.store import VersionStore
 
     use_calendar_cache(settings)
+    skip_final_collections()
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
         with stages("build") as say:
