@@ -91,3 +91,22 @@ def test_a_batch_command_freezes_the_collector_at_exit_once(
     cli_app.skip_final_collections()
     cli_app.skip_final_collections()
     assert registered == [gc.freeze]
+
+
+def test_heavy_imports_pause_the_collector_and_freeze_what_they_made() -> None:
+    """The collector is off while a batch command imports its libraries and on again after
+    (off still inside another pause); what exists by then is frozen, so later collections skip
+    it. The frozen objects are given back here: this process goes on."""
+    cli_app = importlib.import_module("eqrisk.cli.app")
+    assert gc.isenabled()
+    try:
+        with cli_app.heavy_imports():
+            assert not gc.isenabled()
+            with cli_app.heavy_imports():
+                pass
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
