@@ -3,6 +3,8 @@ is kept, a partial session is refused (real processes on a demo home)."""
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 from pathlib import Path
 
@@ -75,3 +77,36 @@ def test_a_partial_session_is_refused_unless_partial(daily_home: Path, tmp_path:
     assert f"has prices for 5 of the {symbols} symbols the session before it had" in proc.stderr
     assert "--partial" in proc.stderr
     assert ingested_counts(home) == before
+
+
+def test_a_batch_command_freezes_the_collector_at_exit_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch commands skip the interpreter's final collections (0.3 s of the daily job's
+    exit): `gc.freeze` is registered to run at exit, once however many commands a process runs."""
+    cli_app = importlib.import_module("eqrisk.cli.app")  # `eqrisk.cli.app` names the Typer app
+    registered: list[object] = []
+    monkeypatch.setattr(cli_app, "_FREEZE_AT_EXIT", [])
+    monkeypatch.setattr(cli_app.atexit, "register", registered.append)
+    cli_app.skip_final_collections()
+    cli_app.skip_final_collections()
+    assert registered == [gc.freeze]
+
+
+def test_heavy_imports_pause_the_collector_and_freeze_what_they_made() -> None:
+    """The collector is off while a batch command imports its libraries and on again after
+    (off still inside another pause); what exists by then is frozen, so later collections skip
+    it. The frozen objects are given back here: this process goes on."""
+    cli_app = importlib.import_module("eqrisk.cli.app")
+    assert gc.isenabled()
+    try:
+        with cli_app.heavy_imports():
+            assert not gc.isenabled()
+            with cli_app.heavy_imports():
+                pass
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()

@@ -14,6 +14,8 @@ from eqrisk.cli.app import (
     app,
     effective_settings,
     fail,
+    heavy_imports,
+    skip_final_collections,
     summary_line,
 )
 from eqrisk.cli.output import note, out, print_json, result, stages
@@ -134,12 +136,14 @@ def _ingest(
 ) -> IngestReport:
     """Ingest with the stages' progress; a refused ingest is the command's one-line error.
     A first ingest takes the setting's max_move; a merge the data set's (unless given)."""
-    from eqrisk.data.cells import InputLimits
-    from eqrisk.data.ingest import ingest as run_ingest
-    from eqrisk.data.ingest_report import IngestError
-    from eqrisk.data.master import Mappings
+    with heavy_imports():
+        from eqrisk.data.cells import InputLimits
+        from eqrisk.data.ingest import ingest as run_ingest
+        from eqrisk.data.ingest_report import IngestError
+        from eqrisk.data.master import Mappings
 
     use_calendar_cache(settings)
+    skip_final_collections()
     if options.get("max_move") is None and not options.get("merge"):
         options["max_move"] = settings.max_move
     if settings.min_price >= settings.max_price:
@@ -220,8 +224,9 @@ def ingest(
     rejected.csv) unless --skip-bad-rows, which takes the good rows and says how many. Refuses
     (exit 1, nothing changed) to replace the data set with one of less than half its symbols
     or sessions, or when more than half of the rows are rejected, unless --replace."""
-    from eqrisk.data.columns import parse_mapping
-    from eqrisk.data.ingest_report import render_report
+    with heavy_imports():
+        from eqrisk.data.columns import parse_mapping
+        from eqrisk.data.ingest_report import render_report
 
     settings = effective_settings(min_price=min_price, max_price=max_price)
     given = (master, shares, actions, return_decisions)
@@ -332,13 +337,15 @@ def _build(
     as_json: bool,
 ) -> None:
     """`eqrisk build` (and the build half of `eqrisk update`)."""
-    from eqrisk.build.distributed import DaskUnavailable
-    from eqrisk.build.pipeline import build_snapshot
-    from eqrisk.build.unchanged import NothingNew
-    from eqrisk.model.run import ModelParams
-    from eqrisk.snapshot.store import VersionStore
+    with heavy_imports():
+        from eqrisk.build.distributed import DaskUnavailable
+        from eqrisk.build.pipeline import build_snapshot
+        from eqrisk.build.unchanged import NothingNew
+        from eqrisk.model.run import ModelParams
+        from eqrisk.snapshot.store import VersionStore
 
     use_calendar_cache(settings)
+    skip_final_collections()
     try:
         params = ModelParams(settings.window, settings.min_obs, settings.halflife)
         with stages("build") as say:
@@ -434,7 +441,8 @@ def update(
     the new rows' returns, and is refused when a new session prices less than
     EQRISK_MIN_COVERAGE of the symbols of the session before it (unless --partial). An update
     that changes nothing prints "nothing new" and publishes no version."""
-    from eqrisk.data.ingest_report import render_report
+    with heavy_imports():
+        from eqrisk.data.ingest_report import render_report
 
     settings = effective_settings(min_price=min_price, max_price=max_price)
     _check_basis(prices_basis)
