@@ -166,6 +166,36 @@ def test_a_new_version_links_equal_chunks_and_writes_only_changed_ones(tmp_path:
     _same(np.asarray(opened["n"]), counts)
 
 
+def test_writers_side_by_side_write_what_one_writes(tmp_path: Path) -> None:
+    """`write_block(..., writers=3)` writes each time chunk on one of three threads: the same
+    files, bit for bit, the same codes and the same stats (files in chunk order) as one
+    writer, with or without a previous version to link from."""
+    dense, other = _dense(), _dense(seed=4)
+    counts = np.tile(np.minimum(np.arange(GRID.t), 252.0), (GRID.n, 1))
+    fields = {"x": dense, "y": other, "n": counts}
+    base = tmp_path / "base"
+    for b in range(GRID.blocks):
+        chunks.write_block(base, {"x": dense, "y": dense, "n": counts}, GRID, b)
+    for previous in (None, base):
+        got = {}
+        for writers in (1, 3):
+            folder = tmp_path / f"w{writers}-{previous is not None}"
+            stats = chunks.WriteStats()
+            codes = [
+                chunks.write_block(folder, fields, GRID, b, previous=previous, stats=stats,
+                                   writers=writers)
+                for b in range(GRID.blocks)
+            ]  # fmt: skip
+            files = {
+                str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.npy"))
+            }
+            got[writers] = (codes, stats, files)
+        assert got[1][0] == got[3][0]
+        assert got[1][1] == got[3][1]
+        assert got[1][2] == got[3][2]
+        assert got[3][1].written > 0 and (previous is None or got[3][1].shared > 0)
+
+
 def test_a_damaged_previous_chunk_is_rewritten_not_linked(tmp_path: Path) -> None:
     dense = _dense()
     first, _, _, _ = _write(tmp_path, {"x": dense})

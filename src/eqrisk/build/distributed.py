@@ -26,6 +26,7 @@ numbers in memory.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -225,8 +226,11 @@ def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> Bl
     stats = chunks.WriteStats()
     codes: dict[str, list[str]] = {name: [] for name in sorted(stored)}
     previous = Path(job.previous) if job.previous is not None else None
+    writers = threads or os.cpu_count() or 1  # the block's cores write its time chunks
     for b in range(job.b0, job.b1):
-        lines = chunks.write_block(folder, stored, job.grid, b, previous=previous, stats=stats)
+        lines = chunks.write_block(
+            folder, stored, job.grid, b, previous=previous, stats=stats, writers=writers
+        )
         for name, line in lines.items():
             codes[name].append(line)
     has = np.isfinite(metrics["price_close"])

@@ -6,10 +6,13 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from collections.abc import Callable, Mapping
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +29,8 @@ from eqrisk.snapshot.chunks.layout import (
 )
 from eqrisk.snapshot.integrity import save_array
 
+R = TypeVar("R")
+
 
 @dataclass
 class WriteStats:
@@ -38,6 +43,15 @@ class WriteStats:
     bytes_written: int = 0
     derived: list[str] = field(default_factory=list)
     written_files: list[str] = field(default_factory=list)
+
+    def add(self, other: WriteStats) -> None:
+        """Count what `other` did too (its files after these)."""
+        self.written += other.written
+        self.shared += other.shared
+        self.empty += other.empty
+        self.bytes_written += other.bytes_written
+        self.derived.extend(other.derived)
+        self.written_files.extend(other.written_files)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -117,9 +131,14 @@ def write_block(
     stats: WriteStats | None = None,
     reuse: int = 0,
     previous_codes: Mapping[str, str] | None = None,
+    writers: int = 1,
 ) -> dict[str, str]:
     """Write the chunks of symbol block b of every field: per time chunk, the float64 fields
     together in one row-major group file, the others (narrow dtypes) each in its own.
+
+    `writers` threads write the time chunks side by side (each file is one chunk's: the
+    files, codes and stats are those of one writer, merged in chunk order); the numpy work
+    of a chunk (copies, NaN scans, narrowing, grouping) and its writes release the GIL.
 
     With `reuse` = c0 (an incremental build), the chunks c < c0 are hard links to the files of
     the `previous` version, whose block-b codes `previous_codes` gives, never read: the fields
@@ -149,10 +168,38 @@ def write_block(
                 link_unread(folder, group_path(b, c), previous)
                 link_unread(folder, runs_path(b, c), previous)
                 stats.shared += 1
-    buffer: np.ndarray = np.empty(0)  # reused chunk after chunk
-    for c in range(reuse, grid.chunks):
-        buffer = _write_chunk(folder, fields, names, grid, (b, c), buffer, previous, stats, codes)
+    buffers = threading.local()  # each writer's chunk buffer, reused chunk after chunk
+
+    def write(c: int) -> tuple[dict[str, list[str]], WriteStats]:
+        own_codes: dict[str, list[str]] = {name: [] for name in names}
+        own_stats = WriteStats()
+        buffers.it = _write_chunk(
+            folder, fields, names, grid, (b, c), getattr(buffers, "it", np.empty(0)), previous,
+            own_stats, own_codes,
+        )  # fmt: skip
+        return own_codes, own_stats
+
+    for own_codes, own_stats in _chunks_on(writers, range(reuse, grid.chunks), write):
+        for name, line in own_codes.items():
+            codes[name].extend(line)
+        stats.add(own_stats)
     return {name: "".join(line) for name, line in codes.items()}
+
+
+def _chunks_on(writers: int, chunks: range, write: Callable[[int], R]) -> Iterator[R]:
+    """`write(c)` of every chunk, in chunk order, on `writers` threads (this one alone for 1);
+    at most two chunks a writer are in flight."""
+    if writers <= 1 or len(chunks) <= 1:
+        yield from map(write, chunks)
+        return
+    with ThreadPoolExecutor(writers, thread_name_prefix="eqrisk-chunks") as pool:
+        queued: deque[Future[R]] = deque()
+        for c in chunks:
+            if len(queued) >= 2 * writers:
+                yield queued.popleft().result()
+            queued.append(pool.submit(write, c))
+        while queued:
+            yield queued.popleft().result()
 
 
 def _write_chunk(
