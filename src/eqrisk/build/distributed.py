@@ -66,6 +66,10 @@ if TYPE_CHECKING:
 # numba's default threading layer must not be entered by two threads of one process at once:
 # a worker started with several threads runs its blocks one at a time, each in parallel inside.
 _KERNEL_LOCK = threading.Lock()
+# Threads that write a block's time chunks: each holds a chunk of the block (about 60 MB at 512
+# symbols x 512 sessions). Two on 2 cores: the blocks stage of 2,000 x 7,560 from about 18 s to
+# 10-13 s; more than a few would hold more memory than they save time.
+MAX_WRITERS = 4
 
 
 @contextmanager
@@ -226,7 +230,7 @@ def _write_task(shared: SharedFactors, job: BlockJob, threads: int | None) -> Bl
     stats = chunks.WriteStats()
     codes: dict[str, list[str]] = {name: [] for name in sorted(stored)}
     previous = Path(job.previous) if job.previous is not None else None
-    writers = threads or os.cpu_count() or 1  # the block's cores write its time chunks
+    writers = min(threads or os.cpu_count() or 1, MAX_WRITERS)  # the block's cores write it
     for b in range(job.b0, job.b1):
         lines = chunks.write_block(
             folder, stored, job.grid, b, previous=previous, stats=stats, writers=writers
