@@ -30,7 +30,6 @@ from eqrisk.model.styles import (
     StyleParams,
     block_exposures,
     descriptor_block,
-    descriptor_columns,
     descriptors,
     exposures_of,
     standardise,
@@ -123,8 +122,9 @@ def test_a_run_computes_the_descriptors_and_exposures_of_its_sessions_only(
     turnover = np.abs(r) + 0.01  # any positive series
     cols = slice(600, 700)
     full = descriptors(r, mkt, cap, turnover, columns=cols)
-    part = descriptor_columns(r, mkt, cap, turnover, columns=cols)
-    assert list(part) == list(full)
+    block = descriptor_block(r, mkt, cap, turnover, columns=cols)
+    part = dict(zip(full, block, strict=True))
+    assert block.shape == (len(full), r.shape[0], 100)
     for name, values in part.items():
         assert values.shape == (r.shape[0], 100)
         np.testing.assert_array_equal(values, full[name][:, cols])
@@ -136,8 +136,6 @@ def test_a_run_computes_the_descriptors_and_exposures_of_its_sessions_only(
     np.testing.assert_array_equal(have, want)
     # The kernel writes every cell of its output (NaN outside the rows with a cap): a block of
     # garbage, a strided view of a larger block, ends the same.
-    block = descriptor_block(r, mkt, cap, turnover, columns=cols)
-    np.testing.assert_array_equal(block, np.stack(list(part.values())))
     into = np.full((len(part) + 1, r.shape[0], 130), 7.0)
     block_exposures(block, list(part), cap[:, cols], stocks, out=into[1:, :, 30:])
     np.testing.assert_array_equal(into[1:, :, 30:], want)

@@ -205,29 +205,14 @@ def descriptors(
     the other sessions are NaN)."""
     n, n_t = returns.shape
     lo, hi = _bounds(columns, n_t)
-    part = descriptor_columns(returns, market, cap, turnover, names, columns=columns)
+    block = descriptor_block(returns, market, cap, turnover, names, columns=columns)
     out: dict[str, np.ndarray] = {}
-    for name in names:
+    for s, name in enumerate(names):
         out[name] = np.empty((n, n_t))
         out[name][:, :lo] = np.nan
         out[name][:, hi:] = np.nan
-        out[name][:, lo:hi] = part[name]
+        out[name][:, lo:hi] = block[s]
     return out
-
-
-def descriptor_columns(
-    returns: np.ndarray,
-    market: np.ndarray,
-    cap: np.ndarray,
-    turnover: np.ndarray | None,
-    names: tuple[str, ...] = STYLE_NAMES,
-    *,
-    columns: slice | None = None,
-) -> dict[str, np.ndarray]:
-    """`descriptors`' sessions `columns` only (n x their number each, in the order of
-    `names`): what a run that needs a few sessions of a long history keeps."""
-    block = descriptor_block(returns, market, cap, turnover, names, columns=columns)
-    return {name: block[s] for s, name in enumerate(names)}
 
 
 def descriptor_block(
@@ -239,8 +224,9 @@ def descriptor_block(
     *,
     columns: slice | None = None,
 ) -> np.ndarray:
-    """`descriptor_columns` as one block (len(names) x n x sessions, in the order of `names`),
-    each descriptor written into its row of the block (no stacking copy)."""
+    """`descriptors`' sessions `columns` only, as one block (len(names) x n x their number, in
+    the order of `names`): what a run that needs a few sessions of a long history keeps. Each
+    descriptor is written into its row of the block (no stacking copy)."""
     n, n_t = returns.shape
     lo, hi = _bounds(columns, n_t)
     block = np.empty((len(names), n, max(hi - lo, 0)))
@@ -322,7 +308,7 @@ def style_exposures(
 
 
 def exposures_of(raw: dict[str, np.ndarray], cap: np.ndarray, stocks: np.ndarray) -> np.ndarray:
-    """`style_exposures` of the sessions of `raw` (n x K each: `descriptor_columns`) and
+    """`style_exposures` of the sessions of `raw` (n x K each: rows of `descriptor_block`) and
     `cap` (n x K, the same sessions')."""
     names = list(raw)
     if not names:
