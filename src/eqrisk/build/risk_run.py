@@ -338,8 +338,8 @@ def _chunk(
     # columns, its state moved to their origin and back, so memory holds a chunk and its
     # history of the fields, never the (n x T) history.
     first = max(lo - inputs.history(), 0)
-    start = min(first, max(lo - prev_inputs.history(), 0))
-    read.advance(start, hi)
+    p_first = max(lo - prev_inputs.history(), 0)  # the previous model's run
+    read.advance(min(first, p_first), hi)
     hedge.advance(max(lo - 1, 0), hi)
     model = _run(read, inputs, symbols, stocks, first, hi, state, hedge=hedge)
     _save(folder, _rel("cov", c), model.factor_cov.cov, previous)
@@ -349,7 +349,6 @@ def _chunk(
         _save(folder, _rel(prefix, c), predicted[name], previous)
     for prefix, values in save_layer(model).items():
         _save(folder, _rel(prefix, c), values, previous)
-    p_first = max(lo - prev_inputs.history(), 0)
     prev = _run(read, prev_inputs, symbols, stocks, p_first, hi, prev_state, hedge=hedge)
     prev_after = prev.state.moved(p_first)
     etf = np.asarray(inputs.factors[:, lo - inputs.first : hi - inputs.first], np.float64)
