@@ -9,6 +9,8 @@ place among a bounded number of connections (docs/decisions/outages.md).
   per 64 KiB of body, not per byte that arrives.
 - A keep-alive connection may wait `idle_timeout_s` for its next request, also after an answer
   given before its body was read (uvicorn's timer does not cover that one).
+- A timer that comes due while the client's bytes wait unread (a worker late to read its
+  sockets) waits one turn of the loop for them to be read before it acts.
 - At most `connection_cap()` connections per worker: `max_connections`, and always some way
   below the process's file limit, so that `accept` never fails for lack of descriptors (libuv
   then drops every pending connection, health checks included). A connection past the cap
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import select
 import uuid
 from typing import Any, Literal
 
@@ -33,6 +36,9 @@ Phase = Literal["head", "body", "app", "idle"]
 # pools, snapshot files, SQLite, logs): the cap stays this far below the file limit.
 RESERVED_FDS = 256
 WAKE_BYTES = 64 * 1024  # body bytes gathered before the app reading them is woken
+# A due timer's wait for bytes already sent to be read (`_expired`): any positive delay puts
+# the next check after the loop's next read of its sockets.
+LATE_READ_S = 0.001
 
 
 def connection_cap(max_connections: int) -> int:
@@ -103,14 +109,31 @@ class GuardedHttpToolsProtocol(BoundedHttpToolsProtocol):
         if timeout is not None:
             self._timer = self.loop.call_later(timeout, self._expired, phase)
 
-    def _expired(self, phase: Phase) -> None:
+    def _expired(self, phase: Phase, read_first: bool = True) -> None:
+        """`phase`'s timer is due. The loop runs due timers before it reads ready sockets, and
+        a timer set in a long turn of the loop counts from the turn's start: a worker that is
+        late (a flood, a slow callback) finds a timer due while bytes the client sent in time
+        wait unread. Then the timer waits one turn of the loop, in which they are read, and is
+        final: a client trickling its head gets no more time than that."""
         self._timer = None
         if self.phase != phase or self.transport is None or self.transport.is_closing():
+            return
+        if read_first and self._bytes_waiting():
+            self._timer = self.loop.call_later(LATE_READ_S, self._expired, phase, False)
             return
         if phase == "head":
             detail = f"the request head did not arrive within {self.header_timeout_s:g} s"
             self.transport.write(raw_problem("REQUEST_TIMEOUT", detail))
         self.transport.close()
+
+    def _bytes_waiting(self) -> bool:
+        """Whether the client has sent bytes (or its end) this worker has not read yet."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
