@@ -141,6 +141,11 @@ def test_a_small_update_with_dask_set_is_incremental_in_process(tmp_path: Path) 
     scheduler named is never reached: there is none); over `dask_min_cells` it goes to Dask."""
     import dask
 
+    # distributed adds its defaults to dask's config when first imported: imported inside the
+    # `dask.config.set` below, they would leave with it (the set takes out the top-level key
+    # it found missing), and every later LocalCluster of this process would fail on them.
+    import distributed  # noqa: F401
+
     panel, master = synthetic_market(40, 301, seed=9)
     store = VersionStore(tmp_path / "snapshots")
     publish_panel(store, _cut(panel, 300), master, PARAMS, full=True)
