@@ -125,3 +125,48 @@ def test_record_thread_runs_the_steps_in_order_one_waiting(
         assert state == 103
     assert ran == [(100, 0), (101, 1), (102, 2)]
     assert saved == [1, 2, 3]
+
+
+def test_the_long_table_runs_beside_the_risk_model_and_its_error_is_the_builds(
+    short_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build whose arrays are files writes the long table on a thread of its own, through
+    its own mapping of the arrays, while the risk model is written: its files are those of the
+    long table written alone, and an error there fails the build, which publishes nothing."""
+    import threading
+
+    from eqrisk.snapshot import tables
+    from eqrisk.snapshot.chunks import open_arrays
+
+    real = tables.write_security_history
+    seen: list[tuple[str, bool, tuple[Any, ...]]] = []
+
+    def watched(folder: Path, fields: Any, *args: Any, **kw: Any) -> list[str]:
+        stores = {id(getattr(f, "_store", None)) for f in fields.values()}
+        seen.append((threading.current_thread().name, len(stores) == 1, args))
+        return real(folder, fields, *args, **kw)
+
+    monkeypatch.setattr(tables, "write_security_history", watched)
+    build_snapshot(short_home, ModelParams(), full=True)
+    ((name, one_store, args),) = seen
+    assert name.startswith("eqrisk-history") and one_store
+    folder = snapshots_dir(short_home) / _current(short_home)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    # The same files as the long table written alone, in this thread, from the version's arrays.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    files = real(alone, open_arrays(folder, manifest["arrays"]), *args)
+    assert files == manifest["security_history"] and len(files) > 1
+    for rel in files:
+        assert (folder / rel).read_bytes() == (alone / rel).read_bytes(), rel
+
+    def failing(*args: Any, **kw: Any) -> list[str]:
+        raise RuntimeError("the long table failed")
+
+    before = _current(short_home)
+    versions = sorted(p.name for p in snapshots_dir(short_home).iterdir() if p.is_dir())
+    monkeypatch.setattr(tables, "write_security_history", failing)
+    with pytest.raises(RuntimeError, match="the long table failed"):
+        build_snapshot(short_home, ModelParams(), full=True)
+    assert _current(short_home) == before
+    assert sorted(p.name for p in snapshots_dir(short_home).iterdir() if p.is_dir()) == versions

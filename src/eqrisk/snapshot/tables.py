@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,23 +148,37 @@ def write_content(
     symbols = symbols_table(content)
     pq.write_table(pa.Table.from_pandas(symbols, preserve_index=False), folder / "symbols.parquet")
 
+    def history_of(read: Mapping[str, Any]) -> list[str]:
+        return write_security_history(
+            folder,
+            read,
+            result.symbols.tolist(),
+            panel.sessions,
+            grid,
+            previous=previous,
+            stats=stats,
+            progress=say,
+            reuse=reuse.chunks if reuse is not None else 0,
+            previous_files=reuse.manifest["security_history"] if reuse is not None else None,
+        )
+
     say("writing security_history")
-    history = write_security_history(
-        folder,
-        fields,
-        result.symbols.tolist(),
-        panel.sessions,
-        grid,
-        previous=previous,
-        stats=stats,
-        progress=say,
-        reuse=reuse.chunks if reuse is not None else 0,
-        previous_files=reuse.manifest["security_history"] if reuse is not None else None,
-    )
     more: dict[str, Any] = {}
-    if content.more is not None:
+    if content.more is None:
+        history = history_of(fields)
+    elif content.staged is None:
+        history = history_of(fields)
         say("writing the risk model (F, D, predicted volatility)")
         more = content.more(folder, fields, grid)
+    else:
+        # The arrays are files: the long table reads them through a mapping of its own (its
+        # `close_files` and the risk model's leave each other's alone) on a thread, beside
+        # the risk model, which leaves part of a core idle (docs/decisions/builds.md).
+        with ThreadPoolExecutor(1, thread_name_prefix="eqrisk-history") as pool:
+            pending = pool.submit(history_of, chunks.open_arrays(folder, arrays))
+            say("writing the risk model (F, D, predicted volatility)")
+            more = content.more(folder, fields, grid)
+            history = pending.result()
     manifest = {
         **_manifest_head(content, version, symbols),
         "fields": sorted(fields),
