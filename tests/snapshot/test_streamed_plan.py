@@ -108,3 +108,36 @@ def test_planning_holds_a_slice_not_the_history(tmp_path: Path) -> None:
     one_field = 600 * 6000 * 8
     assert long < 1.15 * short, (short, long)
     assert long < one_field, (long, one_field)
+
+
+def test_the_next_slice_is_read_while_this_one_is_planned() -> None:
+    """`_read_ahead`: the slices in order, the next one's read started before this one is
+    handed over, at most one read ahead; a read's error is raised at its turn."""
+    import threading
+
+    from eqrisk.build.block_inputs import _read_ahead
+
+    started: list[tuple[int, int]] = []
+    spans = [(0, 10), (5, 20), (15, 30)]
+    second = threading.Event()
+
+    def read(t0: int, t1: int) -> tuple[np.ndarray, np.ndarray]:
+        assert threading.current_thread().name.startswith("eqrisk-plan-read")
+        started.append((t0, t1))
+        if t0 == 5:
+            second.set()
+        if t0 == 15:
+            raise OSError("the third slice's file is gone")
+        return np.full(1, float(t0)), np.full(1, float(t1))
+
+    slices = _read_ahead(read, spans)
+    close, cap = next(slices)
+    assert (close[0], cap[0]) == (0.0, 10.0)
+    # The generator waits at its `yield`: a read that starts now was asked for before it.
+    assert second.wait(10)
+    assert started == spans[:2]  # and no further
+    close, cap = next(slices)
+    assert (close[0], cap[0]) == (5.0, 20.0)
+    with pytest.raises(OSError, match="the third slice's file is gone"):
+        next(slices)
+    assert list(_read_ahead(read, [])) == []

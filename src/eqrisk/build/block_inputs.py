@@ -15,7 +15,8 @@ The input digests of a streamed plan are computed as its slices pass (`increment
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -178,6 +179,20 @@ def piece_path(folder: Path, name: str, block: int, piece: int) -> Path:
     return folder / f"{name}.{block}.{piece}.npy"
 
 
+def _read_ahead(
+    read: SliceReader, spans: list[tuple[int, int]]
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`read` of each span in turn, the next one read on a thread while the caller plans this
+    one (Parquet's decoding and numpy's copies leave the GIL): at most two slices held."""
+    with ThreadPoolExecutor(1, thread_name_prefix="eqrisk-plan-read") as pool:
+        pending = pool.submit(read, *spans[0]) if spans else None
+        for i in range(len(spans)):
+            assert pending is not None
+            got = pending.result()
+            pending = pool.submit(read, *spans[i + 1]) if i + 1 < len(spans) else None
+            yield got
+
+
 def stream_plan(
     shape: PlanShape,
     read: SliceReader,
@@ -207,9 +222,9 @@ def stream_plan(
     entries: list[dict[str, Any]] = []
     cells = np.array(sorted(breaks), dtype=np.int64).reshape(-1, 2)
     folder.mkdir(parents=True, exist_ok=True)
-    for p, (t0, t1) in enumerate(pieces):
+    slices = _read_ahead(read, [(t0 - min(LEAD, t0), t1) for t0, t1 in pieces])
+    for p, ((t0, t1), (close, cap)) in enumerate(zip(pieces, slices, strict=True)):
         lead = min(LEAD, t0)
-        close, cap = read(t0 - lead, t1)
         if close.shape != (n, t1 - t0 + lead):
             raise RuntimeError(f"a slice read {close.shape}, not {(n, t1 - t0 + lead)}")
         exclude = np.zeros(close.shape, dtype=bool)
