@@ -14,7 +14,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +189,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def uvicorn_in_thread(config: Any) -> Iterator[Any]:
+    """A real uvicorn (`uvicorn.Config`) serving in this process on a thread, from when it has
+    started until it is stopped at the block's end."""
+    import uvicorn
+
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive()
+        time.sleep(0.02)
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 def children_of(pid: int) -> list[int]:

@@ -22,7 +22,7 @@ import uvicorn
 
 from eqrisk.api.connections import GuardedHttpToolsProtocol
 from eqrisk.settings import get_settings
-from helpers import free_port
+from helpers import free_port, uvicorn_in_thread
 
 TIMEOUT_S = 0.5
 STALL_S = 3 * TIMEOUT_S
@@ -62,17 +62,10 @@ def stalling_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, uvic
         lifespan="off",
         log_level="warning",
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive()
-        time.sleep(0.02)
     try:
-        yield port, server
+        with uvicorn_in_thread(config) as server:
+            yield port, server
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         get_settings.cache_clear()
 
 

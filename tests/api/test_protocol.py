@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
@@ -20,7 +19,7 @@ import uvicorn
 
 from eqrisk.api.app import create_app
 from eqrisk.settings import Settings
-from helpers import Server, free_port, raw_request
+from helpers import Server, free_port, raw_request, uvicorn_in_thread
 
 MALFORMED = [
     b"GARBAGE\r\n\r\n",
@@ -81,17 +80,8 @@ def capped_server(home: Path) -> Iterator[str]:
         limit_concurrency=2,
         log_level="warning",
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive()
-        time.sleep(0.05)
-    try:
+    with uvicorn_in_thread(config):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def test_a_worker_over_its_concurrency_limit_answers_problem_json_503(capped_server: str) -> None:
