@@ -164,13 +164,7 @@ def write_content(
 
     say("writing security_history")
     more: dict[str, Any] = {}
-    if content.more is None:
-        history = history_of(fields)
-    elif content.staged is None:
-        history = history_of(fields)
-        say("writing the risk model (F, D, predicted volatility)")
-        more = content.more(folder, fields, grid)
-    else:
+    if content.more is not None and content.staged is not None:
         # The arrays are files: the long table reads them through a mapping of its own (its
         # `close_files` and the risk model's leave each other's alone) on a thread, beside
         # the risk model, which leaves part of a core idle (docs/decisions/builds.md).
@@ -179,6 +173,11 @@ def write_content(
             say("writing the risk model (F, D, predicted volatility)")
             more = content.more(folder, fields, grid)
             history = pending.result()
+    else:
+        history = history_of(fields)
+        if content.more is not None:
+            say("writing the risk model (F, D, predicted volatility)")
+            more = content.more(folder, fields, grid)
     manifest = {
         **_manifest_head(content, version, symbols),
         "fields": sorted(fields),
