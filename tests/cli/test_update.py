@@ -6,6 +6,9 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -110,3 +113,58 @@ def test_heavy_imports_pause_the_collector_and_freeze_what_they_made() -> None:
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+def test_huge_page_advice_is_off_inside_and_put_back_after() -> None:
+    """numpy's huge-page advice (a process-wide switch whose setter returns the state it
+    replaces) is off inside `without_huge_pages` and back as it was after, either way."""
+    from numpy._core import multiarray
+
+    cli_app = importlib.import_module("eqrisk.cli.app")
+    switch = multiarray._set_madvise_hugepage
+    before = switch(True)
+    try:
+        with cli_app.without_huge_pages():
+            assert switch(False) is False
+        assert switch(False) is True
+        with pytest.raises(RuntimeError), cli_app.without_huge_pages():
+            raise RuntimeError("a failing command")
+        assert switch(False) is False  # it was off when entered: still off
+    finally:
+        switch(before)
+
+
+def test_the_daily_job_merges_and_builds_without_huge_page_advice(
+    daily_home: Path, tmp_path: Path
+) -> None:
+    """In a real `eqrisk update` process, numpy's advice is on before the command and off while
+    it merges (read through the switch, which returns the state it replaces)."""
+    path = tmp_path / "same.csv"
+    _last_day(daily_home).to_csv(path, index=False)
+    code = (
+        "import sys\n"
+        "from numpy._core import multiarray\n"
+        "import eqrisk.cli.data as data\n"
+        "from eqrisk.cli import main\n"
+        "def state():\n"
+        "    was = multiarray._set_madvise_hugepage(False)\n"
+        "    multiarray._set_madvise_hugepage(was)\n"
+        "    return was\n"
+        "real = data._ingest\n"
+        "def spy(*args, **kwargs):\n"
+        "    print('advice during the merge:', state(), file=sys.stderr)\n"
+        "    return real(*args, **kwargs)\n"
+        "data._ingest = spy\n"
+        "print('advice before:', state(), file=sys.stderr)\n"
+        "sys.argv = ['eqrisk', 'update', sys.argv[1]]\n"
+        "main()\n"
+    )
+    # numpy's own default (on, from Linux 4.6), stated: the variable may be set around the tests
+    env = {**os.environ, "EQRISK_HOME": str(daily_home), "NUMPY_MADVISE_HUGEPAGE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "advice before: True" in proc.stderr
+    assert "advice during the merge: False" in proc.stderr
+    assert "nothing new" in proc.stdout

@@ -95,6 +95,29 @@ def heavy_imports() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def without_huge_pages() -> Iterator[None]:
+    """numpy's advice to the kernel to back its large arrays with 2 MB pages (madvise
+    MADV_HUGEPAGE, numpy's default on Linux) off while the daily job runs. Where transparent
+    huge pages are `madvise` with `defrag` `madvise` (Debian's defaults), a page fault in such
+    an array compacts memory on the spot to find a free 2 MB page, and the daily job's page
+    cache (the versions it reads) leaves little of it free: 1.3-1.7 s of its 4.7-5.1 s were
+    the kernel's, and without the advice the job took 0.38 s less (median of 10 runs in turn,
+    5,000 x 7,560, docs/BENCHMARKS.md). The advice is numpy's process-wide switch; it is put
+    back after."""
+    from numpy._core import multiarray
+
+    switch = getattr(multiarray, "_set_madvise_hugepage", None)
+    if switch is None:  # a numpy without the switch gives no advice to take back
+        yield
+        return
+    before = switch(False)
+    try:
+        yield
+    finally:
+        switch(before)
+
+
 class EnvironmentProblem(Exception):
     """Something around eqrisk is not usable (exit 3); the message names the cause and the fix."""
 

@@ -17,6 +17,7 @@ from eqrisk.cli.app import (
     heavy_imports,
     skip_final_collections,
     summary_line,
+    without_huge_pages,
 )
 from eqrisk.cli.output import note, out, print_json, result, stages
 
@@ -444,44 +445,45 @@ def update(
     with heavy_imports():
         from eqrisk.data.ingest_report import render_report
 
-    settings = effective_settings(min_price=min_price, max_price=max_price)
-    _check_basis(prices_basis)
-    prices = list(prices or [])
-    if from_provider is not None:
-        from eqrisk.cli.feeds import fetch_file
+    with without_huge_pages():
+        settings = effective_settings(min_price=min_price, max_price=max_price)
+        _check_basis(prices_basis)
+        prices = list(prices or [])
+        if from_provider is not None:
+            from eqrisk.cli.feeds import fetch_file
 
-        fetched, _ = fetch_file(settings, from_provider, since, None, None, None)
-        if fetched is None and not prices:
-            note(f"nothing new from {from_provider}: the data set and snapshot are unchanged")
+            fetched, _ = fetch_file(settings, from_provider, since, None, None, None)
+            if fetched is None and not prices:
+                note(f"nothing new from {from_provider}: the data set and snapshot are unchanged")
+                return
+            prices += [fetched] if fetched is not None else []
+        if not prices:
+            raise fail("give the new price files, or --from PROVIDER to fetch them", 2)
+        _check_files([*prices, *([master] if master is not None else [])])
+        report = _ingest(
+            settings,
+            prices,
+            master,
+            merge=True,
+            data_source=source,
+            max_move=max_move,
+            prices_basis=prices_basis,
+            keep_split_moves=keep_split_moves,
+            rejudge=rejudge,
+            partial=partial,
+            date_format=date_format,
+            skip_bad_rows=skip_bad_rows,
+        )
+        if not as_json:
+            render_report(report, out)
+        if not _taken(report, skip_bad_rows):
+            if as_json:
+                print_json({"ingest": report.to_dict()})
+            raise typer.Exit(1)
+        if report.nothing_new:
+            if as_json:
+                print_json({"ingest": report.to_dict(), "build": None, "nothing_new": True})
+            else:
+                result("nothing new: the data set and the snapshot are unchanged")
             return
-        prices += [fetched] if fetched is not None else []
-    if not prices:
-        raise fail("give the new price files, or --from PROVIDER to fetch them", 2)
-    _check_files([*prices, *([master] if master is not None else [])])
-    report = _ingest(
-        settings,
-        prices,
-        master,
-        merge=True,
-        data_source=source,
-        max_move=max_move,
-        prices_basis=prices_basis,
-        keep_split_moves=keep_split_moves,
-        rejudge=rejudge,
-        partial=partial,
-        date_format=date_format,
-        skip_bad_rows=skip_bad_rows,
-    )
-    if not as_json:
-        render_report(report, out)
-    if not _taken(report, skip_bad_rows):
-        if as_json:
-            print_json({"ingest": report.to_dict()})
-        raise typer.Exit(1)
-    if report.nothing_new:
-        if as_json:
-            print_json({"ingest": report.to_dict(), "build": None, "nothing_new": True})
-        else:
-            result("nothing new: the data set and the snapshot are unchanged")
-        return
-    _build(settings, keep=keep, force=False, dask_workers=None, full=full, as_json=as_json)
+        _build(settings, keep=keep, force=False, dask_workers=None, full=full, as_json=as_json)
