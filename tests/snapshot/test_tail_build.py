@@ -169,19 +169,24 @@ def test_a_tail_plans_digests_are_the_whole_plans(real: dict[str, Any]) -> None:
         panel = read_panel(found, raw, since=window.since)
         assert len(panel.sessions) == len(calendar) - base
         # As a tail build reads it: the fields beyond close and cap from the year of the first
-        # chunk not proved on (NaN before: nothing reads them there).
+        # chunk not proved on, and held from there only (nothing reads them before).
         assert window.digested is not None
         narrow = read_panel(found, raw, since=window.since, others_since=window.digested)
         year = np.datetime64(f"{window.digested.year}-01-01", "D")
         kept = int(np.searchsorted(panel.sessions, year))
-        assert kept <= proved * L - base
+        assert 0 < kept <= proved * L - base
+        assert narrow.others_from == kept and panel.others_from == 0
         for name in ("close", "market_cap"):
             np.testing.assert_array_equal(getattr(narrow, name), getattr(panel, name))
+        n, n_t = panel.shape
         for name in ("open", "high", "low", "close_raw", "volume"):
+            assert getattr(narrow, name).shape == (n, n_t - kept)
+            np.testing.assert_array_equal(narrow.field(name, kept), panel.field(name, kept))
             np.testing.assert_array_equal(
-                getattr(narrow, name)[:, kept:], getattr(panel, name)[:, kept:]
+                narrow.field(name, kept + 3, kept + 9), panel.field(name, kept + 3, kept + 9)
             )
-            assert np.isnan(getattr(narrow, name)[:, :kept]).all()
+            with pytest.raises(ValueError, match=f"holds {name} from session {kept} on"):
+                narrow.field(name, kept - 1)
         for read in (panel, narrow):
             breaks = return_breaks(breaks_list, read.symbols, read.sessions)
             plan = plan_model(read, master, params, exclude=breaks)

@@ -111,7 +111,7 @@ def input_digests(
             {
                 "close": panel.close[:, lo:hi],
                 **{
-                    name: getattr(panel, name)[:, lo:hi]
+                    name: panel.field(name, lo, hi)
                     for name in PANEL_ARRAYS
                     if name in panel.read  # the others: `RowDigests`, as the blocks read them
                 },

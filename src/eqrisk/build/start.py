@@ -192,7 +192,7 @@ def run_tail(
         written = tail.tail_panel(reading.panel, at, window, previous)
     fields: dict[str, Any] = dict(result.metrics)
     for name in PANEL_ARRAYS:
-        fields[name] = getattr(written, name)
+        fields[name] = written.field(name)
     broken = incremental.derivations_hold(fields, manifest["arrays"]["derived"], at)
     if broken:
         return f"fields no longer derived on read: {', '.join(broken)}"

@@ -126,7 +126,7 @@ def tail_panel(panel: Panel, start: int, window: Window, previous: FieldSource) 
     version's stored price fields (read only if asked)."""
     names = {"close": "price_close", "market_cap": "market_cap"}
     names.update({name: name for name in PANEL_ARRAYS})
-    new = {name: np.asarray(getattr(panel, name))[:, start - window.base :] for name in names}
+    new = {name: panel.field(name, start - window.base) for name in names}
     # Panel types its fields as dense arrays; the writer reads these as it reads any field.
     arrays: dict[str, Any] = dict(splice(new, start, previous, stored=names))
     return Panel(symbols=panel.symbols, sessions=window.calendar, **arrays)

@@ -109,6 +109,7 @@ def streamed_build(
             shape, read, folder, master, block_symbols=block_symbols, breaks=cells, progress=say
         )
         hollow = np.broadcast_to(np.float64(np.nan), (len(symbols), len(calendar)))
-        arrays = dict.fromkeys(PANEL_FIELDS, hollow)  # not held: the plan's files hold them
+        # not held: the plan's files hold them
+        arrays: dict[str, Any] = dict.fromkeys(PANEL_FIELDS, hollow)
         panel = Panel(symbols=symbols, sessions=shape.sessions, **arrays, read=())
         return publish_on(Reading(panel, rows=rows, streamed=streamed))

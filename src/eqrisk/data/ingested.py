@@ -505,8 +505,9 @@ def read_panel(
     build reads MODEL_FIELDS here and the others block by block (`read_rows`). `until`: only
     the sessions up to that one (a session), from the partitions of its year and before.
     `others_since`: the fields beyond MODEL_FIELDS read from the partitions of that session's
-    year on only, NaN in the years before (what a tail build reads: the model's fields from
-    its window's base, the others from its first digested chunk)."""
+    year on only, and held from that year's first session on (`Panel.others_from`: what a
+    tail build reads: the model's fields from its window's base, the others from its first
+    digested chunk)."""
     symbols = found.symbols()
     sessions = found.stats.sessions()
     if sessions.empty:
@@ -531,7 +532,14 @@ def read_panel(
             )
             for p in parts
         )
-    return fill_panel(pieces, symbols, span, master, share_classes, fields)
+    others_year = None  # the legacy file's one piece holds every field of every session
+    if (
+        not found.legacy
+        and others_since is not None
+        and pd.Timestamp(others_since).year > first.year
+    ):
+        others_year = pd.Timestamp(year=pd.Timestamp(others_since).year, month=1, day=1)
+    return fill_panel(pieces, symbols, span, master, share_classes, fields, others_year)
 
 
 def read_rows(

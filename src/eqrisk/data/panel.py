@@ -73,10 +73,29 @@ class Panel:
     # The fields that hold the data; the others (a panel read for the model only, see
     # MODEL_FIELDS) are read-only all-NaN views that take no memory: `require` before use.
     read: tuple[str, ...] = PANEL_FIELDS
+    # The first session the fields beyond MODEL_FIELDS hold: they are (n x (T - others_from))
+    # arrays of sessions others_from.. (a tail build reads them from its first digested
+    # chunk's year only); 0: every session. Read them through `field`.
+    others_from: int = 0
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.close.shape
+
+    def field(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Sessions lo..hi - 1 (hi None: to the end) of field `name`, a view (all of them: the
+        field itself), whichever sessions the panel holds it for; sessions it does not hold
+        are an error."""
+        arr: np.ndarray = getattr(self, name)
+        if name in MODEL_FIELDS or not self.others_from:
+            # every session asked: the field as it is (a spliced field stays unread)
+            return arr if lo == 0 and hi is None else arr[:, lo:hi]
+        hi = self.shape[1] if hi is None else hi
+        if lo < self.others_from:
+            raise ValueError(
+                f"the panel holds {name} from session {self.others_from} on, not from {lo}"
+            )
+        return arr[:, lo - self.others_from : hi - self.others_from]
 
     @property
     def unread(self) -> tuple[str, ...]:
@@ -136,10 +155,13 @@ def fill_panel(
     master: pd.DataFrame | None = None,
     share_classes: dict[str, str] | None = None,
     fields: tuple[str, ...] = PANEL_FIELDS,
+    others_since: pd.Timestamp | None = None,
 ) -> Panel:
     """The panel of `symbols` (sorted) on the NYSE sessions of `span` (first, last), filled
     from pieces of price rows one at a time (only one piece in memory beside the panel).
     `fields`: the fields read (MODEL_FIELDS at least); the others are all-NaN views.
+    `others_since`: the fields beyond MODEL_FIELDS held from that day's session on only
+    (`Panel.others_from`; the pieces' rows before it are not read for them).
 
     Market cap: the row's `market_cap` where given, else shares (from the master) x adjusted
     close. A master's share count is one number, today's; the adjusted close is today's price
@@ -152,7 +174,11 @@ def fill_panel(
         raise ValueError(f"a panel reads {MODEL_FIELDS} at least, of {PANEL_FIELDS}")
     sessions = sessions_between(pd.Timestamp(span[0]), pd.Timestamp(span[1]))
     session_days = sessions.to_numpy().astype("datetime64[D]")
-    arrays = fill_rows(pieces, symbols, session_days, fields)
+    others_from = 0
+    if others_since is not None:
+        day = np.datetime64(pd.Timestamp(others_since).date(), "D")
+        others_from = int(np.searchsorted(session_days, day))
+    arrays = fill_rows(pieces, symbols, session_days, fields, others_from=others_from)
     if master is not None and "shares" in master.columns:
         shares = (
             pd.to_numeric(master.set_index("symbol")["shares"], errors="coerce")
@@ -165,13 +191,17 @@ def fill_panel(
             cap[part] = np.where(np.isnan(cap[part]), shares[part, None] * close[part], cap[part])
     classes = read_share_classes() if share_classes is None else share_classes
     arrays["market_cap"] = company_caps(arrays["market_cap"], symbols, classes, copy=False)
-    shape = (len(symbols), len(session_days))
-    unread = np.broadcast_to(np.float64(np.nan), shape)
+    n, n_t = len(symbols), len(session_days)
+    unread = {
+        k: np.broadcast_to(np.float64(np.nan), (n, n_t if k in MODEL_FIELDS else n_t - others_from))
+        for k in PANEL_FIELDS
+    }
     return Panel(
         symbols=symbols,
         sessions=session_days,
-        **{k: np.ascontiguousarray(arrays[k]) if k in arrays else unread for k in PANEL_FIELDS},
+        **{k: np.ascontiguousarray(arrays[k]) if k in arrays else unread[k] for k in PANEL_FIELDS},
         read=tuple(k for k in PANEL_FIELDS if k in fields),
+        others_from=others_from,
     )
 
 
@@ -182,13 +212,18 @@ def fill_rows(
     fields: tuple[str, ...],
     *,
     others: bool = False,
+    others_from: int = 0,
 ) -> dict[str, np.ndarray]:
     """`fields` of `symbols` x `session_days` (NaN: no row), filled from pieces of price rows
     one at a time. A row of a symbol outside `symbols` is an error, or skipped with `others`
-    (a block of rows read from files that hold other symbols too)."""
+    (a block of rows read from files that hold other symbols too). `others_from`: the fields
+    beyond MODEL_FIELDS of sessions others_from.. only (`Panel.others_from`)."""
     sym_idx = pd.Index(symbols)
     shape = (len(symbols), len(session_days))
-    arrays = {field: np.full(shape, np.nan) for field in fields}
+    narrow = (shape[0], shape[1] - others_from)
+    arrays = {
+        field: np.full(shape if field in MODEL_FIELDS else narrow, np.nan) for field in fields
+    }
     for piece in pieces:
         where = sym_idx.get_indexer(pd.Index(piece.names))
         if (where < 0).any() and not others:
@@ -206,11 +241,22 @@ def fill_rows(
         mine = rows >= 0
         if not mine.all():
             rows, cols = rows[mine], cols[mine]
-        # One flat index for every field: a 1-D scatter is about twice as fast as numpy's
-        # 2-D (rows, cols) indexing, which works the flat offsets out again for each field.
+        late = cols >= others_from
+        whole = bool(late.all())  # every row in the narrow fields' sessions too
+        # One flat index per width: a 1-D scatter is about twice as fast as numpy's 2-D
+        # (rows, cols) indexing, which works the flat offsets out again for each field.
         flat = rows * shape[1] + cols
+        if not others_from:
+            flat_narrow = flat
+        elif whole:
+            flat_narrow = rows * narrow[1] + (cols - others_from)
+        else:
+            flat_narrow = rows[late] * narrow[1] + (cols[late] - others_from)
         for field in fields:
             if field in piece.values:
-                values = piece.values[field]
-                arrays[field].reshape(-1)[flat] = values if mine.all() else values[mine]
+                values = piece.values[field] if mine.all() else piece.values[field][mine]
+                if field in MODEL_FIELDS:
+                    arrays[field].reshape(-1)[flat] = values
+                else:
+                    arrays[field].reshape(-1)[flat_narrow] = values if whole else values[late]
     return arrays

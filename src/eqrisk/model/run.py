@@ -167,8 +167,8 @@ class ModelPlan:
         p.require("close_raw", "volume")
         return PriceRows(
             close=p.close[start:stop],
-            close_raw=p.close_raw[start:stop],
-            volume=p.volume[start:stop],
+            close_raw=p.field("close_raw")[start:stop],
+            volume=p.field("volume")[start:stop],
             market_cap=p.market_cap[start:stop],
             returns=self.returns[start:stop],
         )
@@ -275,8 +275,8 @@ def _price_metrics(
     return row_price_metrics(
         PriceRows(
             close=panel.close[:, start:],
-            close_raw=panel.close_raw[:, start:],
-            volume=panel.volume[:, start:],
+            close_raw=panel.field("close_raw", start),
+            volume=panel.field("volume", start),
             market_cap=cap,
             returns=r[:, start:],
         ),

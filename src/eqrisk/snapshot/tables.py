@@ -212,7 +212,7 @@ def _write_arrays(
     result, panel, reuse, staged = content.result, content.panel, content.reuse, content.staged
     fields: dict[str, Any] = dict(result.metrics)
     for name in PANEL_ARRAYS:
-        fields[name] = getattr(panel, name)
+        fields[name] = panel.field(name)
     block = content.block
     if reuse is not None:
         block = int(reuse.manifest["arrays"]["grid"]["block"])
