@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from eqrisk.snapshot import chunks
+from eqrisk.snapshot.spliced import Spliced
 
 GRID = chunks.ChunkGrid(n=11, t=53, block=4, chunk=8)
 
@@ -217,6 +218,23 @@ def test_forgotten_rows_lend_their_memory_to_the_next_pass(
     for r in range(4, 8):
         _same(opened["b"][r], fields["b"][r])
     assert given == [True] * 4  # every row of the pass assembled into recycled memory
+
+
+def test_a_spliced_field_reads_the_previous_versions_sessions_bitwise(tmp_path: Path) -> None:
+    """A field an incremental build writes (`Spliced`: its new sessions in memory, the earlier
+    ones the previous version's chunks) reads back, for every range of rows and sessions on
+    either side of its start or across it, the previous version's bits then the new ones, with
+    each chunk's part copied from its file or group (a chunk not stored reads NaN)."""
+    fields = _fields()
+    opened = chunks.open_arrays(tmp_path / "v", _write(tmp_path / "v", fields))
+    start = 27
+    for name, old in fields.items():
+        new = old[:, start:] + 1.0  # the new sessions differ from the stored ones
+        spliced = Spliced(new, start, opened[name])
+        want = np.concatenate([old[:, :start], new], axis=1)
+        for r0, r1 in ((0, 11), (1, 4), (3, 9), (5, 6), (7, 7)):
+            for c0, c1 in ((0, 53), (0, 27), (5, 30), (8, 16), (23, 33), (26, 28), (30, 40)):
+                _same(spliced[r0:r1, c0:c1], want[r0:r1, c0:c1])
 
 
 def test_every_span_reads_back_bitwise_and_close_files_before_keeps_the_later_chunks(

@@ -88,20 +88,9 @@ class Spliced:
         r0, r1, step = rows.indices(self.shape[0])
         if step != 1:
             return np.asarray(before[rows, lo:hi], dtype=np.float64)
-        g = before.grid
         out = np.empty((max(0, r1 - r0), max(0, hi - lo) + more))
-        for b in range(r0 // g.block, -(-r1 // g.block)):
-            b0, b1 = g.rows(b)
-            a0, a1 = max(r0, b0), min(r1, b1)
-            for c in range(lo // g.chunk, -(-hi // g.chunk)):
-                c0, c1 = g.cols(c)
-                x0, x1 = max(lo, c0), min(hi, c1)
-                stored = before.chunk(b, c)
-                target = out[a0 - r0 : a1 - r0, x0 - lo : x1 - lo]
-                if stored is None:  # all NaN, not stored
-                    target[...] = np.nan
-                else:
-                    target[...] = stored[a0 - b0 : a1 - b0, x0 - c0 : x1 - c0]
+        # each chunk's part straight from its file or group, no dense chunk made first
+        before.span(r0, r1, lo, hi, out=out[:, : max(0, hi - lo)])
         return out
 
     def _before(self) -> chunks.FieldArray:

@@ -169,11 +169,15 @@ class ChunkedArray(FieldIndexing):
                     out[np.ix_(ri, ci)] = sub
         return out
 
-    def span(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+    def span(self, r0: int, r1: int, c0: int, c1: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rows [r0, r1) at sessions [c0, c1): `outer` of two ranges, each chunk's part copied
-        as one slice (no index arrays) straight from its file or group (`copy_part`)."""
+        as one slice (no index arrays) straight from its file or group (`copy_part`); into
+        `out` ((r1 - r0) x (c1 - c0) float64, a view may do) where given."""
         g = self.grid
-        out = np.full((r1 - r0, c1 - c0), np.nan)
+        if out is None:
+            out = np.full((r1 - r0, c1 - c0), np.nan)
+        else:
+            out[...] = np.nan
         if self._position < 0:
             return out  # never stored: all NaN
         for b in range(r0 // g.block, -(-r1 // g.block)):
