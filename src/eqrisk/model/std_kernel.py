@@ -70,9 +70,11 @@ TILE = 256  # sessions whose sums are kept, then turned into values in one vecto
 
 @njit(cache=True, error_model="numpy")
 def _values(s1, s2, cnt, nt, min_obs, out):
-    """out[k] for k < nt from the sums of each session (`_value`'s arithmetic and results, as
-    selects: a loop the compiler runs in vector lanes, where the divisions and roots that bound
-    the kernel go several at a time)."""
+    """out[k] for k < nt from the sums s1, s2 and count of each session: the sample standard
+    deviation (ddof=1), 0 where the variance is not positive, NaN below `min_obs` values (or
+    2). Written as selects, without a branch or a zero-divisor check (a count below 2 divides
+    by a stand-in and the result is not kept): a loop the compiler runs in vector lanes, where
+    the divisions and roots that bound the kernel go several at a time."""
     for k in range(nt):
         c = cnt[k]
         ok = (c >= min_obs) & (c > 1)
