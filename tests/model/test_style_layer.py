@@ -465,3 +465,47 @@ def test_the_estimation_noise_is_exactly_symmetric_and_so_is_f() -> None:
     f = factor_covariance(reg.returns, CovarianceParams(min_obs=5), noise=noise)
     assert np.isfinite(f.cov[-1]).all()
     np.testing.assert_array_equal(f.cov, f.cov.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("blocks", [1, 3, 40])
+def test_the_parallel_kernels_give_the_same_bits_however_the_sessions_are_split(
+    blocks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The regression, its estimation noise and the factor variance run blocks of sessions
+    (rows) in parallel: each session's (row's) numbers are its own, so splitting them into
+    one block, into 3 uneven ones or into one each changes no bit. Missing exposures, a
+    session with too few stocks and a style with no exposure anywhere are in the data."""
+    import eqrisk.model.risk_kernel as kernels
+
+    rng = np.random.default_rng(5)
+    n, n_t = 90, 40
+    exposures = rng.normal(0.0, 1.0, (3, n, n_t))
+    exposures[:, rng.random((n, n_t)) < 0.1] = np.nan
+    exposures[2, :, 7] = 0.0  # a style left out that session
+    cap = rng.lognormal(20.0, 1.0, (n, n_t))
+    cap[5:, 11] = np.nan  # 5 stocks: no regression that session
+    resid = rng.normal(0.0, 0.01, (n, n_t))
+    omega = rng.uniform(1e-4, 4e-4, (n, n_t))
+    omega[rng.random((n, n_t)) < 0.05] = np.nan  # the session's median stands in
+
+    def run(nb: int) -> tuple[np.ndarray, ...]:
+        monkeypatch.setattr(kernels, "parallel_blocks", lambda count: min(nb, count))
+        reg = style_returns(resid, exposures, cap, intercept=True, min_stocks=10)
+        noise = estimation_noise(exposures, cap, reg, omega)
+        assert reg.leverage is not None
+        index = np.tile(np.array([0, 1, -1]), (n, 1))
+        values = rng_values[:, :, :n_t]
+        level = np.where(np.isfinite(values[0]), 2, 0).astype(np.int8)
+        cov = np.tile(np.eye(5) * 1e-4 + 1e-5, (n_t, 1, 1))
+        var = np.empty((n, n_t))
+        kernels.factor_var_kernel(index, values, level, cov, np.nan_to_num(exposures), 2, var,
+                                  kernels.parallel_blocks(n))  # fmt: skip
+        return (reg.returns, reg.tstat, reg.r2, reg.stocks, reg.residuals, reg.used,
+                reg.leverage, noise, var)  # fmt: skip
+
+    rng_values = np.random.default_rng(6).normal(1.0, 0.2, (3, n, n_t))
+    one, split = run(1), run(blocks)
+    assert np.isnan(one[0][:, 11]).all() and np.isfinite(one[0][:3, 12]).all()
+    assert np.isnan(one[0][3, 7]) and np.isfinite(one[0][3, 8])
+    for a, b in zip(one, split, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -15,7 +15,7 @@ cross-section's mean too (numpy's pairwise sum differed from it in the last bit)
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -122,7 +122,13 @@ def _fill(exposures, w, rows, cols, m, p, t, at):  # pragma: no cover - compiled
             at[j, k] = x * sw
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+def parallel_blocks(count: int) -> int:
+    """How many blocks the parallel kernels split their `count` sessions or rows into (their
+    `nb`): each block's scratch is allocated once and its items run in order."""
+    return max(1, min(count, 4 * get_num_threads()))
+
+
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def style_returns_kernel(
     resid,
     exposures,
@@ -136,149 +142,174 @@ def style_returns_kernel(
     residuals,
     used,
     leverage,
+    nb,
 ):  # pragma: no cover - compiled
     """Every session's weighted least squares (style_regression.style_returns), into the
     output arrays (returns, tstat: rows are the intercept first when asked, then the styles).
-    `w`: the regression weights (NaN where a stock has no usable cap)."""
+    `w`: the regression weights (NaN where a stock has no usable cap). Blocks of sessions run
+    in parallel (`nb`: `parallel_blocks`): a session's numbers are its own, so the split
+    changes no bit."""
     n_s, n, n_style = exposures.shape
     width = n_style + 1
-    rows = np.empty(n, np.int64)
-    cols = np.empty(width, np.int64)
-    at = np.empty((width, n))
-    qt = np.empty((width, n))
-    r = np.empty((width, width))
-    rinv = np.empty((width, width))
-    params = np.empty(width)
-    yw = np.empty(n)
-    lev = np.empty(n)
-    shift = 1 if intercept else 0
-    for t in range(n_s):
-        m, p = _session_design(exposures, w, resid, t, intercept, rows, cols)
-        if m < max(min_stocks, 2 * p + 1) or p == 0:
-            continue
-        _fill(exposures, w, rows, cols, m, p, t, at)
-        _qr(at, m, p, qt, r)
-        for k in range(m):
-            yw[k] = resid[t, rows[k]] * np.sqrt(w[t, rows[k]])
-            lev[k] = 0.0
-        for j in range(p):  # Q' W^1/2 y; the leverage, sum over j of Q_kj^2
-            params[j] = _dot(qt[j], yw, 0, m)
-            for k in range(m):
-                lev[k] += qt[j, k] * qt[j, k]
-        for j in range(p - 1, -1, -1):
-            s = params[j]
-            for k in range(j + 1, p):
-                s -= r[j, k] * params[k]
-            params[j] = s / r[j, j]
-        ssr = 0.0
-        wsum = 0.0
-        wy = 0.0
-        for k in range(m):
-            i = rows[k]
-            fitted = 0.0
-            for j in range(p):
-                c = cols[j]
-                fitted += (1.0 if c < 0 else exposures[t, i, c]) * params[j]
-            e = resid[t, i] - fitted
-            residuals[t, i] = e
-            ssr += w[t, i] * e * e
-            wsum += w[t, i]
-            wy += w[t, i] * resid[t, i]
-            leverage[t, i] = lev[k]
-            used[t, i] = True
-        tss = 0.0
-        mean = wy / wsum
-        for k in range(m):
-            y = resid[t, rows[k]]
-            d = y - mean if intercept else y
-            tss += w[t, rows[k]] * d * d
-        sigma2 = ssr / (m - p)
-        _r_inverse(r, p, rinv)
-        for j in range(p):
-            s = 0.0
-            for k in range(p):
-                s += rinv[j, k] * rinv[j, k]
-            row = cols[j] + shift
-            returns[row, t] = params[j]
-            tstat[row, t] = params[j] / np.sqrt(sigma2 * s)
-        r2[t] = 1.0 - ssr / tss
-        stocks[t] = m
+    for blk in prange(nb):
+        rows = np.empty(n, np.int64)
+        cols = np.empty(width, np.int64)
+        work = np.empty((2 * width + 2, n))  # at, qt, W^1/2 y, the leverage
+        r = np.empty((2, width, width))  # R, R^-1
+        for t in range(blk * n_s // nb, (blk + 1) * n_s // nb):
+            _regress(resid, exposures, w, intercept, min_stocks, t, rows, cols, work, r,
+                     (returns, tstat, r2, stocks, residuals, used, leverage))  # fmt: skip
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _regress(
+    resid, exposures, w, intercept, min_stocks, t, rows, cols, work, rr, outs
+):  # pragma: no cover - compiled
+    """Session t of `style_returns_kernel` into its outputs `outs`; rows, cols, work, rr:
+    scratch."""
+    returns, tstat, r2, stocks, residuals, used, leverage = outs
+    width = exposures.shape[2] + 1
+    at, qt = work[:width], work[width : 2 * width]
+    yw, lev = work[2 * width], work[2 * width + 1]
+    r, rinv = rr[0], rr[1]
+    params = np.empty(width)
+    shift = 1 if intercept else 0
+    m, p = _session_design(exposures, w, resid, t, intercept, rows, cols)
+    if m < max(min_stocks, 2 * p + 1) or p == 0:
+        return
+    _fill(exposures, w, rows, cols, m, p, t, at)
+    _qr(at, m, p, qt, r)
+    for k in range(m):
+        yw[k] = resid[t, rows[k]] * np.sqrt(w[t, rows[k]])
+        lev[k] = 0.0
+    for j in range(p):  # Q' W^1/2 y; the leverage, sum over j of Q_kj^2
+        params[j] = _dot(qt[j], yw, 0, m)
+        for k in range(m):
+            lev[k] += qt[j, k] * qt[j, k]
+    for j in range(p - 1, -1, -1):
+        s = params[j]
+        for k in range(j + 1, p):
+            s -= r[j, k] * params[k]
+        params[j] = s / r[j, j]
+    ssr = 0.0
+    wsum = 0.0
+    wy = 0.0
+    for k in range(m):
+        i = rows[k]
+        fitted = 0.0
+        for j in range(p):
+            c = cols[j]
+            fitted += (1.0 if c < 0 else exposures[t, i, c]) * params[j]
+        e = resid[t, i] - fitted
+        residuals[t, i] = e
+        ssr += w[t, i] * e * e
+        wsum += w[t, i]
+        wy += w[t, i] * resid[t, i]
+        leverage[t, i] = lev[k]
+        used[t, i] = True
+    tss = 0.0
+    mean = wy / wsum
+    for k in range(m):
+        y = resid[t, rows[k]]
+        d = y - mean if intercept else y
+        tss += w[t, rows[k]] * d * d
+    sigma2 = ssr / (m - p)
+    _r_inverse(r, p, rinv)
+    for j in range(p):
+        s = 0.0
+        for k in range(p):
+            s += rinv[j, k] * rinv[j, k]
+        row = cols[j] + shift
+        returns[row, t] = params[j]
+        tstat[row, t] = params[j] / np.sqrt(sigma2 * s)
+    r2[t] = 1.0 - ssr / tss
+    stocks[t] = m
+
+
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def estimation_noise_kernel(
-    exposures, w, used, estimated, specific_var, intercept, out
+    exposures, w, used, estimated, specific_var, intercept, out, nb
 ):  # pragma: no cover - compiled
     """Every session's (X'WX)^-1 X'W Omega W X (X'WX)^-1 = R^-1 Q' (W Omega) Q R^-T over its
     regression's stocks (`used`) and estimated factors (`estimated`, rows of `out`), W^1/2 X
     = QR; Omega: the stocks' specific variances (a missing one: the session's median); the
-    upper triangle mirrored, so that it is exactly symmetric."""
+    upper triangle mirrored, so that it is exactly symmetric. Blocks of sessions in parallel,
+    as `style_returns_kernel`."""
     n_s, n = exposures.shape[0], exposures.shape[1]
     p_all = out.shape[1]
+    for blk in prange(nb):
+        rows = np.empty(n, np.int64)
+        cols = np.empty((2, p_all), np.int64)  # the columns, the estimated rows of out
+        work = np.empty((2 * p_all + 2, n))  # at, qt, omega, its scaled rows
+        small = np.empty((4, p_all, p_all))  # R, R^-1, Q' W Omega Q, the covariance
+        for t in range(blk * n_s // nb, (blk + 1) * n_s // nb):
+            _noise_session(exposures, w, used, estimated, specific_var, intercept, t, rows,
+                           cols, work, small, out)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _noise_session(
+    exposures, w, used, estimated, specific_var, intercept, t, rows, cols2, work, small, out
+):  # pragma: no cover - compiled
+    """Session t of `estimation_noise_kernel`; rows, cols2, work, small: scratch."""
+    n = exposures.shape[1]
+    p_all = out.shape[1]
     shift = 1 if intercept else 0
-    rows = np.empty(n, np.int64)
-    cols = np.empty(p_all, np.int64)
-    est = np.empty(p_all, np.int64)
-    at = np.empty((p_all, n))
-    qt = np.empty((p_all, n))
-    r = np.empty((p_all, p_all))
-    rinv = np.empty((p_all, p_all))
-    omega = np.empty(n)
-    scaled = np.empty(n)
-    mid = np.empty((p_all, p_all))
-    cov = np.empty((p_all, p_all))
-    for t in range(n_s):
-        m = 0
-        known = 0
-        for i in range(n):
-            if used[t, i]:
-                rows[m] = i
-                omega[m] = specific_var[t, i]
-                if np.isfinite(omega[m]):
-                    known += 1
-                m += 1
-        if m == 0 or known == 0:
-            continue
-        if known < m:
-            have = np.empty(known)
-            h = 0
-            for k in range(m):
-                if np.isfinite(omega[k]):
-                    have[h] = omega[k]
-                    h += 1
-            fill = np.median(have)
-            for k in range(m):
-                if not np.isfinite(omega[k]):
-                    omega[k] = fill
-        p = 0
-        for j in range(p_all):
-            if estimated[j, t]:
-                est[p] = j
-                cols[p] = j - shift
-                p += 1
-        _fill(exposures, w, rows, cols, m, p, t, at)
-        _qr(at, m, p, qt, r)
-        _r_inverse(r, p, rinv)
-        for a in range(p):  # Q' (W Omega) Q
-            for k in range(m):
-                scaled[k] = qt[a, k] * (w[t, rows[k]] * omega[k])
-            for b in range(a, p):
-                s = _dot(scaled, qt[b], 0, m)
-                mid[a, b] = s
-                mid[b, a] = s
-        for a in range(p):  # R^-1 M R^-T, the upper triangle
-            for b in range(a, p):
-                s = 0.0
-                for c in range(a, p):
-                    inner = 0.0
-                    for d in range(b, p):
-                        inner += mid[c, d] * rinv[b, d]
-                    s += rinv[a, c] * inner
-                cov[a, b] = s
-        for a in range(p):
-            for b in range(a, p):
-                out[t, est[a], est[b]] = cov[a, b]
-                out[t, est[b], est[a]] = cov[a, b]
+    cols, est = cols2[0], cols2[1]
+    at, qt = work[:p_all], work[p_all : 2 * p_all]
+    omega, scaled = work[2 * p_all], work[2 * p_all + 1]
+    r, rinv, mid, cov = small[0], small[1], small[2], small[3]
+    m = 0
+    known = 0
+    for i in range(n):
+        if used[t, i]:
+            rows[m] = i
+            omega[m] = specific_var[t, i]
+            if np.isfinite(omega[m]):
+                known += 1
+            m += 1
+    if m == 0 or known == 0:
+        return
+    if known < m:
+        have = np.empty(known)
+        h = 0
+        for k in range(m):
+            if np.isfinite(omega[k]):
+                have[h] = omega[k]
+                h += 1
+        fill = np.median(have)
+        for k in range(m):
+            if not np.isfinite(omega[k]):
+                omega[k] = fill
+    p = 0
+    for j in range(p_all):
+        if estimated[j, t]:
+            est[p] = j
+            cols[p] = j - shift
+            p += 1
+    _fill(exposures, w, rows, cols, m, p, t, at)
+    _qr(at, m, p, qt, r)
+    _r_inverse(r, p, rinv)
+    for a in range(p):  # Q' (W Omega) Q
+        for k in range(m):
+            scaled[k] = qt[a, k] * (w[t, rows[k]] * omega[k])
+        for b in range(a, p):
+            s = _dot(scaled, qt[b], 0, m)
+            mid[a, b] = s
+            mid[b, a] = s
+    for a in range(p):  # R^-1 M R^-T, the upper triangle
+        for b in range(a, p):
+            s = 0.0
+            for c in range(a, p):
+                inner = 0.0
+                for d in range(b, p):
+                    inner += mid[c, d] * rinv[b, d]
+                s += rinv[a, c] * inner
+            cov[a, b] = s
+    for a in range(p):
+        for b in range(a, p):
+            out[t, est[a], est[b]] = cov[a, b]
+            out[t, est[b], est[a]] = cov[a, b]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -383,51 +414,65 @@ def specific_kernel(
         )
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def factor_var_kernel(index, values, level, cov, style, k0, out):  # pragma: no cover
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+def factor_var_kernel(index, values, level, cov, style, k0, out, nb):  # pragma: no cover
     """h' F h of each row and session (RiskModel.factor_var): the ETF slots of the level used,
     then (with `style`, S x n x T; an empty first axis without) the second layer's part
     h_s' F_ss h_s + 2 h_etf' F_es h_s over F with its NaN as 0. Sessions in tiles, so that
-    the tile's F stays in cache while the rows go by."""
+    the tile's F stays in cache while the rows go by; blocks of rows in parallel (`nb`), each
+    row's numbers its own."""
     n, n_t = level.shape
     n_style = style.shape[0]
     n_k = cov.shape[1]
     tile = 32
-    block = np.empty((tile, n_k, n_style))  # F[:, k0 + a] of the tile's sessions, NaN as 0
-    for t0 in range(0, n_t, tile):
-        t1 = min(t0 + tile, n_t)
+    for blk in prange(nb):
+        block = np.empty((tile, n_k, n_style))  # F[:, k0 + a] of the tile's sessions, NaN as 0
+        for t0 in range(0, n_t, tile):
+            _factor_var_tile(index, values, level, cov, style, k0, out, block, t0,
+                             blk * n // nb, (blk + 1) * n // nb)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _factor_var_tile(
+    index, values, level, cov, style, k0, out, block, t0, i0, i1
+):  # pragma: no cover - compiled
+    """`factor_var_kernel`'s rows i0..i1-1 of the sessions of the tile from t0."""
+    n_t = level.shape[1]
+    n_style = style.shape[0]
+    n_k = cov.shape[1]
+    t1 = min(t0 + block.shape[0], n_t)
+    for t in range(t0, t1):
+        for k in range(n_k):
+            for a in range(n_style):
+                f = cov[t, k, k0 + a]
+                block[t - t0, k, a] = f if f == f else 0.0
+    for i in range(i0, i1):
         for t in range(t0, t1):
-            for k in range(n_k):
+            lv = level[i, t]
+            if lv == 0:
+                out[i, t] = np.nan
+                continue
+            total = 0.0
+            for a in range(3):
+                for b in range(3):
+                    ia, ib = index[i, a], index[i, b]
+                    if ia >= 0 and ib >= 0 and lv > a and lv > b:
+                        total += values[a, i, t] * values[b, i, t] * cov[t, ia, ib]
+            if n_style:
+                quad = 0.0
                 for a in range(n_style):
-                    f = cov[t, k, k0 + a]
-                    block[t - t0, k, a] = f if f == f else 0.0
-        for i in range(n):
-            for t in range(t0, t1):
-                lv = level[i, t]
-                if lv == 0:
-                    out[i, t] = np.nan
-                    continue
-                total = 0.0
-                for a in range(3):
-                    for b in range(3):
-                        ia, ib = index[i, a], index[i, b]
-                        if ia >= 0 and ib >= 0 and lv > a and lv > b:
-                            total += values[a, i, t] * values[b, i, t] * cov[t, ia, ib]
-                if n_style:
-                    quad = 0.0
+                    for b in range(n_style):
+                        quad += style[a, i, t] * block[t - t0, k0 + a, b] * style[b, i, t]
+                for j in range(3):
+                    ij = index[i, j]
+                    if ij < 0 or lv <= j:
+                        continue
+                    cross = 0.0
                     for a in range(n_style):
-                        for b in range(n_style):
-                            quad += style[a, i, t] * block[t - t0, k0 + a, b] * style[b, i, t]
-                    for j in range(3):
-                        ij = index[i, j]
-                        if ij < 0 or lv <= j:
-                            continue
-                        cross = 0.0
-                        for a in range(n_style):
-                            cross += block[t - t0, ij, a] * style[a, i, t]
-                        quad += 2.0 * (values[j, i, t] * cross)
-                    total += quad
-                out[i, t] = total
+                        cross += block[t - t0, ij, a] * style[a, i, t]
+                    quad += 2.0 * (values[j, i, t] * cross)
+                total += quad
+            out[i, t] = total
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

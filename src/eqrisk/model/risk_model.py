@@ -352,14 +352,15 @@ class RiskModel:
     def factor_var(self) -> np.ndarray:
         """(n, T - start): h' F h of each row and session over the slots of the level used
         (NaN where the row has no exposures or a factor of it no covariance)."""
-        from eqrisk.model.risk_kernel import factor_var_kernel  # numba: builds only
+        from eqrisk.model.risk_kernel import factor_var_kernel, parallel_blocks  # numba: builds
 
         ex = self.exposures
         out = np.empty(ex.level.shape)
         style = np.zeros((0, 0, 0)) if ex.style is None else ex.style
         factor_var_kernel(
-            ex.index, ex.values, ex.level, self.factor_cov.cov, style, self.n_etf, out
-        )
+            ex.index, ex.values, ex.level, self.factor_cov.cov, style, self.n_etf, out,
+            parallel_blocks(len(out)),
+        )  # fmt: skip
         return out
 
     @cached_property

@@ -82,7 +82,7 @@ def style_returns(
     (styles x n x S'), of `cap` (n x S'), the caps of the session before); the intercept, when
     asked, is the first factor. `session_major`: `_session_major` of the exposures and of the
     regression weights where the caller holds them already."""
-    from eqrisk.model.risk_kernel import style_returns_kernel  # numba: builds only
+    from eqrisk.model.risk_kernel import parallel_blocks, style_returns_kernel  # numba: builds
 
     n_style, n, n_s = exposures.shape
     if session_major is None:
@@ -96,7 +96,7 @@ def style_returns(
     r2, stocks = np.full(n_s, np.nan), np.zeros(n_s, dtype=np.int64)
     fitted = resid_t.copy()
     style_returns_kernel(
-        resid_t, session_major[0], session_major[1], intercept, min_stocks, returns, tstat, r2, stocks, fitted, used, leverage,
+        resid_t, session_major[0], session_major[1], intercept, min_stocks, returns, tstat, r2, stocks, fitted, used, leverage, parallel_blocks(n_s),
     )  # fmt: skip
     return StyleReturns(
         returns=returns, tstat=tstat, r2=r2, stocks=stocks, residuals=_unit_major(fitted),
@@ -142,7 +142,7 @@ def estimation_noise(
     estimated factor returns carry it on top of the true ones; the same specific returns are
     counted again in D, so the factor covariance leaves it out. `session_major`: as
     `style_returns`'."""
-    from eqrisk.model.risk_kernel import estimation_noise_kernel  # numba: builds only
+    from eqrisk.model.risk_kernel import estimation_noise_kernel, parallel_blocks  # numba: builds
 
     p, n_s = reg.returns.shape
     out = np.zeros((n_s, p, p))
@@ -150,7 +150,7 @@ def estimation_noise(
         session_major = _session_major(exposures), _session_major(regression_weights(cap, power))
     estimation_noise_kernel(
         session_major[0], session_major[1], _session_major(reg.used), np.isfinite(reg.returns) & (reg.stocks > 0)[None, :],
-        _session_major(specific_var), p == exposures.shape[0] + 1, out,
+        _session_major(specific_var), p == exposures.shape[0] + 1, out, parallel_blocks(n_s),
     )  # fmt: skip
     return out
 
