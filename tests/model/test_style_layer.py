@@ -24,7 +24,7 @@ from eqrisk.model.risk_model import (
     StyleInputs,
     risk_model,
 )
-from eqrisk.model.specific import SpecificState
+from eqrisk.model.specific import SpecificParams, SpecificState, specific_variance
 from eqrisk.model.style_regression import estimation_noise, style_returns, wls
 from eqrisk.model.styles import (
     StyleParams,
@@ -471,10 +471,11 @@ def test_the_estimation_noise_is_exactly_symmetric_and_so_is_f() -> None:
 def test_the_parallel_kernels_give_the_same_bits_however_the_sessions_are_split(
     blocks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The regression, its estimation noise and the factor variance run blocks of sessions
-    (rows) in parallel: each session's (row's) numbers are its own, so splitting them into
-    one block, into 3 uneven ones or into one each changes no bit. Missing exposures, a
-    session with too few stocks and a style with no exposure anywhere are in the data."""
+    """The regression, its estimation noise, the specific variances and the factor variance
+    run blocks of sessions (rows) in parallel: each session's (row's) numbers are its own, so
+    splitting them into one block, into 3 uneven ones or into one each changes no bit.
+    Missing exposures, a session with too few stocks, a style with no exposure anywhere,
+    groups that change over time and Newey-West lags are in the data."""
     import eqrisk.model.risk_kernel as kernels
 
     rng = np.random.default_rng(5)
@@ -500,12 +501,19 @@ def test_the_parallel_kernels_give_the_same_bits_however_the_sessions_are_split(
         var = np.empty((n, n_t))
         kernels.factor_var_kernel(index, values, level, cov, np.nan_to_num(exposures), 2, var,
                                   kernels.parallel_blocks(n))  # fmt: skip
+        params = SpecificParams(halflife=10.0, nw_lags=2, min_obs=5)
+        head = specific_variance(reg.residuals[:, :25], groups[:, :25], params)
+        tail = specific_variance(reg.residuals[:, 25:], groups[:, 25:], params, state=head.state,
+                                 first_column=25)  # fmt: skip
         return (reg.returns, reg.tstat, reg.r2, reg.stocks, reg.residuals, reg.used,
-                reg.leverage, noise, var)  # fmt: skip
+                reg.leverage, noise, var, head.raw, head.evidence, head.var, tail.var,
+                *tail.state.to_arrays().values())  # fmt: skip
 
     rng_values = np.random.default_rng(6).normal(1.0, 0.2, (3, n, n_t))
+    groups = np.random.default_rng(7).integers(-1, 4, (n, n_t))  # -1: no group
     one, split = run(1), run(blocks)
     assert np.isnan(one[0][:, 11]).all() and np.isfinite(one[0][:3, 12]).all()
     assert np.isnan(one[0][3, 7]) and np.isfinite(one[0][3, 8])
+    assert np.isnan(one[9][:, :4]).all() and np.isfinite(one[12]).mean() > 0.8
     for a, b in zip(one, split, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -354,7 +354,7 @@ def _shrink_session(
         var[i, c] = post if (post >= floor2 or post != post) else floor2
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def specific_kernel(
     e,
     first_column,
@@ -375,43 +375,63 @@ def specific_kernel(
     raw,
     evidence,
     var,
+    nb,
 ):  # pragma: no cover - compiled
     """The specific recursion of sessions start..T-1 (specific.specific_variance): the
     forecast of each from the state (EWMA sums of lagged products, weights, squared weights,
-    counts, last residuals), updated in place, then the session's residuals join it."""
+    counts, last residuals), updated in place, then the session's residuals join it. A row's
+    recursion reads its own state and residuals only, a session's shrinkage that session's
+    raw forecasts only: first the rows, then the sessions, each in `nb` parallel blocks."""
     n, n_cols = e.shape
+    for blk in prange(nb):
+        for i in range(blk * n // nb, (blk + 1) * n // nb):
+            _specific_row(e, first_column, start, i, lam, nw, min_obs, sums, weights,
+                          squares, count, lagged, raw, evidence)  # fmt: skip
+    n_s = first_column + n_cols - start
+    for blk in prange(nb):
+        for c in range(blk * n_s // nb, (blk + 1) * n_s // nb):
+            col = c + start - first_column
+            g_col = col if groups.shape[1] > 1 else 0
+            _shrink_session(
+                raw, evidence, groups, c, g_col, n_groups, min_group, prior_obs, floor2, var
+            )
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _specific_row(
+    e, first_column, start, i, lam, nw, min_obs, sums, weights, squares, count, lagged, raw,
+    evidence,
+):  # pragma: no cover - compiled  # fmt: skip
+    """Row i of `specific_kernel`'s recursion: its raw forecast and evidence of each session,
+    its state updated in place."""
+    n_cols = e.shape[1]
     n_lags = nw.shape[0]
     lam2 = lam * lam
     for t in range(start, first_column + n_cols):
         c = t - start
         col = t - first_column
-        for i in range(n):
-            m0 = sums[0, i] / weights[0, i]
-            out = m0
-            for lag in range(1, n_lags + 1):
-                ml = sums[lag, i] / weights[lag, i]
-                out += 2.0 * nw[lag - 1] * (ml if np.isfinite(ml) else 0.0)
-            v = out if out > 0.0 else m0
-            raw[i, c] = v if count[i] >= min_obs else np.nan
-            sq = squares[i]
-            evidence[i, c] = weights[0, i] * weights[0, i] / sq if sq > 0 else 0.0
-            x = e[i, col]
-            for lag in range(n_lags + 1):
-                prod = x * (x if lag == 0 else lagged[lag - 1, i])
-                ok = np.isfinite(prod)
-                sums[lag, i] = lam * sums[lag, i] + (prod if ok else 0.0)
-                weights[lag, i] = lam * weights[lag, i] + (1.0 if ok else 0.0)
-                if lag == 0:
-                    squares[i] = lam2 * squares[i] + (1.0 if ok else 0.0)
-                    count[i] += 1.0 if ok else 0.0
-            for lag in range(n_lags - 1, 0, -1):
-                lagged[lag, i] = lagged[lag - 1, i]
-            if n_lags:
-                lagged[0, i] = x
-        g_col = col if groups.shape[1] > 1 else 0
-        _shrink_session(
-            raw, evidence, groups, c, g_col, n_groups, min_group, prior_obs, floor2, var
-        )
+        m0 = sums[0, i] / weights[0, i]
+        out = m0
+        for lag in range(1, n_lags + 1):
+            ml = sums[lag, i] / weights[lag, i]
+            out += 2.0 * nw[lag - 1] * (ml if np.isfinite(ml) else 0.0)
+        v = out if out > 0.0 else m0
+        raw[i, c] = v if count[i] >= min_obs else np.nan
+        sq = squares[i]
+        evidence[i, c] = weights[0, i] * weights[0, i] / sq if sq > 0 else 0.0
+        x = e[i, col]
+        for lag in range(n_lags + 1):
+            prod = x * (x if lag == 0 else lagged[lag - 1, i])
+            ok = np.isfinite(prod)
+            sums[lag, i] = lam * sums[lag, i] + (prod if ok else 0.0)
+            weights[lag, i] = lam * weights[lag, i] + (1.0 if ok else 0.0)
+            if lag == 0:
+                squares[i] = lam2 * squares[i] + (1.0 if ok else 0.0)
+                count[i] += 1.0 if ok else 0.0
+        for lag in range(n_lags - 1, 0, -1):
+            lagged[lag, i] = lagged[lag - 1, i]
+        if n_lags:
+            lagged[0, i] = x
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)

@@ -133,7 +133,7 @@ def specific_variance(
     start = st.session
     if not first_column <= start <= n_t:
         raise ValueError(f"the state's session {start} is outside {first_column}..{n_t}")
-    from eqrisk.model.risk_kernel import specific_kernel  # numba: builds only
+    from eqrisk.model.risk_kernel import parallel_blocks, specific_kernel  # numba: builds
 
     raw = np.full((n, n_t - start), np.nan)
     evidence = np.zeros((n, n_t - start))
@@ -145,7 +145,7 @@ def specific_variance(
         else np.ascontiguousarray(g2[:, start - first_column :]), n_groups, MIN_GROUP,
         decay(params.halflife), bartlett(params.nw_lags), params.min_obs,
         float(params.prior_obs), params.floor**2, st.sums, st.weights, st.squares, st.count,
-        st.lagged, raw, evidence, var,
+        st.lagged, raw, evidence, var, parallel_blocks(n),
     )  # fmt: skip
     st.session = n_t
     return SpecificVariance(start=start, raw=raw, evidence=evidence, var=var, state=st)
