@@ -93,29 +93,44 @@ def test_record_thread_runs_the_steps_in_order_one_waiting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Steps in chunk order, each from the state the one before left, with at most one step
-    queued behind the running one (`add` waits for the older ones)."""
+    queued behind the running one (`add` waits for the older ones); both models' forecasts
+    made by `add`, on the thread that adds (their kernels run in parallel, and only the
+    build's thread launches parallel kernels), never on the record's thread."""
     import threading
 
     from eqrisk.build import accuracy_store
+
+    class Model:  # a model's step id; where its forecasts were made
+        def __init__(self, n: int) -> None:
+            self.n, self.made_on = n, ""
+
+        @property
+        def predicted(self) -> dict[str, Any]:
+            self.made_on = threading.current_thread().name
+            return {}
 
     release = threading.Event()
     ran: list[tuple[int, int]] = []
     saved: list[int] = []
 
-    def step(state: int, model: Any, inputs: Any, factors: Any, prev: Any) -> int:
-        if model == 0:
+    def step(state: int, model: Model, inputs: Any, factors: Any, prev: Model) -> int:
+        if model.n == 0:
             release.wait(10)
-        ran.append((state, model))
+        ran.append((state, model.n))
         return state + 1
 
     monkeypatch.setattr(accuracy_store, "chunk_step", step)
     monkeypatch.setattr(
         accuracy_store, "save_state", lambda folder, c, state, previous, parts: saved.append(c)
     )
+    models = [(Model(c), Model(c)) for c in range(3)]
     with accuracy_store.RecordThread(tmp_path, 100, None) as record:  # type: ignore[arg-type]
-        record.add(0, 0, None, None, None, {})  # type: ignore[arg-type]
-        record.add(1, 1, None, None, None, {})  # type: ignore[arg-type]
-        waiting = threading.Thread(target=record.add, args=(2, 2, None, None, None, {}))
+        for c in (0, 1):
+            record.add(c, models[c][0], None, None, models[c][1], {})  # type: ignore[arg-type]
+        waiting = threading.Thread(
+            target=record.add, args=(2, models[2][0], None, None, models[2][1], {}),
+            name="adding",
+        )  # fmt: skip
         waiting.start()
         waiting.join(0.3)
         assert waiting.is_alive() and ran == []  # a third step waits for the first
@@ -125,6 +140,9 @@ def test_record_thread_runs_the_steps_in_order_one_waiting(
         assert state == 103
     assert ran == [(100, 0), (101, 1), (102, 2)]
     assert saved == [1, 2, 3]
+    main = threading.current_thread().name
+    made = [model.made_on for pair in models for model in pair]
+    assert made == [main] * 4 + ["adding"] * 2
 
 
 def test_the_long_table_runs_beside_the_risk_model_and_its_error_is_the_builds(

@@ -134,7 +134,11 @@ class RecordThread:
         previous_model: RiskModel,
         model_state: Mapping[str, np.ndarray],
     ) -> None:
-        """Queue chunk c's step; the state after it is saved as the state before chunk c + 1."""
+        """Queue chunk c's step; the state after it is saved as the state before chunk c + 1.
+        Both models' forecasts are made here, on the build's thread: their kernels run in
+        parallel, and only the build's thread launches parallel kernels (numba's workqueue
+        layer aborts on launches from two threads at once)."""
+        _ = (model.predicted, previous_model.predicted)
         while len(self._queued) > 1:
             self._queued.pop(0).result()
 
