@@ -5,11 +5,13 @@ recursion and shrinkage (`specific.specific_variance`) and each row's factor var
 
 Each session is computed from that session's numbers alone, in a fixed order (rows in order,
 factors in order), so a session's result does not depend on the run or the chunk it is part of:
-an incremental build equals a full one bit for bit. The regression is a Householder QR of
-W^1/2 X over the session's stocks (as `style_regression.wls`, numerically the same method);
-the specific recursion does numpy's elementwise operations in numpy's order (bit for bit those
-of the vectorised code it replaces); group means are sums in row order (numpy's `bincount`), the
-cross-section's mean too (numpy's pairwise sum differed from it in the last bit).
+an incremental build equals a full one bit for bit, and the kernels run blocks of sessions
+(of rows) on numba's threads (`parallel_blocks`) with the same bits. The regression is a
+Householder QR of W^1/2 X over the session's stocks (as `style_regression.wls`, numerically
+the same method); the specific recursion does numpy's elementwise operations in numpy's order
+(bit for bit those of the vectorised code it replaces); group means are sums in row order
+(numpy's `bincount`), the cross-section's mean too (numpy's pairwise sum differed from it in
+the last bit).
 """
 
 from __future__ import annotations
