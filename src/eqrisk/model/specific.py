@@ -133,7 +133,8 @@ def specific_variance(
     start = st.session
     if not first_column <= start <= n_t:
         raise ValueError(f"the state's session {start} is outside {first_column}..{n_t}")
-    from eqrisk.model.risk_kernel import parallel_blocks, specific_kernel  # numba: builds
+    from eqrisk.model.risk_kernel import parallel_blocks  # numba: builds only
+    from eqrisk.model.specific_kernel import specific_kernel
 
     raw = np.full((n, n_t - start), np.nan)
     evidence = np.zeros((n, n_t - start))
