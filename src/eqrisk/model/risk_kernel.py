@@ -373,6 +373,19 @@ def _factor_var_tile(
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def newey_west(sums, weights, nw, j):  # pragma: no cover - compiled
+    """The Newey-West variance of series j from its EWMA lag sums and weights (lag 0 first):
+    the lag-0 mean plus 2 nw[l-1] times each finite lag-l mean, back to the lag-0 mean when
+    that is not positive. Shared by the factor and the specific variances."""
+    m0 = sums[0, j] / weights[0, j]
+    out = m0
+    for lag in range(1, nw.shape[0] + 1):
+        ml = sums[lag, j] / weights[lag, j]
+        out += 2.0 * nw[lag - 1] * (ml if np.isfinite(ml) else 0.0)
+    return out if out > 0.0 else m0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def covariance_kernel(
     f,
     start,
@@ -408,12 +421,7 @@ def covariance_kernel(
     for t in range(start, n_t):
         c = t - start
         for j in range(k):
-            m0 = vs[0, j] / vw[0, j]
-            acc = m0
-            for lag in range(1, n_lags + 1):
-                ml = vs[lag, j] / vw[lag, j]
-                acc += 2.0 * nw[lag - 1] * (ml if np.isfinite(ml) else 0.0)
-            v = acc if acc > 0.0 else m0
+            v = newey_west(vs, vw, nw, j)
             vol[c, j] = np.sqrt(v) if vc[j] >= min_obs else np.nan
             obs[c, j] = vc[j]
         for a in range(k):

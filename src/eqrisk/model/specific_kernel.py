@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from eqrisk.model.risk_kernel import newey_west
+
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _shrink_session(
@@ -112,12 +114,7 @@ def _specific_row(
     for t in range(start, first_column + n_cols):
         c = t - start
         col = t - first_column
-        m0 = sums[0, i] / weights[0, i]
-        out = m0
-        for lag in range(1, n_lags + 1):
-            ml = sums[lag, i] / weights[lag, i]
-            out += 2.0 * nw[lag - 1] * (ml if np.isfinite(ml) else 0.0)
-        v = out if out > 0.0 else m0
+        v = newey_west(sums, weights, nw, i)
         raw[i, c] = v if count[i] >= min_obs else np.nan
         sq = squares[i]
         evidence[i, c] = weights[0, i] * weights[0, i] / sq if sq > 0 else 0.0
