@@ -457,3 +457,43 @@ def test_a_candidate_the_stock_did_not_move_is_judged_without_a_numpy_warning(
     ferg = stored[stored["symbol"] == "FERG"].set_index("date")["close"]
     flat = ferg.loc[date(2020, 3, 12)]
     assert flat == ferg.loc[date(2020, 3, 11)] and np.isfinite(flat)
+
+
+def test_a_merge_judges_its_rows_with_the_medians_of_every_row(monkeypatch) -> None:
+    """A merge examines the moves into its own rows only (`only`), so the stage works the peer
+    medians out from the first of those rows' sessions on, not over the 130 sessions of context
+    (a third of a daily merge's cleaning). The real closes of 2019-2020, two sectors and the
+    market, scattered judged rows around the crash of March 2020: from the first judged
+    session on the medians equal those of every row bit for bit (NaN before), and the events
+    found equal those found with every row's medians."""
+    from eqrisk.data import return_cleaning
+    from eqrisk.data.return_signatures import CleaningRule
+
+    wide = pd.read_csv(shared_file("adjclose_wide_2010_2026.csv.gz"))
+    gics = pd.read_csv(shared_file("gics_constituents.csv"))
+    names = gics.loc[gics["GICS Sector"].isin(["Energy", "Financials"]), "Symbol"]
+    wide = wide[(wide["date"] >= "2019-06-01") & (wide["date"] <= "2020-06-30")]
+    long = wide.melt("date", [s for s in names if s in wide], "symbol", "close").dropna()
+    long["date"] = pd.to_datetime(long["date"])
+    long = long.sort_values(["symbol", "date"], ignore_index=True)
+    groups = dict(zip(gics["Symbol"], gics["GICS Sector"], strict=True))
+    rows = PriceRows.of(long, groups)
+    rng = np.random.default_rng(7)
+    day = long["date"].to_numpy()
+    only = (day >= np.datetime64("2020-02-20")) & (rng.random(len(long)) < 0.3)
+    rule = CleaningRule()
+    whole = return_cleaning._series(rows, rule)
+    narrow = return_cleaning._series(rows, rule, only)
+    after = day >= day[only].min()
+    assert 0 < after.sum() < len(long) and only.sum() > 1000
+    np.testing.assert_array_equal(narrow.g[after], whole.g[after])
+    np.testing.assert_array_equal(narrow.e[after], whole.e[after])
+    assert np.isnan(narrow.g[~after]).all() and np.isnan(narrow.e[~after]).all()
+    nothing = return_cleaning._series(rows, rule, np.zeros(len(long), dtype=bool))
+    assert np.isnan(nothing.g).all()
+    found = detect_events(rows, rule, only)
+    full = return_cleaning._series
+    monkeypatch.setattr(return_cleaning, "_series", lambda r, u, o=None: full(r, u))
+    expected = detect_events(rows, rule, only)
+    assert len(found) >= 3  # the crash's largest moves, examined and listed
+    pd.testing.assert_frame_equal(found, expected)

@@ -136,7 +136,7 @@ def detect_events(
     rule = rule or CleaningRule()
     if len(rows.close) < 2:
         return pd.DataFrame(columns=EVENT_COLUMNS)
-    s = _series(rows, rule)
+    s = _series(rows, rule, None if only is None else np.asarray(only, dtype=bool))
     ratios = np.array(sorted({*SPLIT_RATIOS, *(1.0 / np.array(SPLIT_RATIOS))}))
     absx = np.abs(s.x)
     candidates = np.flatnonzero(np.abs(s.e) >= rule.floor)
@@ -167,7 +167,10 @@ def detect_events(
     return frame.sort_values(["symbol", "date"], ignore_index=True)
 
 
-def _series(rows: PriceRows, rule: CleaningRule) -> _Series:
+def _series(rows: PriceRows, rule: CleaningRule, only: np.ndarray | None = None) -> _Series:
+    """The series of every row; the peer medians (g, e) of the sessions from the first `only`
+    row's on (all without `only`), the others NaN: a move examined is into an `only` row, and a
+    print's reversal after it, so no earlier session's medians are read."""
     n = len(rows.close)
     sym = rows.symbol
     sessions = sessions_between(rows.day.min(), rows.day.max()).to_numpy().astype("datetime64[D]")
@@ -183,16 +186,19 @@ def _series(rows: PriceRows, rule: CleaningRule) -> _Series:
     x[~consecutive | ~np.isfinite(x)] = np.nan
     step[~consecutive | ~np.isfinite(step)] = 0.0
     # Each distinct group tested once, then taken per row (code -1, a missing one: the last, "").
-    codes, groups = pd.factorize(rows.group)
+    # Every row of a session or none (the medians are per session: the same numbers).
+    first = len(sessions) if only is None or not only.any() else int(session[only].min())
+    medians = session >= (0 if only is None else first)
+    codes, groups = pd.factorize(rows.group[medians])
     named = [g if isinstance(g, str) and g else "" for g in groups]
     group = np.asarray([*named, ""], dtype=object)[codes]
-    frame = pd.DataFrame({"p": session, "g": group, "x": x})
+    frame = pd.DataFrame({"p": session[medians], "g": group, "x": x[medians]})
     market = frame.groupby("p")["x"].transform("median").to_numpy()
     by_group = frame.groupby(["p", "g"])["x"]
     count = by_group.transform("count").to_numpy()
     median = by_group.transform("median").to_numpy()
-    g = np.where((group != "") & (count >= rule.min_group), median, market)
-    g = np.nan_to_num(g)
+    g = np.full(n, np.nan)
+    g[medians] = np.nan_to_num(np.where((group != "") & (count >= rule.min_group), median, market))
     idx = np.arange(n)
     run_start = np.maximum.accumulate(np.where(new_symbol, idx, 0))
     last = np.r_[sym[1:] != sym[:-1], True]
