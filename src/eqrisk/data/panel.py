@@ -6,7 +6,7 @@ at a time (`fill_panel`), or from one long frame (`to_panel`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,6 +205,30 @@ def fill_panel(
     )
 
 
+def session_columns(session_days: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """Each day's column among the sorted `session_days` (datetime64[D]), -1 for a day that is
+    none of them (NaT included): a table of the calendar days they span, looked up in one
+    gather rather than a binary search a row."""
+    if not len(session_days):
+        return lambda days: np.full(len(days), -1, dtype=np.int64)
+    first = session_days[0]
+    span = int((session_days[-1] - first).astype(np.int64)) + 1
+    table = np.full(span, -1, dtype=np.int64)
+    table[(session_days - first).astype(np.int64)] = np.arange(len(session_days))
+
+    def columns(days: np.ndarray) -> np.ndarray:
+        offset = (np.asarray(days, dtype="datetime64[D]") - first).astype(np.int64)
+        if len(offset) and offset.min() >= 0 and offset.max() < span:
+            found: np.ndarray = table[offset]
+            return found
+        inside = (offset >= 0) & (offset < span)
+        out = np.full(len(offset), -1, dtype=np.int64)
+        out[inside] = table[offset[inside]]
+        return out
+
+    return columns
+
+
 def fill_rows(
     pieces: Iterable[Cells],
     symbols: np.ndarray,
@@ -224,15 +248,14 @@ def fill_rows(
     arrays = {
         field: np.full(shape if field in MODEL_FIELDS else narrow, np.nan) for field in fields
     }
+    column_of = session_columns(session_days)
     for piece in pieces:
         where = sym_idx.get_indexer(pd.Index(piece.names))
         if (where < 0).any() and not others:
             raise ValueError("price rows of a symbol outside the panel")
         rows = where[piece.codes]
-        cols = np.searchsorted(session_days, piece.days)
-        inside = cols < len(session_days)
-        ok = inside.copy()
-        ok[inside] = session_days[cols[inside]] == piece.days[inside]
+        cols = column_of(piece.days)
+        ok = cols >= 0
         if not ok.all():
             bad = np.unique(piece.days[~ok])[:5]
             raise ValueError(
