@@ -33,8 +33,9 @@ NOT_FOR_HELP = (
     *NOT_FOR_UPDATE, *HEAVY, "scipy", "exchange_calendars", "xxhash", "pydantic",
     "pydantic_core", "pydantic_settings", "rich", "numpy", "asyncio", "logging",
 )  # fmt: skip
-# What every start imports of the package: the app and its output helpers.
-START = {"eqrisk", "eqrisk.cli", "eqrisk.cli.app", "eqrisk.cli.output"}
+# What every start imports of the package: the package's lock around `ast.parse`
+# (`eqrisk.ast_lock`, standard library only), the app and its output helpers.
+START = {"eqrisk", "eqrisk.ast_lock", "eqrisk.cli", "eqrisk.cli.app", "eqrisk.cli.output"}
 
 
 def not_for(names: set[str], heavy: tuple[str, ...]) -> list[str]:
