@@ -136,12 +136,13 @@ def detect_events(
     rule = rule or CleaningRule()
     if len(rows.close) < 2:
         return pd.DataFrame(columns=EVENT_COLUMNS)
-    s = _series(rows, rule, None if only is None else np.asarray(only, dtype=bool))
+    judged = None if only is None else np.asarray(only, dtype=bool)
+    s = _series(rows, rule, judged)
     ratios = np.array(sorted({*SPLIT_RATIOS, *(1.0 / np.array(SPLIT_RATIOS))}))
     absx = np.abs(s.x)
     candidates = np.flatnonzero(np.abs(s.e) >= rule.floor)
-    if only is not None:
-        candidates = candidates[np.asarray(only, dtype=bool)[candidates]]
+    if judged is not None:
+        candidates = candidates[judged[candidates]]
     out: list[dict[str, object]] = []
     consumed: set[int] = set()
     for j in candidates.tolist():
@@ -185,10 +186,11 @@ def _series(rows: PriceRows, rule: CleaningRule, only: np.ndarray | None = None)
         step[1:] = np.log(ratio[1:] / ratio[:-1])
     x[~consecutive | ~np.isfinite(x)] = np.nan
     step[~consecutive | ~np.isfinite(step)] = 0.0
+    # The medians' sessions: from the first judged row's on (none when no row is judged), every
+    # row of a session or none (the medians are per session: the same numbers).
+    first = 0 if only is None else int(session[only].min(initial=len(sessions)))
+    medians = session >= first
     # Each distinct group tested once, then taken per row (code -1, a missing one: the last, "").
-    # Every row of a session or none (the medians are per session: the same numbers).
-    first = len(sessions) if only is None or not only.any() else int(session[only].min())
-    medians = session >= (0 if only is None else first)
     codes, groups = pd.factorize(rows.group[medians])
     named = [g if isinstance(g, str) and g else "" for g in groups]
     group = np.asarray([*named, ""], dtype=object)[codes]
