@@ -153,10 +153,13 @@ def wait_js(driver: Any, script: str, *args: Any, timeout: float = WAIT_S) -> An
         time.sleep(0.1)
 
 
-def fresh_visit(driver: Any, base: str, key: str | None, hash_: str = "") -> None:
+def fresh_visit(
+    driver: Any, base: str, key: str | None, hash_: str = "", *, before_key: str = ""
+) -> None:
     """A first visit: nothing remembered (the page's storage, and the browser's HTTP cache: an
     answer an earlier test's key fetched would otherwise be revalidated, a free 304, where this
-    visit's key is to be charged); enter `key` in the key dialog (None: the demo key)."""
+    visit's key is to be charged); enter `key` in the key dialog (None: the demo key), after
+    running the script `before_key` in the page."""
     from selenium.webdriver.common.by import By
 
     driver.execute_cdp_cmd("Network.clearBrowserCache", {})
@@ -165,6 +168,8 @@ def fresh_visit(driver: Any, base: str, key: str | None, hash_: str = "") -> Non
     driver.get(f"{base}/{hash_}")
     driver.refresh()
     wait_js(driver, "return document.getElementById('key-dialog').open")
+    if before_key:
+        driver.execute_script(before_key)
     if key is None:
         driver.find_element(By.ID, "use-demo").click()
     else:
@@ -726,8 +731,11 @@ def test_a_402_in_one_view_leaves_the_other_views_whole(
     browser.execute_script("location.hash = '#/market'")
     plotted(browser, "treemap")
     assert browser.execute_script("return document.querySelectorAll('#view .problem').length") == 0
-    strip = wait_js(browser, "return document.getElementById('account').innerText")
-    assert "0.0070" in strip, strip
+    strip = wait_js(
+        browser,
+        "const s = document.getElementById('account').innerText; return s.includes('Balance') && s",
+    )
+    assert "Balance 0.0070 USD" in strip, strip
 
     browser.execute_script("location.hash = '#/stock/NVDA?years=1'")  # metrics fit, history not
     shown = problem_shown(browser, 402)
@@ -740,6 +748,55 @@ def test_a_402_in_one_view_leaves_the_other_views_whole(
     browser.execute_script("location.hash = '#/market'")
     plotted(browser, "treemap")
     assert browser.execute_script("return document.querySelectorAll('#view .problem').length") == 0
+
+
+# The page's fetch, wrapped: the balance answer is read on the server before the market's
+# request is sent, and handed to the page only after the market's (charged) answer.
+BALANCE_READ_BEFORE_THE_CHARGE = """
+const real = window.fetch.bind(window);
+let balanceRead, marketAnswered;
+const read = new Promise((resolve) => (balanceRead = resolve));
+const answered = new Promise((resolve) => (marketAnswered = resolve));
+window.staged = [];
+window.fetch = async (url, init) => {
+  const path = new URL(url, location.href).pathname;
+  if (path === "/api/balance") {
+    const resp = await real(url, init);
+    window.staged.push(["balance read", (await resp.clone().json()).balance_usd]);
+    balanceRead();
+    await answered;
+    return resp;
+  }
+  if (path === "/api/heatmap") {
+    await read;
+    const resp = await real(url, init);
+    window.staged.push(["market answered", Number(resp.headers.get("X-API-Cost-USD"))]);
+    marketAnswered();
+    return resp;
+  }
+  return real(url, init);
+};
+"""
+
+
+def test_the_strip_counts_a_charge_the_balance_read_missed(
+    browser: Any, server: str, stale_home: tuple[Path, str]
+) -> None:
+    """The balance answer (0.012 USD, one paid request: the spend-down) is read before the
+    market's charge and reaches the page after the market's answer: the strip shows what the
+    server's books say once both are done, 0.007 USD and two paid requests."""
+    key = key_in(stale_home[0], rate_limit="1000/minute", balance_tokens=600)  # 0.012 USD
+    fresh_visit(browser, server, key, before_key=BALANCE_READ_BEFORE_THE_CHARGE)
+    plotted(browser, "treemap")
+    wait_js(browser, "return document.querySelector('#account [data-item=\"balance\"]')")
+    staged = browser.execute_script("return window.staged")
+    assert staged == [["balance read", 0.012], ["market answered", 0.005]]
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {key}"}) as own:
+        books = own.get("/api/balance").json()
+    assert books["balance_tokens"] == 350 and books["usage_this_month"]["requests"] == 2
+    strip = browser.find_element("id", "account").text
+    assert "Balance 0.0070 USD" in strip, strip
+    assert "This month 2 paid requests, 19.99 USD" in strip, strip
 
 
 def test_the_stale_stock_is_marked_wherever_it_appears(

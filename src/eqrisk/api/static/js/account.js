@@ -92,39 +92,56 @@ function wireKeyDialog() {
   $("#use-evaluation").addEventListener("click", () => choose(EVALUATION_KEY));
 }
 
-// Balances said by metered answers, counted: an answer that arrives while /api/balance is in
-// flight may have been charged after the balance was read, so its balance is the newer one.
-let meteredBalances = 0;
-let lastMeteredBalance = null;
+// The paid answers that arrive while /api/balance is in flight, each with its cost and the
+// balance right after its charge. The balance answer was read at one instant: a charge made
+// before it is in its balance and usage, one made after is not. Charges only lower a balance,
+// so a paid answer whose balance is below the one read came after the read: its cost is added
+// to the month's usage and its balance is the newer one. (A top-up in the same instant can
+// hide one such charge until the next load.)
+const pendingLoads = new Set();
 
 async function loadAccount() {
   const client = state.client;
-  const seen = meteredBalances;
+  const charges = [];
+  pendingLoads.add(charges);
   try {
     const doc = await client.get("/api/balance");
     if (client !== state.client) return;
-    if (meteredBalances !== seen) doc.balance_usd = lastMeteredBalance;
+    const read = doc.balance_usd;
+    const usage = { requests: doc.usage_this_month.requests, usd: doc.usage_this_month.usd };
+    for (const c of charges) {
+      if (c.balanceUsd < read - 1e-9) {
+        usage.requests += 1;
+        usage.usd += c.costUsd;
+        doc.balance_usd = Math.min(doc.balance_usd, c.balanceUsd);
+      }
+    }
     state.account = doc;
     state.accountError = null;
-    state.usage = { requests: doc.usage_this_month.requests, usd: doc.usage_this_month.usd };
+    state.usage = usage;
     renderStrip();
   } catch (err) {
     if (client !== state.client || isCancelled(err)) return;
     state.accountError = err;
     renderStrip();
+  } finally {
+    pendingLoads.delete(charges);
   }
 }
 
+// A paid answer moves the strip: its cost to the month's usage, and the balance after its
+// charge. A free answer's balance header is the balance when the request was let in, which can
+// be older than a charge already answered: it does not move the strip.
 function onMeter(m) {
   if (m.limit !== null) state.rate = { limit: m.limit, remaining: m.remaining };
-  if (!state.isDemo && m.costUsd !== null && m.costUsd > 0) {
+  const paid = !state.isDemo && m.status < 300 && m.costUsd !== null && m.costUsd > 0;
+  if (paid) {
     state.usage.requests += 1;
     state.usage.usd += m.costUsd;
-  }
-  if (!state.isDemo && m.balanceUsd !== null && m.status < 300) {
-    meteredBalances += 1;
-    lastMeteredBalance = m.balanceUsd;
-    if (state.account) state.account.balance_usd = m.balanceUsd;
+    if (m.balanceUsd !== null) {
+      for (const charges of pendingLoads) charges.push({ costUsd: m.costUsd, balanceUsd: m.balanceUsd });
+      if (state.account) state.account.balance_usd = m.balanceUsd;
+    }
   }
   renderStrip();
 }
@@ -150,7 +167,7 @@ function renderStrip() {
       item("Key", state.isEvaluation ? `${a.key_id} (local evaluation key)` : a.key_id),
       item("Account", `${a.account_id} (${a.state})`),
       item("Balance", fmtCredit(a.balance_usd), "balance"),
-      item("This month", `${state.usage.requests} paid requests, ${fmtCredit(state.usage.usd)}`, "usage"),
+      item("This month", `${state.usage.requests} paid request${state.usage.requests === 1 ? "" : "s"}, ${fmtCredit(state.usage.usd)}`, "usage"),
     );
   } else if (error) {
     items.push(item("Key", "not accepted"));
