@@ -87,6 +87,22 @@ def test_random_portfolios_are_what_they_say() -> None:
     np.testing.assert_array_equal(w[fam == "hedged_l3"], w[fam == "random_long_only"])
 
 
+def test_every_drawn_book_holds_a_stock_however_few_there_are() -> None:
+    """No stock: no book at all; one stock: its sector's book and the hedged books of it
+    alone (no random or long-short book can hold two); every weight finite, every row a book."""
+    sectors = np.arange(12) % 3
+    none = make_portfolios(np.zeros(12, dtype=bool), sectors, hedged_sizes=(5, 20), seed=2)
+    assert none.family == [] and none.weights.shape == (0, 12) and none.hedged.shape == (0,)
+    one = np.zeros(12, dtype=bool)
+    one[4] = True
+    p = make_portfolios(one, sectors, hedged_sizes=(5, 20), hedged_count=3, seed=2)
+    assert p.family == ["sector"] + ["hedged_l3_5"] * 3 + ["hedged_l3_20"] * 3
+    expected = np.zeros((7, 12))
+    expected[:, 4] = 1.0
+    np.testing.assert_array_equal(p.weights, expected)
+    assert p.hedged.tolist() == [False] + [True] * 6
+
+
 def test_the_compiled_outcomes_equal_portfolio_risk_session_by_session(risk_case: Case) -> None:
     case = risk_case
     model = case.model

@@ -90,13 +90,16 @@ def make_portfolios(
     one equal-weight portfolio per sector (`sectors` (n,) int, -1 = none), `count` long-short
     ones (`size` longs, `size` shorts) and the long-only ones again, hedged; then, per size in
     `hedged_sizes` (at most the stocks there are), `hedged_count` equal-weight books of that
-    many random stocks, hedged (family `hedged_l3_<size>`)."""
+    many random stocks, hedged (family `hedged_l3_<size>`). Every book holds a stock: with
+    fewer than two stocks there is no random or long-short one, with none no hedged one."""
     rng = np.random.default_rng(seed)
     n = len(sectors)
     rows: list[np.ndarray] = []
     family: list[str] = []
     pool = np.flatnonzero(stocks)
     size = min(size, len(pool) // 2)
+    if size == 0:  # fewer than two stocks: no random book (all its weights would be zero)
+        count = 0
     for _ in range(count):
         w = np.zeros(n)
         w[rng.choice(pool, size, replace=False)] = rng.dirichlet(np.ones(size))
@@ -116,7 +119,7 @@ def make_portfolios(
         family.append("long_short")
     rows += long_only
     family += ["hedged_l3"] * len(long_only)
-    for names in hedged_sizes:
+    for names in hedged_sizes if len(pool) else ():  # no stock: no book to weight equally
         for _ in range(hedged_count):
             w = np.zeros(n)
             w[rng.choice(pool, min(names, len(pool)), replace=False)] = 1.0
