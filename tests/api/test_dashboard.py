@@ -899,6 +899,8 @@ def test_the_page_offers_the_local_evaluation_key_of_its_server(
     plotted(browser, "treemap")
     rows = api.get("/api/heatmap", params={"limit": 100}).json()["data"]
     assert len([s for s in treemap_slices(browser) if s["id"].startswith("stock/")]) == len(rows)
+    # the strip names the key once its /api/balance answer is in, which may come after the map
+    wait_js(browser, "return document.getElementById('account').innerText.includes('Balance')")
     assert "local evaluation key" in browser.find_element(By.ID, "account").text
     page = httpx.get(f"{server}/")
     assert f'<meta name="eqrisk-evaluation-key" content="{TEST_KEY}">' in page.text
