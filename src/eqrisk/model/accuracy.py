@@ -98,7 +98,7 @@ def make_portfolios(
     family: list[str] = []
     pool = np.flatnonzero(stocks)
     size = min(size, len(pool) // 2)
-    if size == 0:  # fewer than two stocks: no random book (all its weights would be zero)
+    if size == 0:  # fewer than two stocks: no random or long-short book (all weights zero)
         count = 0
     for _ in range(count):
         w = np.zeros(n)
