@@ -25,6 +25,7 @@ from eqrisk.model.cascade import CASCADE_FIELDS, rolling_cascade, rolling_std
 from eqrisk.model.flat_own import flat_betas, own_sector_factors
 from eqrisk.model.layout import FactorLayout, LayoutKeys, factor_layout, hierarchy
 from eqrisk.model.quality import hedge_quality
+from eqrisk.model.rank_kernel import rank_kernel
 from eqrisk.model.returns import log_returns, simple_returns
 
 ANNUALIZATION = np.sqrt(252.0)
@@ -488,11 +489,10 @@ def run_model(
 def cap_rank(market_cap: np.ndarray, eligible: np.ndarray) -> np.ndarray:
     """Per session, the rank of each eligible row by market cap (1 = largest); NaN where the
     row has no cap that day or is not eligible (ETFs are not ranked)."""
-    caps = np.where(eligible[:, None] & np.isfinite(market_cap), market_cap, -np.inf)
-    order = np.argsort(-caps, axis=0, kind="stable")
-    ranks = np.empty_like(caps)
-    np.put_along_axis(ranks, order, np.arange(1, caps.shape[0] + 1, dtype=float)[:, None], axis=0)
-    return np.where(np.isfinite(caps), ranks, np.nan)
+    caps = np.ascontiguousarray(market_cap, dtype=np.float64)
+    ranks = np.empty(caps.shape)
+    rank_kernel(caps, np.ascontiguousarray(eligible, dtype=np.bool_), ranks)
+    return ranks
 
 
 def combined_factor_returns(
