@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from eqrisk.build.pipeline import build_snapshot
+from eqrisk.data.panel import Panel
 from eqrisk.model.run import ModelParams
 from eqrisk.snapshot import tables
 from eqrisk.snapshot.versions import (
@@ -209,3 +210,44 @@ def test_monthly_views_of_levels_and_flows() -> None:
     flow = np.array([[[0.01, 0.02, np.nan, np.nan]]])
     got, _ = tables.monthly_views(sessions, flow, flow=True)
     assert got[0, 0, 0] == pytest.approx(0.03) and np.isnan(got[0, 0, 1])
+
+
+def _numpy_month_last(sessions: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """The last finite value of each series within each month, month by month in numpy."""
+    months = sessions.astype("datetime64[M]")
+    starts = np.flatnonzero(np.r_[True, months[1:] != months[:-1]])
+    ends = np.r_[starts[1:], len(sessions)]
+    out = np.empty((*level.shape[:-1], len(starts)))
+    for m, (lo, hi) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        month = level[..., lo:hi]
+        finite = np.isfinite(month)
+        last = (hi - lo - 1) - np.argmax(finite[..., ::-1], axis=-1)
+        picked = np.take_along_axis(month, last[..., None], axis=-1)[..., 0]
+        out[..., m] = np.where(finite.any(axis=-1), picked, np.nan)
+    return out
+
+
+def test_monthly_levels_equal_numpy_month_by_month(
+    real_universe: tuple[Panel, pd.DataFrame],
+) -> None:
+    """The month-end levels of real closes, and of series whose months end in gaps, hold only
+    infinities or nothing, or have one session: numpy's pick, bit for bit."""
+    panel, _ = real_universe
+    real = np.stack([panel.close[:200], panel.close[200:400]], axis=1)  # (rows x keys x T)
+    got, dates = tables.monthly_views(panel.sessions, real, flow=False)
+    assert np.array_equal(got, _numpy_month_last(panel.sessions, real), equal_nan=True)
+    assert len(dates) == got.shape[-1] and np.isfinite(got).mean() > 0.5
+    sessions = np.array(
+        ["2024-01-30", "2024-01-31", "2024-02-01", "2024-02-29", "2024-03-01"],
+        dtype="datetime64[D]",
+    )
+    rng = np.random.default_rng(2)
+    level = rng.normal(size=(6, 3, 5))
+    level[0, :, 1] = np.nan  # January ends in a gap
+    level[1, :, :2] = np.inf  # January holds infinities only
+    level[2, :, 2:4] = np.nan  # February holds nothing
+    level[3, 0] = np.nan
+    got, _ = tables.monthly_views(sessions, level, flow=False)
+    assert np.array_equal(got, _numpy_month_last(sessions, level), equal_nan=True)
+    assert got[0, 0, 0] == level[0, 0, 0] and np.isnan(got[1, :, 0]).all()
+    assert np.isnan(got[2, :, 1]).all() and got[4, 1, 2] == level[4, 1, 4]

@@ -386,15 +386,13 @@ def monthly_views(
         sums = np.add.reduceat(filled, starts, axis=-1)
         counts = np.add.reduceat(np.isfinite(level).astype(np.int32), starts, axis=-1)
         return np.where(counts > 0, sums, np.nan), sessions[ends]
-    # Month by month: the last finite value of each row within the month's sessions.
-    out = np.empty((*level.shape[:-1], len(starts)))
-    for m, (lo, hi) in enumerate(zip(starts.tolist(), (ends + 1).tolist(), strict=True)):
-        month = level[..., lo:hi]
-        finite = np.isfinite(month)
-        last = (hi - lo - 1) - np.argmax(finite[..., ::-1], axis=-1)
-        picked = np.take_along_axis(month, last[..., None], axis=-1)[..., 0]
-        out[..., m] = np.where(finite.any(axis=-1), picked, np.nan)
-    return out, sessions[ends]
+    # The last finite value of each row within each month's sessions (`month_kernel`).
+    from eqrisk.snapshot.month_kernel import month_last  # numba: builds only
+
+    flat = np.ascontiguousarray(level, dtype=np.float64).reshape(-1, level.shape[-1])
+    out = np.empty((flat.shape[0], len(starts)))
+    month_last(flat, starts.astype(np.int64), ends.astype(np.int64), out)
+    return out.reshape(*level.shape[:-1], len(starts)), sessions[ends]
 
 
 HISTORY_DIR = "security_history"
