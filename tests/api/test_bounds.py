@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from eqrisk.accounts.book import STARTING_CREDIT_TOKENS, Accounts
 from eqrisk.accounts.payments import sign
 from eqrisk.api.bounds import head_limit
+from eqrisk.api.protocol import LINGER_S
 from helpers import WEBHOOK_SECRET, Server, assert_problem, bearer, client_for, new_key, raw_request
 
 CAP = 4096
@@ -174,6 +176,40 @@ def test_a_160_mb_body_is_refused_without_being_held(home: Path, accounts: Accou
         assert grown_mb < 50, f"peak RSS grew by {grown_mb:.0f} MB"
         assert client.get("/api/health").status_code == 200
     assert sorted(e["kind"] for e in accounts.ledger(account_id)) == ["charge", "grant"]
+
+
+def test_a_refused_client_still_sending_reads_its_whole_answer(home: Path) -> None:
+    """A head refused while the client still has megabytes of it to send: the client reads the
+    whole 414 and the end of the connection, every time, not a reset (a socket closed with
+    unread bytes resets the connection, and the reset can overtake the answer)."""
+    limit = head_limit(16 * 2**10, 8 * 2**10)
+    line = b"GET /api/health?pad=" + b"x" * (64 * limit) + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    with Server(home) as server:
+        for _ in range(5):
+            answer = raw_request(server.base, line)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 414 Request URI too long\r\n")
+            assert json.loads(body)["error"] == "URI_TOO_LONG"
+
+
+def test_a_refused_client_that_never_stops_sending_is_cut_off(home: Path) -> None:
+    """The refused connection's further bytes are dropped for `LINGER_S` seconds at most: a
+    client that keeps sending is cut off then, not held open for as long as it sends."""
+    limit = head_limit(16 * 2**10, 8 * 2**10)
+    with Server(home) as server:
+        host, port = server.base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"GET /api/health?pad=" + b"x" * (2 * limit))
+            started = time.monotonic()
+            cut = False
+            while time.monotonic() - started < 10 * LINGER_S and not cut:
+                try:
+                    sock.sendall(b"x" * 4096)
+                except (BrokenPipeError, ConnectionResetError):
+                    cut = True
+                time.sleep(0.02)
+            assert cut, f"still open after {10 * LINGER_S} s"
+            assert time.monotonic() - started >= LINGER_S * 0.5
 
 
 def test_heads_past_the_server_limit_are_refused_before_the_app(home: Path) -> None:

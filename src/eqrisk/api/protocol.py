@@ -8,6 +8,13 @@ request is refused with a problem+json 414 (still in the request line) or 431 (i
 and the connection closed. Heads within the limit reach `eqrisk.api.bounds.Bounds`, which applies
 the exact `max_query_bytes` / `max_header_bytes` with the same codes.
 
+A refused client is usually still sending (the rest of its head, a body). Closing a socket with
+unread bytes makes the kernel reset the connection, and a reset can reach the client before it
+has read the answer, which it then never sees. So the server closes in two steps: the answer,
+then its half of the connection shut (the client reads the answer and the end of it), what the
+client still sends read and dropped, and the socket closed when the client closes its half or
+after `LINGER_S` seconds, whichever comes first.
+
 What uvicorn answers by itself, before any app runs, is in the same shape: a request httptools
 cannot parse (a malformed request line, header or body framing; uvicorn's text/plain 400) is a
 problem+json 400 `MALFORMED_REQUEST`, and a worker over its concurrency limit (uvicorn's
@@ -35,6 +42,7 @@ from eqrisk.settings import get_settings
 
 URL_MAX = 65535  # httptools refuses longer URLs with a bare 400; a longer line is a 414 here
 RETRY_AFTER_S = 1  # a worker at its concurrency limit: try again in a second
+LINGER_S = 2.0  # how long a refused connection's further bytes are read and dropped
 
 
 def _problem(code: str, detail: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -71,6 +79,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # from the end of a message to the end of the next head
         self._head_bytes = 0
         self._line_ended = False
+        self._refused = False  # answered and half closed: what arrives is dropped
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -103,6 +112,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         """Count the head's bytes before the parser buffers them; refuse past the cap. (A CRLF
         split across two reads is counted a few bytes late: the cap is not that exact.)"""
+        if self._refused:
+            return
         if self._in_head:
             if not self._line_ended:
                 eol = data.find(b"\r\n")
@@ -135,7 +146,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def _write(self, code: str, detail: str) -> None:
-        """A complete problem+json answer written straight to the socket, then close."""
+        """A complete problem+json answer written straight to the socket, then the close in two
+        steps (the module docstring)."""
         status, headers, body = _problem(code, detail)
         _, title = CODES[code]
         lines = [f"HTTP/1.1 {status} {title}".encode("latin-1")]
@@ -143,4 +155,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             lines.append(name + b": " + value)
         transport: asyncio.Transport = self.transport
         transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
-        transport.close()
+        self._refused = True
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()  # after the answer; the client's end closes the socket
+        self.loop.call_later(LINGER_S, transport.close)
