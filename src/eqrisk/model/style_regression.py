@@ -105,8 +105,16 @@ def style_returns(
 
 
 def _session_major(a: np.ndarray) -> np.ndarray:
-    """(..., n, T) -> (T, n, ...) contiguous, float64 (bool kept)."""
+    """(..., n, T) -> (T, n, ...) contiguous, float64 (bool kept); a block of styles (S, n, T)
+    by `transpose_kernel`."""
     a = np.asarray(a)
+    if a.ndim == 3 and a.dtype != bool:
+        from eqrisk.model.transpose_kernel import session_major_kernel  # numba: builds only
+
+        block = np.ascontiguousarray(a, dtype=np.float64)
+        moved = np.empty((a.shape[2], a.shape[1], a.shape[0]))
+        session_major_kernel(block, moved)
+        return moved
     out: np.ndarray = np.ascontiguousarray(
         np.moveaxis(a, (-1, -2), (0, 1)), dtype=None if a.dtype == bool else np.float64
     )
