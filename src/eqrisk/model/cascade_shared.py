@@ -23,7 +23,9 @@ from eqrisk.model.cascade_sums import ZERO14, add_day, decay
 from eqrisk.model.cascade_values import REC_N, factor_record, stock_values, store_fields
 
 # A group shares its records when it has this many stocks: one stock alone would make its
-# sums twice.
+# sums twice. It also bounds the records' memory: 14 values a session for at least 2 rows,
+# which have 16 outputs each, so at most 7/16 of the outputs' (a few MB for a real market:
+# groups are ETF combinations).
 MIN_GROUP = 2
 
 
