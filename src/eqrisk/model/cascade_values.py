@@ -3,12 +3,12 @@ of a stock from the weighted moment sums of (r, m, s, u), its returns and its ma
 and subsector ETF returns (DESIGN section 2).
 
 Most of the arithmetic involves the ETFs alone: their means, the market's variance, the cleaned
-sector's and subsector's coefficients and variances, the collinearity tests. Where a stock has
-a return on every day of the window, those are the same for every stock hedged with the same
-ETFs, so `factor_record` makes them once per session for the group (a record) and
-`stock_values` makes a stock's values from the record and its own five sums (of r and of r
-times each variable). Both do the operations of `cascade_from_sums`, in its order, on the same
-operands: the same bits (tested).
+sector's and subsector's coefficients and variances, the collinearity tests. `factor_part`
+makes those (a record) and `stock_values` the rest, from the record and the stock's own five
+sums (of r and of r times each variable); `cascade_from_sums` is the two in turn. Where a stock
+has a return on every day of the window, the record is the same for every stock hedged with
+the same ETFs, so a group makes it once per session (`cascade_shared`): the same operations on
+the same operands, the same bits.
 """
 
 from __future__ import annotations
@@ -32,115 +32,42 @@ REC_FIELDS = 14
 
 @njit(cache=True, inline="always")
 def cascade_from_sums(acc, s0, k):
-    """Hedge ratios and risk shares (the first 15 fields) from the weighted sums: the covariance
-    of (r, m, s, u) (first k of them), then the cascade; NaN where a level is not published."""
-    m0, m1, m2, m3, x00, x10, x11, x20, x21, x22, x30, x31, x32, x33 = acc
-    inv = 1.0 / s0  # one division per session; the rest are multiplications
-    u0 = m0 * inv
-    u1 = m1 * inv
-    u2 = m2 * inv
-    u3 = m3 * inv
-    v_r = x00 * inv - u0 * u0
-    c_rm = x10 * inv - u1 * u0
-    v_m = x11 * inv - u1 * u1
-    c_rs0 = x20 * inv - u2 * u0
-    c_sm = x21 * inv - u2 * u1
-    c_ss = x22 * inv - u2 * u2
-    c_ru0 = x30 * inv - u3 * u0
-    c_um = x31 * inv - u3 * u1
-    c_us0 = x32 * inv - u3 * u2
-    c_uu = x33 * inv - u3 * u3
-    return cascade(v_r, c_rm, v_m, c_rs0, c_sm, c_ss, c_ru0, c_um, c_us0, c_uu, k)
+    """Hedge ratios and risk shares (the first 15 fields) from the weighted sums of (r, m, s, u)
+    (first k of them): the ETF-only part (`factor_part`), then the stock's (`stock_values`);
+    NaN where a level is not published."""
+    return stock_values(factor_part(acc, s0, 0.0, k), acc[0], acc[4], acc[5], acc[7], acc[10], k)
 
 
 @njit(cache=True, inline="always")
-def cascade(v_r, c_rm, v_m, c_rs0, c_sm, c_ss, c_ru0, c_um, c_us0, c_uu, k):
-    """Hedge ratios and risk shares from the covariance of (r, m, s, u): c_xy is cov(x, y)."""
+def factor_part(acc, s0, n0, k):
+    """The record (REC_FIELDS values) of sums `acc` of weight s0 > 0 and count n0: the part of
+    the cascade that involves the ETFs alone (the stock-side sums in `acc` are not read). The
+    depth is the deepest level published for a stock whose variance is not tiny (0: nothing);
+    the fields below it are NaN."""
     nan = NAN
-    if v_r <= TINY_VAR or v_m <= TINY_VAR:
-        return ALL_NAN
-    inv_r = 1.0 / v_r
-    inv_m = 1.0 / v_m
-    b_m = c_rm * inv_m
-    er_m = b_m * b_m * v_m * inv_r
-    res_1 = 1.0 - er_m
-    if k == 2:
-        # A row hedged by the market only (an ETF, an unclassified stock) carries its L1 hedge
-        # in the L2 and L3 columns, sector and subsector fields null.
-        return (b_m, er_m, res_1, b_m, nan, er_m, nan, res_1, b_m, nan, nan, er_m, nan, nan, res_1)
-    # L2: the sector ETF cleaned of the market.
-    g = c_sm * inv_m
-    v_s = c_ss - g * c_sm
-    if v_s <= COLLINEAR_RTOL * c_ss or v_s <= TINY_VAR:
-        return (b_m, er_m, res_1, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan)
-    inv_s = 1.0 / v_s
-    c_rs = c_rs0 - g * c_rm
-    b_s = c_rs * inv_s
-    er_s = b_s * b_s * v_s * inv_r
-    m_2 = b_m - b_s * g
-    res_2 = 1.0 - er_m - er_s
-    if k == 3:
-        return (
-            b_m, er_m, res_1, m_2, b_s, er_m, er_s, res_2,
-            m_2, b_s, nan, er_m, er_s, nan, res_2,
-        )  # fmt: skip
-    # L3: the subsector ETF cleaned of the market and of the cleaned sector.
-    d_m = c_um * inv_m
-    c_us = c_us0 - g * c_um
-    d_s = c_us * inv_s
-    v_u = c_uu - d_m * c_um - d_s * c_us
-    if v_u <= COLLINEAR_RTOL * c_uu or v_u <= TINY_VAR:
-        return (b_m, er_m, res_1, m_2, b_s, er_m, er_s, res_2, nan, nan, nan, nan, nan, nan, nan)
-    c_ru = c_ru0 - d_m * c_rm - d_s * c_rs
-    b_u = c_ru / v_u
-    er_u = b_u * b_u * v_u * inv_r
-    m_3 = b_m - b_s * g - b_u * d_m + b_u * d_s * g
-    return (
-        b_m, er_m, res_1, m_2, b_s, er_m, er_s, res_2,
-        m_3, b_s - b_u * d_s, b_u, er_m, er_s, er_u, 1.0 - er_m - er_s - er_u,
-    )  # fmt: skip
-
-
-@njit(cache=True, inline="always")
-def factor_record(rec, s0, n0, acc, k, min_obs):
-    """Write into `rec` (REC_FIELDS values) the ETF-only part of `cascade_from_sums` for sums
-    `acc` of weight s0 and count n0 (the stock-side sums in `acc` are ignored): the depth is
-    the deepest level published for a stock whose variance is not tiny (0: nothing)."""
-    rec[REC_N] = n0
-    rec[REC_DEPTH] = 0.0
-    if n0 < min_obs or s0 <= 0.0:
-        return
+    n0 = np.float64(n0)
     _, m1, m2, m3, _, _, x11, _, x21, x22, _, x31, x32, x33 = acc
-    inv = 1.0 / s0
+    inv = 1.0 / s0  # one division per session; the rest are multiplications
     u1 = m1 * inv
     u2 = m2 * inv
     u3 = m3 * inv
     v_m = x11 * inv - u1 * u1
-    rec[REC_INV] = inv
-    rec[REC_U1] = u1
-    rec[REC_U2] = u2
-    rec[REC_U3] = u3
-    rec[REC_V_M] = v_m
     if v_m <= TINY_VAR:
-        return
+        return (0.0, n0, inv, u1, u2, u3, v_m, nan, nan, nan, nan, nan, nan, nan)
     inv_m = 1.0 / v_m
-    rec[REC_INV_M] = inv_m
-    rec[REC_DEPTH] = 1.0
     if k == 2:
-        return
+        return (1.0, n0, inv, u1, u2, u3, v_m, inv_m, nan, nan, nan, nan, nan, nan)
+    # L2: the sector ETF cleaned of the market.
     c_sm = x21 * inv - u2 * u1
     c_ss = x22 * inv - u2 * u2
     g = c_sm * inv_m
     v_s = c_ss - g * c_sm
     if v_s <= COLLINEAR_RTOL * c_ss or v_s <= TINY_VAR:
-        return
+        return (1.0, n0, inv, u1, u2, u3, v_m, inv_m, nan, nan, nan, nan, nan, nan)
     inv_s = 1.0 / v_s
-    rec[REC_G] = g
-    rec[REC_V_S] = v_s
-    rec[REC_INV_S] = inv_s
-    rec[REC_DEPTH] = 2.0
     if k == 3:
-        return
+        return (2.0, n0, inv, u1, u2, u3, v_m, inv_m, g, v_s, inv_s, nan, nan, nan)
+    # L3: the subsector ETF cleaned of the market and of the cleaned sector.
     c_um = x31 * inv - u3 * u1
     c_us0 = x32 * inv - u3 * u2
     c_uu = x33 * inv - u3 * u3
@@ -148,18 +75,22 @@ def factor_record(rec, s0, n0, acc, k, min_obs):
     c_us = c_us0 - g * c_um
     d_s = c_us * inv_s
     v_u = c_uu - d_m * c_um - d_s * c_us
-    rec[REC_D_M] = d_m
-    rec[REC_D_S] = d_s
-    rec[REC_V_U] = v_u
-    if v_u <= COLLINEAR_RTOL * c_uu or v_u <= TINY_VAR:
-        return
-    rec[REC_DEPTH] = 3.0
+    depth = 2.0 if v_u <= COLLINEAR_RTOL * c_uu or v_u <= TINY_VAR else 3.0
+    return (depth, n0, inv, u1, u2, u3, v_m, inv_m, g, v_s, inv_s, d_m, d_s, v_u)
+
+
+@njit(cache=True, inline="always")
+def empty_record(n0):
+    """The record of a sample too small to publish (below `min_obs`, or no weight)."""
+    nan = NAN
+    return (0.0, np.float64(n0), nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan)
 
 
 @njit(cache=True, inline="always")
 def stock_values(rec, m0, x00, x10, x20, x30, k):
-    """`cascade_from_sums` of a stock from its group's factor record and its own sums (of r,
-    r^2, and r times the market, sector and subsector), in the same operations."""
+    """The 15 values of a stock from a factor record (`factor_part`: a tuple, or a row of a
+    group's records) and its own sums (of r, r^2, and r times the market, sector and
+    subsector)."""
     nan = NAN
     depth = rec[REC_DEPTH]
     if depth == 0.0:
