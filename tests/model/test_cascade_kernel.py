@@ -217,9 +217,9 @@ def test_outputs_the_kernel_cannot_write_in_place_are_refused(panel) -> None:
 
 @pytest.mark.parametrize("halflife", [None, HALFLIFE])
 def test_the_one_sample_loop_equals_the_three_sample_loop_bitwise(panel, halflife) -> None:
-    """A stock whose sessions serve all its levels or none runs `_stock_cascade_one`; the
-    general loop gives it the same bits (both run here on each such stock's scratch), and the
-    panel has stocks of both kinds."""
+    """A stock whose sessions serve all its levels or none runs `_period_one`; the general
+    `_period` gives it the same bits (both run here on each such stock's scratch, period by
+    period over its whole history), and the panel has stocks of both kinds."""
     from eqrisk.model import cascade as kernel
 
     returns, factors, fidx = panel
@@ -235,8 +235,9 @@ def test_the_one_sample_loop_equals_the_three_sample_loop_bitwise(panel, halflif
             continue
         one_sample += 1
         outs = [tuple(np.full((i + 1, n_t), -1.0) for _ in CASCADE_FIELDS) for _ in range(2)]
-        kernel._stock_cascade(z, lev, 0, i, k, WINDOW, MIN_OBS, lam, 0, outs[0])
-        kernel._stock_cascade_one(z, lev, 0, i, k, WINDOW, MIN_OBS, lam, 0, outs[1])
+        for a in range(0, n_t, WINDOW):
+            kernel._period(z, lev, 0, i, k, WINDOW, MIN_OBS, lam, 0, a, outs[0])
+            kernel._period_one(z, lev, 0, i, k, WINDOW, MIN_OBS, lam, 0, a, outs[1])
         for a, b in zip(*outs, strict=True):
             assert np.array_equal(bits(a[i]), bits(b[i]))
         assert np.isfinite(outs[1][0][i]).sum() > 0

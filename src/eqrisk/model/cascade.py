@@ -216,22 +216,6 @@ def _period_one(z, lev, first, i, k, window, min_obs, lam, start, a, outs):
 
 
 @njit(cache=True)
-def _stock_cascade(z, lev, first, i, k, window, min_obs, lam, start, outs):
-    """Cascade of stock i for sessions start..T-1 from its scratch inputs (rows from `first`, the
-    session one window before the anchor at or before `start`), period by period."""
-    for a in range(start - start % window, outs[0].shape[1], window):
-        _period(z, lev, first, i, k, window, min_obs, lam, start, a, outs)
-
-
-@njit(cache=True)
-def _stock_cascade_one(z, lev, first, i, k, window, min_obs, lam, start, outs):
-    """`_stock_cascade` by `_period_one`, for a stock whose sessions serve all its levels or
-    none."""
-    for a in range(start - start % window, outs[0].shape[1], window):
-        _period_one(z, lev, first, i, k, window, min_obs, lam, start, a, outs)
-
-
-@njit(cache=True)
 def _store_levels(outs, i, t, k, min_obs, s_a, n_a, acc_a, s_b, n_b, acc_b, s_c, n_c, acc_c):
     """Each level from its own sample, where they differ: the sums of a level are those of the
     days serving it (a: every level, b: one fewer, c: two fewer). The deepest level with
