@@ -339,19 +339,26 @@ def _held_returns(members, weights, hedged, twin, avail, index, level, values, s
 def accumulate(z, count, s1, s2, s4, ring):  # fmt: skip
     """Add the rows of z (S x R, a session a row) to the running sums one session after the
     other: per column with a finite z, count + 1, z, z^2 and z^4 to count, s1, s2, s4, and the
-    first three to ring (3 x R, the current block's)."""
+    first three to ring (3 x R, the current block's). A z that is not finite adds exact zeros
+    instead (a sum that starts at +0 keeps its bits: no branch, the loops run in SIMD lanes)."""
+    r_count = z.shape[1]
+    n_count, n_s1, n_s2 = ring[0], ring[1], ring[2]
     for c in range(z.shape[0]):
-        for r in range(z.shape[1]):
-            v = z[c, r]
-            if np.isfinite(v):
-                q = v * v
-                count[r] += 1.0
-                s1[r] += v
-                s2[r] += q
-                s4[r] += q * q
-                ring[0, r] += 1.0
-                ring[1, r] += v
-                ring[2, r] += q
+        row = z[c]
+        for r in range(r_count):
+            ok = np.isfinite(row[r])
+            v = row[r] if ok else 0.0
+            q = v * v
+            count[r] += 1.0 if ok else 0.0
+            s1[r] += v
+            s2[r] += q
+            s4[r] += q * q
+        for r in range(r_count):
+            ok = np.isfinite(row[r])
+            v = row[r] if ok else 0.0
+            n_count[r] += 1.0 if ok else 0.0
+            n_s1[r] += v
+            n_s2[r] += v * v
 
 
 @njit(cache=True, nogil=True)
@@ -362,17 +369,19 @@ def window_done(blocks, order, family, min_obs, mad_sum, mad_count, worst):  # f
     none) the median of its finite b into worst[f] where higher (or worst[f] NaN). As numpy
     computes them: `accuracy_state._std`, `np.median`."""
     r_count = blocks.shape[2]
+    c = np.zeros(r_count)
+    s1 = np.zeros(r_count)
+    s2 = np.zeros(r_count)
+    for a in order:  # block after block, each row's sums in the blocks' order
+        b_count, b_s1, b_s2 = blocks[a, 0], blocks[a, 1], blocks[a, 2]
+        for r in range(r_count):
+            c[r] += b_count[r]
+            s1[r] += b_s1[r]
+            s2[r] += b_s2[r]
     b = np.full(r_count, np.nan)
     for r in range(r_count):
-        c = 0.0
-        s1 = 0.0
-        s2 = 0.0
-        for a in order:
-            c += blocks[a, 0, r]
-            s1 += blocks[a, 1, r]
-            s2 += blocks[a, 2, r]
-        if c >= max(min_obs, 2):
-            var = (s2 - s1 * s1 / c) / (c - 1.0)
+        if c[r] >= max(min_obs, 2):
+            var = (s2[r] - s1[r] * s1[r] / c[r]) / (c[r] - 1.0)
             b[r] = np.sqrt(var if var >= 0.0 or var != var else 0.0)  # np.maximum(var, 0)
         if np.isfinite(b[r]):
             mad_sum[r] += abs(b[r] - 1.0)

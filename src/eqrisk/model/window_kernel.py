@@ -78,18 +78,40 @@ def _tile(buf, nt, size, c, d, w, block, out):  # out[t] for the windows buf[t :
 
 
 @numba.njit(cache=True, nogil=True)
-def _value(x, y, i, col, mode):  # the summed series at x[i, col] (`MODES`)
-    a = x[i, col]
+def _fill(x, y, mode, i, first, buf, flag):  # buf[q]: the summed series at x[i, first + q]
+    # (0.0 where missing, flag 0; columns before 0 are missing). One loop per mode, each over
+    # slices: the mode is decided once a row, and the loops run in SIMD lanes.
+    width = buf.shape[0]
+    q0 = min(max(-first, 0), width)
+    for q in range(q0):
+        buf[q] = 0.0
+        flag[q] = 0
+    m = width - q0
+    xs = x[i, first + q0 : first + width]
+    out = buf[q0:width]
+    seen = flag[q0:width]
     if mode == 0:
-        return a
-    if mode == 3:
-        return a * a
-    if mode == 4:
-        return 1.0 if np.isfinite(a) else np.nan
-    b = y[i, col]
-    if not (np.isfinite(a) and np.isfinite(b)):
-        return np.nan
-    return a * b if mode == 1 else b * b
+        for q in range(m):
+            ok = np.isfinite(xs[q])
+            out[q] = xs[q] if ok else 0.0
+            seen[q] = ok
+    elif mode == 3:
+        for q in range(m):
+            ok = np.isfinite(xs[q])
+            out[q] = xs[q] * xs[q] if ok else 0.0
+            seen[q] = ok
+    elif mode == 4:
+        for q in range(m):
+            ok = np.isfinite(xs[q])
+            out[q] = 1.0 if ok else 0.0
+            seen[q] = ok
+    else:
+        ys = y[i, first + q0 : first + width]
+        for q in range(m):
+            ok = np.isfinite(xs[q]) and np.isfinite(ys[q])
+            v = xs[q] * ys[q] if mode == 1 else ys[q] * ys[q]
+            out[q] = v if ok else 0.0
+            seen[q] = ok
 
 
 @numba.njit(cache=True, nogil=True)
@@ -97,25 +119,19 @@ def _row(x, y, mode, i, c, d, w, lag, lo, hi, sums, count, buf, flag, block, out
     size = B * d.shape[0] + w.shape[0]
     for t0 in range(lo, hi, TILE):
         nt = min(TILE, hi - t0)
-        first = t0 + 1 - size - lag  # x's column of buf[0]
-        for q in range(nt + size - 1):
-            col = first + q
-            v = _value(x, y, i, col, mode) if col >= 0 else np.nan
-            if np.isfinite(v):
-                buf[q] = v
-                flag[q] = 1
-            else:
-                buf[q] = 0.0
-                flag[q] = 0
+        _fill(x, y, mode, i, t0 + 1 - size - lag, buf[: nt + size - 1], flag)
         _tile(buf, nt, size, c, d, w, block, out)
         seen = 0
         for k in range(size):
             seen += flag[k]
-        for t in range(nt):
-            if t > 0:
-                seen += flag[t + size - 1] - flag[t - 1]
-            sums[i, t0 - lo + t] = out[t]
-            count[i, t0 - lo + t] = seen
+        row_sums = sums[i, t0 - lo : t0 - lo + nt]
+        row_count = count[i, t0 - lo : t0 - lo + nt]
+        row_sums[0] = out[0]
+        row_count[0] = seen
+        for t in range(1, nt):
+            seen += flag[t + size - 1] - flag[t - 1]
+            row_sums[t] = out[t]
+            row_count[t] = seen
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
