@@ -65,6 +65,17 @@ class _Group:
     slot: dict[int, int]
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """The tables `row_kernel.assemble` walks for a row of one block (`tables`, its arguments
+    after the row's), and the block's cells: the tables hold the addresses of the cells'
+    mapped files, which stay mapped while the plan is alive (an address into an unmapped file
+    crashes the process)."""
+
+    tables: tuple[Any, ...]
+    cells: list[_Cell]
+
+
 def _copies(kinds: list[tuple[int, int]]) -> list[Copy]:
     """Merge per-position sources ((position, run offset or -1 for NaN), positions ascending)
     into slices: consecutive positions with consecutive offsets (or both NaN) are one copy."""
@@ -135,7 +146,7 @@ class ChunkStore:
         self._file_chunk: dict[Path, int] = {}  # each opened file's time chunk
         self._cells: dict[tuple[int, int], _Cell] = {}
         self._groups: dict[tuple[int, int], _Group] = {}
-        self._plans: dict[int, tuple[Any, ...]] = {}
+        self._plans: dict[int, _Plan] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._spare: list[np.ndarray] = []  # evicted rows' memory, for the next (`_recycle`)
         self._lock = threading.Lock()
@@ -149,8 +160,9 @@ class ChunkStore:
         """The file `rel` of time chunk c, memory-mapped once (until `close_files`)."""
         arr = self._files.get(rel)
         if arr is None:
-            arr = np.asarray(np.load(self.folder / rel, mmap_mode="r"))
-            self._files[rel] = arr
+            # Two threads may open it at once: the first one kept is everyone's (a mapping
+            # replaced while another thread reads it would be unmapped under that thread).
+            arr = self._files.setdefault(rel, np.asarray(np.load(self.folder / rel, mmap_mode="r")))
             self._file_chunk[rel] = c
         return arr
 
@@ -158,8 +170,7 @@ class ChunkStore:
         """Chunk (b, c), opened once (see `_Cell`)."""
         found = self._cells.get((b, c))
         if found is None:
-            found = self._open_cell(b, c)
-            self._cells[b, c] = found
+            found = self._cells.setdefault((b, c), self._open_cell(b, c))  # the first kept
         return found
 
     def group(self, b: int, c: int) -> _Group:
@@ -168,8 +179,7 @@ class ChunkStore:
         builds (their `np.unique` of the runs' pattern costs more than the read)."""
         found = self._groups.get((b, c))
         if found is None:
-            found = self._open_group(b, c)
-            self._groups[b, c] = found
+            found = self._groups.setdefault((b, c), self._open_group(b, c))  # the first kept
         return found
 
     def _open_group(self, b: int, c: int) -> _Group:
@@ -332,6 +342,7 @@ class ChunkStore:
         it: a pass whose next step reads from session `before` on (the risk model, a chunk and
         its history at a time) keeps the chunks it reads again mapped."""
         with self._lock:
+            self._plans.clear()  # a plan holds its block's chunks, every time chunk of them
             if before is None:
                 self._files.clear()
                 self._file_chunk.clear()
@@ -345,19 +356,20 @@ class ChunkStore:
                 for key in [k for k in table if k[1] < last]:
                     del table[key]
 
-    def _block_plan(self, b: int) -> tuple[Any, ...]:
-        """The tables `row_kernel.assemble` walks for a row of block b (built once)."""
+    def _block_plan(self, b: int) -> _Plan:
+        """The tables `row_kernel.assemble` walks for a row of block b (built once), and the
+        chunks whose memory they point into."""
         plan = self._plans.get(b)
         if plan is None:
-            plan = self._make_plan(b)
-            self._plans[b] = plan
+            plan = self._plans.setdefault(b, self._make_plan(b))
         return plan
 
-    def _make_plan(self, b: int) -> tuple[Any, ...]:
+    def _make_plan(self, b: int) -> _Plan:
         g = self.grid
+        # The kernel reads the chunk files at their addresses: the plan holds the cells (and
+        # their mappings) for as long as it lives, whatever `close_files` drops meanwhile.
         cells = [self.cell(b, c) for c in range(g.chunks)]
         bounds = np.array([g.cols(c)[0] for c in range(g.chunks)] + [g.t], dtype=np.int64)
-        # The kernel reads the chunk files at their addresses: the store keeps them open.
         groups = np.array(
             [
                 (0, 0) if cell.data is None else (row_kernel.address(cell.data), len(cell.data))
@@ -379,7 +391,7 @@ class ChunkStore:
             for c, cell in enumerate(cells)
             for i, arr in cell.own
         ]
-        return (
+        tables = (
             bounds,
             groups,
             first,
@@ -390,6 +402,7 @@ class ChunkStore:
             np.searchsorted([c for c, *_ in own], np.arange(g.chunks + 1)).astype(np.int64),
             self._derive_table,
         )
+        return _Plan(tables, cells)
 
     def full_row(self, r: int, out: np.ndarray | None = None) -> np.ndarray:
         """Every field of row r over all sessions, (fields x T) float64 in `fields` order
@@ -400,7 +413,8 @@ class ChunkStore:
             out = np.empty((len(self.fields), self.grid.t))
         else:
             out.flags.writeable = True
-        row_kernel.assemble(out, local, *self._scratch(), *self._block_plan(b))
+        plan = self._block_plan(b)  # held until the kernel returns: its chunks stay mapped
+        row_kernel.assemble(out, local, *self._scratch(), *plan.tables)
         out.flags.writeable = False
         return out
 
