@@ -348,17 +348,15 @@ def accumulate(z, count, s1, s2, s4, ring):  # fmt: skip
         for r in range(r_count):
             ok = np.isfinite(row[r])
             v = row[r] if ok else 0.0
+            one = 1.0 if ok else 0.0
             q = v * v
-            count[r] += 1.0 if ok else 0.0
+            count[r] += one
             s1[r] += v
             s2[r] += q
             s4[r] += q * q
-        for r in range(r_count):
-            ok = np.isfinite(row[r])
-            v = row[r] if ok else 0.0
-            n_count[r] += 1.0 if ok else 0.0
+            n_count[r] += one
             n_s1[r] += v
-            n_s2[r] += v * v
+            n_s2[r] += q
 
 
 @njit(cache=True, nogil=True)
